@@ -1,0 +1,43 @@
+# The README's two commands: `make demo` and `make test`. Both set up everything on a
+# fresh machine: a virtualenv, the package, a Docker daemon, the base image.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+HANGAR  := $(VENV)/bin/hangar
+BASE_IMAGE ?= hangar/base:bookworm
+EXTRAS  ?= dev,s3,postgres,k8s
+
+.PHONY: demo test check fmt venv docker base-image clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+docker:
+	scripts/ensure-docker
+
+base-image: venv docker
+	$(HANGAR) image build-base --tag $(BASE_IMAGE)
+
+demo: base-image
+	$(PY) examples/demo.py
+
+test: base-image
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+check: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) scripts/typecheck-tree.py
+	$(VENV)/bin/mypy -p hangar
+
+fmt: venv
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .typecheck build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,5 @@
+"""`python -m hangar` runs the CLI."""
+
+from hangar.cli import main
+
+main()

@@ -1,0 +1,3 @@
+"""The version of hangar, read by the build backend and by `hangar version`."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,67 @@
+"""The one exception hierarchy of hangar.
+
+Every error hangar raises on purpose is a `HangarError`. Errors of the libraries
+underneath (docker, kubernetes, botocore, ray) are mapped to one of these where they
+enter, with `raise ... from exc`, so callers never have to catch a third-party type.
+A problem the user can fix says how in its message; the CLI prints that message
+without a traceback and exits non-zero.
+
+    HangarError
+    ├── ConfigError                  bad input: a malformed file, an unknown field, a bad value
+    ├── ImageError                   an image cannot be found or built
+    │   ├── ImageNotFound            the image a sandbox asks for is not on the engine
+    │   └── ImageBuildError          `hangar image build-base` / `build` failed
+    └── SandboxError                 a sandbox operation failed
+        ├── SandboxUnavailable       the infrastructure broke: no engine, a dead container
+        ├── SandboxFileNotFound      read of a path that does not exist (also FileNotFoundError)
+        ├── SandboxIsADirectory      read_file of a directory (also IsADirectoryError)
+        └── SandboxFileTooLarge      a read over the read cap
+
+A non-zero exit code or a timed-out command is *not* an exception: it is an
+`ExecResult` with `returncode`, `timed_out` and `oom_killed` set.
+"""
+
+from __future__ import annotations
+
+
+class HangarError(Exception):
+    """Base class of every error hangar raises on purpose."""
+
+
+class ConfigError(HangarError):
+    """Bad input the user can fix: the message names the file, the field and the fix."""
+
+
+class ImageError(HangarError):
+    """An image cannot be found or built."""
+
+
+class ImageNotFound(ImageError):
+    """The image a sandbox asks for is not present on the container engine."""
+
+
+class ImageBuildError(ImageError):
+    """Building an image (debootstrap + import, or a Dockerfile) failed."""
+
+
+class SandboxError(HangarError):
+    """A sandbox operation failed."""
+
+
+class SandboxUnavailable(SandboxError):
+    """The infrastructure broke (no engine, daemon error, container gone).
+
+    A trial that meets this ends `infra_error` and is retried; it is never a `fail`.
+    """
+
+
+class SandboxFileNotFound(SandboxError, FileNotFoundError):
+    """A file read from a sandbox does not exist there."""
+
+
+class SandboxIsADirectory(SandboxError, IsADirectoryError):
+    """`read_file` was given a directory; use `copy_out` for folders."""
+
+
+class SandboxFileTooLarge(SandboxError):
+    """A file read from a sandbox is larger than the read cap."""

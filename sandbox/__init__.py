@@ -1,0 +1,55 @@
+"""Where a trial's commands run: the `Sandbox` contract and its backends.
+
+Backends are looked up by name and imported lazily, so an optional backend's client
+library (the kubernetes client) is only needed when that backend is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from hangar.errors import ConfigError
+from hangar.sandbox.base import (
+    ExecResult,
+    Mount,
+    OutputCallback,
+    Sandbox,
+    SandboxLimits,
+    SandboxSpec,
+)
+
+#: Backend name -> "module:Class", imported on first use.
+BACKENDS: dict[str, str] = {
+    "docker": "hangar.sandbox.docker:DockerSandbox",
+    "local": "hangar.sandbox.local:LocalSandbox",
+}
+
+
+def sandbox_class(backend: str) -> type[Sandbox]:
+    """The `Sandbox` class registered under `backend`."""
+    try:
+        target = BACKENDS[backend]
+    except KeyError:
+        known = ", ".join(sorted(BACKENDS))
+        raise ConfigError(f"unknown sandbox backend {backend!r}; choose one of: {known}") from None
+    module, _, name = target.partition(":")
+    cls: type[Sandbox] = getattr(importlib.import_module(module), name)
+    return cls
+
+
+def create_sandbox(backend: str, spec: SandboxSpec) -> Sandbox:
+    """A new, not yet started sandbox of the named backend."""
+    return sandbox_class(backend)(spec)
+
+
+__all__ = [
+    "BACKENDS",
+    "ExecResult",
+    "Mount",
+    "OutputCallback",
+    "Sandbox",
+    "SandboxLimits",
+    "SandboxSpec",
+    "create_sandbox",
+    "sandbox_class",
+]

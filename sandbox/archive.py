@@ -1,0 +1,63 @@
+"""Tar archives in and out of sandboxes.
+
+Every backend moves folders as tar streams (docker's archive API, tar over exec on
+Kubernetes). What comes *out* of a sandbox was written by untrusted code, so it is
+extracted with the standard library's ``data`` filter (no absolute paths, no ``..``,
+no links leaving the target, no devices, no set-uid bits) and a size cap.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+from typing import IO
+
+from hangar.errors import SandboxError, SandboxFileTooLarge
+
+
+def tar_directory(source: Path, fileobj: IO[bytes], *, uid: int, gid: int) -> None:
+    """Write the *contents* of `source` as a tar stream owned by `uid`/`gid`.
+
+    Symlinks are stored as links (never followed), so a link in a host folder cannot
+    smuggle the file it points to into the sandbox.
+    """
+
+    def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
+        return info
+
+    with tarfile.open(fileobj=fileobj, mode="w") as tar:
+        for child in sorted(source.iterdir()):
+            tar.add(child, arcname=child.name, recursive=True, filter=owned)
+    fileobj.flush()
+
+
+def extract_untrusted(fileobj: IO[bytes], target: Path, *, strip: int, limit: int) -> None:
+    """Extract an untrusted tar stream into `target`, dropping `strip` leading components.
+
+    Raises `SandboxError` for a member the ``data`` filter refuses and
+    `SandboxFileTooLarge` when the regular files add up to more than `limit` bytes.
+    """
+    target.mkdir(parents=True, exist_ok=True)
+    total = 0
+
+    def strip_and_check(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+        nonlocal total
+        parts = member.name.split("/")[strip:]
+        if not parts or parts == [""] or parts == ["."]:
+            return None
+        changes: dict[str, str] = {"name": "/".join(parts)}
+        if member.islnk():  # hard-link targets are archive paths too
+            changes["linkname"] = "/".join(member.linkname.split("/")[strip:])
+        total += member.size if member.isreg() else 0
+        if total > limit:
+            raise SandboxFileTooLarge(f"the folder is larger than the cap of {limit} bytes")
+        return tarfile.data_filter(member.replace(**changes, deep=False), dest)  # type: ignore[arg-type]
+
+    try:
+        with tarfile.open(fileobj=fileobj) as tar:
+            tar.extractall(target, filter=strip_and_check)  # noqa: S202 (filtered)
+    except tarfile.FilterError as exc:
+        raise SandboxError(f"refused an unsafe entry in a sandbox archive: {exc}") from exc
+    except tarfile.TarError as exc:
+        raise SandboxError(f"could not read a sandbox archive: {exc}") from exc

@@ -1,0 +1,348 @@
+"""The `Sandbox` contract that every backend implements.
+
+A sandbox is one isolated place where a trial's commands run: a container on docker,
+a pod on Kubernetes, a temp folder for the (unsafe) local backend.
+
+The contract is synchronous, on purpose. hangar gets its parallelism from Ray: every
+trial is its own Ray task in its own worker process, and inside a trial the phases run
+one after the other (prepare, agent, verifier). The docker SDK and the kubernetes client
+are synchronous libraries; an async facade over them would only move the same blocking
+calls into a thread pool. Where one trial needs two things at once (streaming an agent's
+output while it runs, relaying its model traffic), a callback or a thread does it.
+
+Rules every backend keeps (the conformance battery in `tests/sandbox/` checks them):
+
+- A non-zero exit is a result (`ExecResult.returncode`), never an exception; so is a
+  timeout (`timed_out`) and an out-of-memory kill (`oom_killed`).
+- Infrastructure failure (no engine, a dead container) raises `SandboxUnavailable`.
+- Output is capped per stream (default 10 MiB), keeping the *tail*, with a flag.
+- Reads are capped (default 100 MiB); a larger file raises `SandboxFileTooLarge`.
+- A relative path is relative to the sandbox's working directory.
+- `close()` removes everything the sandbox made, also after errors, and may be called twice.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path, PurePosixPath
+from types import TracebackType
+from typing import ClassVar, Literal, Self, overload
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MiB = 1024 * 1024
+
+#: Labels every sandbox carries, so `hangar gc` and the per-node reaper can find it.
+LABEL_MANAGED = "hangar.managed"
+LABEL_SWEEP = "hangar.sweep"
+LABEL_TRIAL = "hangar.trial"
+LABEL_EXPIRES = "hangar.expires"
+
+Stream = Literal["stdout", "stderr"]
+#: Called with each chunk of output as it arrives (used to record an agent's trace live).
+OutputCallback = Callable[[Stream, bytes], None]
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(value: int | str) -> int:
+    """Parse a size like ``512m``, ``2g``, ``2GiB`` or a plain number of bytes.
+
+    Suffixes are binary (k = 1024), as docker reads them.
+    """
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(value)
+    if not match:
+        raise ValueError(f"not a size: {value!r} (expected e.g. 512m, 2g, 2GiB or bytes)")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    return int(number * 1024 ** "_kmgt".index(unit)) if unit else int(number)
+
+
+class Mount(BaseModel):
+    """A host folder made visible inside the sandbox (only a trial's own folders are)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: Path
+    """Host path of the folder; it must exist."""
+    target: str
+    """Absolute path where the sandbox sees it."""
+    read_only: bool = False
+    """Mount it read-only inside the sandbox."""
+
+    @field_validator("target")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not PurePosixPath(value).is_absolute():
+            raise ValueError(f"mount target must be an absolute path, got {value!r}")
+        return value
+
+
+class SandboxLimits(BaseModel):
+    """Resource limits of one sandbox."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cpus: float = Field(default=1.0, gt=0)
+    """CPU cores the sandbox may use (fractions allowed)."""
+    memory: int = Field(default=2 * 1024 * MiB, gt=0)
+    """Memory limit in bytes (accepts ``512m``, ``2g``); swap is not added on top."""
+    pids: int = Field(default=512, gt=0)
+    """Most processes and threads that may exist at once (stops fork bombs)."""
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _size(cls, value: int | str) -> int:
+        return parse_size(value)
+
+
+class SandboxSpec(BaseModel):
+    """Everything a backend needs to make one sandbox."""
+
+    model_config = ConfigDict(frozen=True)
+
+    image: str
+    """Image reference (a local tag such as ``hangar/base:bookworm``, or any registry ref)."""
+    workdir: str = "/workspace"
+    """Working directory of every command; relative paths are resolved against it."""
+    user: str = "agent"
+    """Non-root user commands run as unless `exec(user=...)` says otherwise."""
+    home: str = "/home/agent"
+    """HOME inside the sandbox: private to this sandbox, never a host folder."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment of every command (never a secret: see DESIGN.md section 9)."""
+    mounts: tuple[Mount, ...] = ()
+    """Host folders the sandbox may see: the trial's own folders and nothing else."""
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    """CPU, memory and pids limits."""
+    network: Literal["none"] = "none"
+    """Network mode; ``none`` is the only one until an allow-list exists."""
+    sweep: str = "adhoc"
+    """Sweep id, for the ``hangar.sweep`` label."""
+    trial: str = "adhoc"
+    """Trial key, for the ``hangar.trial`` label."""
+    ttl_s: float = Field(default=6 * 3600, gt=0)
+    """After this many seconds the reaper may remove the sandbox (``hangar.expires``)."""
+    output_limit: int = Field(default=10 * MiB, gt=0)
+    """Bytes kept per output stream of one exec (the tail is kept)."""
+    read_limit: int = Field(default=100 * MiB, gt=0)
+    """Largest file `read_file` returns, and largest tree `copy_out` extracts."""
+    kill_after_s: float = Field(default=5.0, ge=0)
+    """Grace between TERM and KILL when a command times out (``timeout -k``)."""
+
+    def labels(self, now: datetime | None = None) -> dict[str, str]:
+        """The labels a backend puts on the sandbox (docker labels, pod labels)."""
+        expires = (now or datetime.now(UTC)) + timedelta(seconds=self.ttl_s)
+        return {
+            LABEL_MANAGED: "true",
+            LABEL_SWEEP: self.sweep,
+            LABEL_TRIAL: self.trial,
+            LABEL_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+
+
+class ExecResult(BaseModel):
+    """What one command did. A failure of the command is a value here, not an exception."""
+
+    model_config = ConfigDict(frozen=True)
+
+    returncode: int
+    """Exit code (124 or 137 after a timeout, 137 after an out-of-memory kill)."""
+    stdout: str
+    """Standard output, decoded as UTF-8 with replacement; the tail if truncated."""
+    stderr: str
+    """Standard error, decoded as UTF-8 with replacement; the tail if truncated."""
+    stdout_truncated: bool = False
+    """True when stdout was longer than the cap and only its tail is kept."""
+    stderr_truncated: bool = False
+    """True when stderr was longer than the cap and only its tail is kept."""
+    timed_out: bool = False
+    """True when the command ran past its timeout and was killed."""
+    oom_killed: bool = False
+    """True when the kernel killed the command for exceeding the memory limit."""
+    duration_s: float = 0.0
+    """Wall time of the command as seen from the host."""
+
+    @property
+    def ok(self) -> bool:
+        """The command exited 0 within its time."""
+        return self.returncode == 0 and not self.timed_out
+
+
+class TailBuffer:
+    """Keeps the last `limit` bytes written to it and remembers whether it dropped any.
+
+    The buffer may grow to twice the limit before trimming, so a stream of small writes
+    costs amortised O(1) per byte instead of a memmove of the whole cap per write.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.truncated = False
+        self._buf = bytearray()
+
+    def write(self, data: bytes) -> None:
+        """Append `data`, dropping the oldest bytes past the cap."""
+        if len(data) >= self.limit:
+            self._buf = bytearray(data[-self.limit :])
+            self.truncated = self.truncated or len(data) > self.limit
+            return
+        self._buf += data
+        if len(self._buf) > 2 * self.limit:
+            self._trim()
+
+    def _trim(self) -> None:
+        if len(self._buf) > self.limit:
+            del self._buf[: len(self._buf) - self.limit]
+            self.truncated = True
+
+    def getvalue(self) -> bytes:
+        """The kept bytes (at most `limit`)."""
+        self._trim()
+        return bytes(self._buf)
+
+    def text(self) -> str:
+        """The kept bytes decoded as UTF-8, invalid sequences replaced."""
+        return self.getvalue().decode("utf-8", errors="replace")
+
+
+def command_argv(cmd: str | Sequence[str]) -> list[str]:
+    """A string runs through ``/bin/sh -c``; a sequence is an argv run as is."""
+    if isinstance(cmd, str):
+        return ["/bin/sh", "-c", cmd]
+    argv = list(cmd)
+    if not argv:
+        raise ValueError("empty command")
+    return argv
+
+
+def timeout_argv(argv: list[str], timeout: float | None, kill_after: float) -> list[str]:
+    """Wrap `argv` in coreutils ``timeout -k`` so a timeout kills the process *inside*.
+
+    ``timeout`` puts the command in its own process group and signals the whole group,
+    so children die with it; the host-side wait only needs a safety margin on top.
+    """
+    if timeout is None:
+        return argv
+    return ["timeout", "-k", f"{kill_after:g}s", f"{max(timeout, 0.001):g}s", *argv]
+
+
+def describe(argv: Sequence[str]) -> str:
+    """A shell-quoted form of `argv`, for messages."""
+    return shlex.join(argv)
+
+
+class Sandbox(ABC):
+    """One isolated place where a trial's commands run.
+
+    Use it as a context manager (``with DockerSandbox(spec) as sb: ...``) so `close()`
+    always runs. All paths are paths *inside* the sandbox; relative ones are resolved
+    against `spec.workdir`.
+    """
+
+    #: Registry name of the backend ("docker", "local", "kubernetes").
+    backend: ClassVar[str]
+    #: Whether the backend isolates the sandbox from the host (False only for "local").
+    isolated: ClassVar[bool] = True
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        self.spec = spec
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def resolve(self, path: str) -> str:
+        """The absolute sandbox path of `path` (relative paths are under the workdir)."""
+        p = PurePosixPath(path)
+        return str(p if p.is_absolute() else PurePosixPath(self.spec.workdir) / p)
+
+    @abstractmethod
+    def start(self) -> None:
+        """Create and start the sandbox. Raises `SandboxUnavailable` or `ImageNotFound`."""
+
+    @abstractmethod
+    def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        stdin: str | bytes | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run a command and wait for it.
+
+        Args:
+            cmd: an argv list, or a string run by ``/bin/sh -c``.
+            timeout: seconds before the command (and its children) is killed;
+                None for no limit.
+            cwd: working directory (default: the spec's workdir).
+            env: variables added to the spec's environment for this command.
+            user: run as this user instead of the spec's.
+            stdin: bytes or text fed to the command's standard input, then closed.
+            on_output: called with each chunk of stdout/stderr as it arrives.
+        """
+
+    @overload
+    def read_file(self, path: str, *, text: Literal[True] = ...) -> str: ...
+
+    @overload
+    def read_file(self, path: str, *, text: Literal[False]) -> bytes: ...
+
+    def read_file(self, path: str, *, text: bool = True) -> str | bytes:
+        """Read a file; text is decoded as UTF-8 (strictly: undecodable bytes raise).
+
+        Raises `SandboxFileNotFound`, `SandboxIsADirectory` or `SandboxFileTooLarge`.
+        """
+        data = self._read_bytes(self.resolve(path))
+        return data.decode("utf-8") if text else data
+
+    def write_file(self, path: str, data: str | bytes, *, mode: int = 0o644) -> None:
+        """Write a file as the sandbox user, creating parent folders as needed."""
+        payload = data.encode("utf-8") if isinstance(data, str) else data
+        self._write_bytes(self.resolve(path), payload, mode)
+
+    @abstractmethod
+    def _read_bytes(self, path: str) -> bytes:
+        """Read an absolute sandbox path, within the read cap."""
+
+    @abstractmethod
+    def _write_bytes(self, path: str, data: bytes, mode: int) -> None:
+        """Write an absolute sandbox path as the sandbox user."""
+
+    @abstractmethod
+    def copy_in(self, source: Path, target: str) -> None:
+        """Copy the contents of host folder `source` into sandbox folder `target`."""
+
+    @abstractmethod
+    def copy_out(self, source: str, target: Path) -> None:
+        """Copy the contents of sandbox folder `source` into host folder `target`.
+
+        What comes out of a sandbox is untrusted: links that point outside `target`,
+        absolute paths, device files and set-uid bits are refused or stripped, and the
+        total size is capped by `spec.read_limit`.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Remove the sandbox and everything it made. Safe to call more than once."""

@@ -1,0 +1,445 @@
+"""`DockerSandbox`: one container per trial, through the docker SDK for Python.
+
+The container runs ``sleep infinity`` under docker's init as the non-root sandbox user,
+with no network, no capabilities, ``no-new-privileges``, CPU/memory/pids limits and only
+the spec's mounts from the host. Commands run through the exec API under an in-container
+``timeout -k``; files move as tar archives through the archive API (the daemon does the
+copying, so it works whatever tools the image has).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import select
+import socket
+import struct
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any, ClassVar, cast
+
+import docker
+import docker.errors
+import docker.types
+from docker.models.containers import Container
+
+from hangar.errors import (
+    ImageNotFound,
+    SandboxError,
+    SandboxFileNotFound,
+    SandboxFileTooLarge,
+    SandboxIsADirectory,
+    SandboxUnavailable,
+)
+from hangar.sandbox.archive import extract_untrusted, tar_directory
+from hangar.sandbox.base import (
+    ExecResult,
+    OutputCallback,
+    Sandbox,
+    SandboxSpec,
+    TailBuffer,
+    command_argv,
+    describe,
+    timeout_argv,
+)
+
+#: Host-side margin on top of timeout + kill grace before we stop waiting on an exec.
+HOST_MARGIN_S = 15.0
+#: Exit code of a process killed by SIGKILL, as the exec API reports it.
+SIGKILL_EXIT = 137
+
+_OOM_COUNT = (
+    # cgroup v2, then v1: the kernel's count of OOM kills in this container's cgroup.
+    "cat /sys/fs/cgroup/memory.events 2>/dev/null || "
+    "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null"
+)
+
+
+@functools.cache
+def docker_client() -> docker.DockerClient:
+    """The process's shared docker client (API version negotiated with the daemon).
+
+    Raises `SandboxUnavailable` with what to do when no daemon answers.
+    """
+    try:
+        client = docker.from_env(version="auto", timeout=120)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise SandboxUnavailable(
+            f"no Docker daemon answers at {host} ({exc}). Start one "
+            "(`sudo systemctl start docker`, or `sudo dockerd &`), install it "
+            "(Debian: `sudo apt-get install docker.io`), or point DOCKER_HOST at one."
+        ) from exc
+    return client
+
+
+def _unavailable(what: str, exc: Exception) -> SandboxUnavailable:
+    return SandboxUnavailable(f"docker failed to {what}: {exc}")
+
+
+class DockerSandbox(Sandbox):
+    """A sandbox in a docker container (the default backend)."""
+
+    backend: ClassVar[str] = "docker"
+
+    def __init__(self, spec: SandboxSpec, client: docker.DockerClient | None = None) -> None:
+        super().__init__(spec)
+        self._client = client
+        self._container: Container | None = None
+        self._ids: tuple[int, int] | None = None
+        self._oom_seen = 0
+
+    @property
+    def client(self) -> docker.DockerClient:
+        """The docker client this sandbox talks through."""
+        if self._client is None:
+            self._client = docker_client()
+        return self._client
+
+    @property
+    def container(self) -> Container:
+        """The running container; `start()` must have been called."""
+        if self._container is None:
+            raise SandboxError("the sandbox is not started (call start() or use `with`)")
+        return self._container
+
+    @property
+    def container_id(self) -> str:
+        """The docker id of the container."""
+        return str(self.container.id)
+
+    def start(self) -> None:
+        """Create and start the container."""
+        if self._container is not None:
+            return
+        spec = self.spec
+        try:
+            self.client.images.get(spec.image)
+        except docker.errors.ImageNotFound as exc:
+            raise ImageNotFound(
+                f"image {spec.image!r} is not on the Docker engine. Build the base image "
+                "with `hangar image build-base`, build your own with `hangar image build DIR`, "
+                f"or `docker pull {spec.image}` where a registry is reachable."
+            ) from exc
+        except docker.errors.APIError as exc:
+            raise _unavailable(f"look up image {spec.image!r}", exc) from exc
+        mounts = []
+        for m in spec.mounts:
+            if not m.source.is_dir() and not m.source.is_file():
+                raise SandboxError(f"mount source {m.source} does not exist on the host")
+            mounts.append(
+                docker.types.Mount(
+                    target=m.target,
+                    source=str(m.source.resolve()),
+                    type="bind",
+                    read_only=m.read_only,
+                )
+            )
+        try:
+            self._container = self.client.containers.create(
+                spec.image,
+                entrypoint=[],
+                command=["sleep", "infinity"],
+                user=spec.user,
+                working_dir=spec.workdir,
+                environment={"HOME": spec.home, **spec.env},
+                hostname="sandbox",
+                network_mode="none",
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                ipc_mode="private",
+                init=True,
+                pids_limit=spec.limits.pids,
+                mem_limit=spec.limits.memory,
+                memswap_limit=spec.limits.memory,
+                nano_cpus=int(spec.limits.cpus * 1e9),
+                labels=spec.labels(),
+                mounts=mounts,
+            )
+            self._container.start()
+        except docker.errors.APIError as exc:
+            self.close()
+            raise _unavailable(f"start a container from {spec.image!r}", exc) from exc
+
+    # -- exec -----------------------------------------------------------------------------
+
+    def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        stdin: str | bytes | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run a command in the container (see `Sandbox.exec`)."""
+        argv = timeout_argv(command_argv(cmd), timeout, self.spec.kill_after_s)
+        api = self.client.api
+        started = time.monotonic()
+        try:
+            exec_id = api.exec_create(
+                self.container_id,
+                argv,
+                stdin=stdin is not None,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                environment=env or {},
+                workdir=self.resolve(cwd) if cwd else self.spec.workdir,
+                user=user or self.spec.user,
+            )["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+        except docker.errors.APIError as exc:
+            raise self._gone_or(exc, f"run {describe(argv)}") from exc
+        raw = cast(socket.socket, getattr(sock, "_sock", sock))
+        # The client's read timeout would cut off a command that is silent for a while
+        # (an agent thinking); deadlines are kept by select() in _frames instead.
+        raw.settimeout(None)
+        out, err = TailBuffer(self.spec.output_limit), TailBuffer(self.spec.output_limit)
+        deadline = (
+            None if timeout is None else started + timeout + self.spec.kill_after_s + HOST_MARGIN_S
+        )
+        try:
+            if stdin is not None:
+                raw.sendall(stdin.encode() if isinstance(stdin, str) else stdin)
+                raw.shutdown(socket.SHUT_WR)
+            for stream, chunk in _frames(raw, deadline):
+                (out if stream == 1 else err).write(chunk)
+                if on_output is not None:
+                    on_output("stdout" if stream == 1 else "stderr", chunk)
+        except OSError as exc:
+            self._raise_if_dead(f"while running {describe(argv)}")
+            raise SandboxUnavailable(f"lost the exec stream of {describe(argv)}: {exc}") from exc
+        finally:
+            sock.close()
+        duration = time.monotonic() - started
+        info = self._exec_inspect(exec_id)
+        if info.get("Running") or info.get("ExitCode") is None:
+            # Stream ended (host deadline or a dead container) while the process still ran.
+            self._raise_if_dead(f"while running {describe(argv)}")
+            host_timed_out = deadline is not None and time.monotonic() >= deadline
+            if not host_timed_out:
+                raise SandboxUnavailable(f"exec stream of {describe(argv)} ended early")
+            code = SIGKILL_EXIT
+        else:
+            code = int(info["ExitCode"])
+        timed_out = timeout is not None and code in (124, SIGKILL_EXIT) and duration >= timeout
+        oom = code == SIGKILL_EXIT and not timed_out and self._new_oom_kill()
+        if code == SIGKILL_EXIT and not oom:
+            # A SIGKILL we did not send may be the container dying under us.
+            self._raise_if_dead(f"while running {describe(argv)}")
+        return ExecResult(
+            returncode=code,
+            stdout=out.text(),
+            stderr=err.text(),
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
+            timed_out=timed_out,
+            oom_killed=oom,
+            duration_s=duration,
+        )
+
+    def _exec_inspect(self, exec_id: str) -> dict[str, Any]:
+        try:
+            for _ in range(50):
+                info: dict[str, Any] = self.client.api.exec_inspect(exec_id)
+                if not info.get("Running"):
+                    return info
+                time.sleep(0.02)
+            return info
+        except docker.errors.APIError as exc:
+            raise self._gone_or(exc, "inspect an exec") from exc
+
+    def _new_oom_kill(self) -> bool:
+        """Whether the kernel OOM-killed something since we last looked."""
+        try:
+            res = self.container.exec_run(["/bin/sh", "-c", _OOM_COUNT], user=self.spec.user)
+        except docker.errors.APIError:
+            return False
+        count = 0
+        for line in cast(bytes, res.output).decode(errors="replace").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                count = int(value)
+        new, self._oom_seen = count > self._oom_seen, count
+        return new
+
+    def _alive(self) -> bool:
+        try:
+            self.container.reload()
+        except docker.errors.NotFound:
+            return False
+        except docker.errors.APIError as exc:
+            raise _unavailable("inspect the container", exc) from exc
+        return self.container.status == "running"
+
+    def _raise_if_dead(self, when: str) -> None:
+        if not self._alive():
+            raise SandboxUnavailable(
+                f"container {self.container_id[:12]} stopped {when} "
+                f"(status {self.container.status!r}); it was killed or the daemon restarted"
+            )
+
+    def _gone_or(self, exc: docker.errors.APIError, what: str) -> SandboxError:
+        if not self._alive():
+            return SandboxUnavailable(
+                f"container {self.container_id[:12]} is not running; could not {what}"
+            )
+        return _unavailable(what, exc)
+
+    # -- files ----------------------------------------------------------------------------
+
+    def _sandbox_ids(self) -> tuple[int, int]:
+        """Numeric uid and gid of the sandbox user (archives carry numbers, not names)."""
+        if self._ids is None:
+            res = self.exec(["id", "-u"])
+            res_g = self.exec(["id", "-g"])
+            if not (res.ok and res_g.ok):
+                raise SandboxError(f"cannot resolve user {self.spec.user!r}: {res.stderr}")
+            self._ids = (int(res.stdout), int(res_g.stdout))
+        return self._ids
+
+    def _mkdir(self, path: str) -> None:
+        res = self.exec(["mkdir", "-p", "--", path])
+        if not res.ok:
+            raise SandboxError(f"cannot create folder {path} in the sandbox: {res.stderr.strip()}")
+
+    def _put(self, folder: str, archive: bytes | io.IOBase) -> None:
+        """Extract a tar archive into `folder`, creating the folder if needed."""
+        for attempt in (0, 1):
+            try:
+                if isinstance(archive, io.IOBase):
+                    archive.seek(0)
+                self.container.put_archive(folder, archive)
+                return
+            except docker.errors.NotFound as exc:
+                if attempt:
+                    raise SandboxError(f"cannot write into {folder}: {exc}") from exc
+                self._mkdir(folder)
+            except docker.errors.APIError as exc:
+                raise self._gone_or(exc, f"write into {folder}") from exc
+
+    def _get(self, path: str) -> tuple[Iterator[bytes], dict[str, Any]]:
+        try:
+            stream, stat = self.container.get_archive(path)
+        except docker.errors.NotFound as exc:
+            if not self._alive():
+                raise SandboxUnavailable(f"container is not running; cannot read {path}") from exc
+            raise SandboxFileNotFound(f"no such file in the sandbox: {path}") from exc
+        except docker.errors.APIError as exc:
+            raise self._gone_or(exc, f"read {path}") from exc
+        return stream, stat or {}
+
+    def _read_bytes(self, path: str) -> bytes:
+        for _ in range(8):  # follow symlinks, inside the container's own file system
+            stream, stat = self._get(path)
+            mode = int(stat.get("mode", 0))
+            if mode & (1 << 31):  # Go's os.ModeDir
+                raise SandboxIsADirectory(f"{path} is a folder; use copy_out for folders")
+            if int(stat.get("size", 0)) > self.spec.read_limit:
+                raise SandboxFileTooLarge(
+                    f"{path} is {stat['size']} bytes, over the read cap of "
+                    f"{self.spec.read_limit} bytes (spec.read_limit)"
+                )
+            with tempfile.TemporaryFile() as spool:
+                for chunk in stream:
+                    spool.write(chunk)
+                spool.seek(0)
+                with tarfile.open(fileobj=spool) as tar:
+                    member = tar.next()
+                    if member is None:
+                        raise SandboxFileNotFound(f"no such file in the sandbox: {path}")
+                    if member.issym():
+                        path = str(PurePosixPath(path).parent / member.linkname)
+                        continue
+                    handle = tar.extractfile(member)
+                    if handle is None:
+                        raise SandboxError(f"{path} is not a regular file")
+                    return handle.read()
+        raise SandboxError(f"too many levels of symbolic links at {path}")
+
+    def _write_bytes(self, path: str, data: bytes, mode: int) -> None:
+        uid, gid = self._sandbox_ids()
+        p = PurePosixPath(path)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(p.name)
+            info.size, info.mode, info.uid, info.gid = len(data), mode, uid, gid
+            info.mtime = int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        self._put(str(p.parent), buf.getvalue())
+
+    def copy_in(self, source: Path, target: str) -> None:
+        """Copy the contents of host folder `source` into `target` (owned by the user)."""
+        if not source.is_dir():
+            raise SandboxError(f"copy_in needs a host folder; {source} is not one")
+        uid, gid = self._sandbox_ids()
+        with tempfile.TemporaryFile() as spool:
+            tar_directory(source, spool, uid=uid, gid=gid)
+            self._put(self.resolve(target), spool)
+
+    def copy_out(self, source: str, target: Path) -> None:
+        """Copy the contents of sandbox folder `source` into host folder `target`."""
+        path = self.resolve(source)
+        stream, stat = self._get(path)
+        if not int(stat.get("mode", 0)) & (1 << 31):
+            raise SandboxError(f"copy_out needs a folder; {path} is not one (use read_file)")
+        with tempfile.TemporaryFile() as spool:
+            total = 0
+            for chunk in stream:
+                total += len(chunk)
+                if total > self.spec.read_limit + 1024 * 1024:
+                    raise SandboxFileTooLarge(
+                        f"{path} is larger than the read cap of {self.spec.read_limit} bytes"
+                    )
+                spool.write(chunk)
+            spool.seek(0)
+            extract_untrusted(spool, target, strip=1, limit=self.spec.read_limit)
+
+    # -- teardown -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Remove the container (force) and its anonymous volumes; idempotent."""
+        container, self._container = self._container, None
+        if container is None:
+            return
+        try:
+            container.remove(force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            # The labels let `hangar gc` and the reaper remove it later.
+            raise _unavailable(f"remove container {container.id}", exc) from exc
+
+
+def _frames(raw: socket.socket, deadline: float | None) -> Iterator[tuple[int, bytes]]:
+    """Demultiplex docker's attach stream: 8-byte headers ``[stream, 0, 0, 0, size]``.
+
+    Stops at end of stream or at `deadline` (monotonic seconds).
+    """
+    pending = b""
+    while True:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            ready, _, _ = select.select([raw], [], [], left)
+            if not ready:
+                return
+        chunk = raw.recv(65536)
+        if not chunk:
+            return
+        pending += chunk
+        while len(pending) >= 8:
+            stream, size = struct.unpack(">BxxxL", pending[:8])
+            if len(pending) < 8 + size:
+                break
+            yield stream, pending[8 : 8 + size]
+            pending = pending[8 + size :]

@@ -1,0 +1,81 @@
+"""Images: the offline base image is cached; Dockerfiles build offline from local images."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import docker
+import pytest
+from typer.testing import CliRunner
+
+from hangar.cli import app
+from hangar.errors import ImageBuildError
+from hangar.sandbox import SandboxSpec
+from hangar.sandbox.docker import DockerSandbox
+from hangar.sandbox.images import BaseImageRecipe, build_dockerfile_image, find_base_image
+from tests.conftest import BASE_IMAGE
+
+pytestmark = pytest.mark.docker
+runner = CliRunner()
+
+
+def test_recipe_digest_tracks_inputs() -> None:
+    base = BaseImageRecipe(mirror="http://mirror.invalid/debian")
+    assert base.digest() == BaseImageRecipe(mirror="http://mirror.invalid/debian").digest()
+    assert base.digest() != base.model_copy(update={"extra_packages": ("jq",)}).digest()
+    assert base.digest() != base.model_copy(update={"uid": 1001}).digest()
+
+
+def test_base_image_is_cached(docker_client: docker.DockerClient) -> None:
+    if find_base_image(BASE_IMAGE, BaseImageRecipe()) is None:
+        pytest.skip(f"{BASE_IMAGE} was not built by this recipe (HANGAR_TEST_IMAGE is custom)")
+    result = runner.invoke(app, ["image", "build-base", "--tag", BASE_IMAGE])
+    assert (
+        result.exit_code == 0 and "up to date" in result.stdout and "nothing to do" in result.stdout
+    )
+
+
+def test_base_image_contents(docker_client: docker.DockerClient) -> None:
+    with DockerSandbox(SandboxSpec(image=BASE_IMAGE, trial="base-contents")) as sb:
+        res = sb.exec(
+            "id -un; id -u; echo $HOME; pwd; git --version >/dev/null && python3 -c 'print(1)' "
+            "&& bash -c 'echo bash' && test -d /etc/ssl/certs && echo certs; "
+            "find / -xdev -perm /6000 -type f 2>/dev/null | wc -l"
+        )
+    assert res.stdout.split() == [
+        "agent",
+        "1000",
+        "/home/agent",
+        "/workspace",
+        "1",
+        "bash",
+        "certs",
+        "0",
+    ], res.stdout + res.stderr
+
+
+def test_dockerfile_from_local_image_builds_offline(
+    docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    tag = f"hangar-test/custom:{uuid.uuid4().hex[:8]}"
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\nUSER root\nRUN echo built-offline > /etc/custom-marker\nUSER agent\n"
+    )
+    try:
+        result = runner.invoke(app, ["image", "build", str(tmp_path), "--tag", tag])
+        assert result.exit_code == 0, result.output
+        with DockerSandbox(SandboxSpec(image=tag, trial="custom-image")) as sb:
+            assert sb.exec(["cat", "/etc/custom-marker"]).stdout == "built-offline\n"
+    finally:
+        docker_client.images.remove(tag, force=True)
+
+
+def test_failing_dockerfile_is_a_clear_error(
+    docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    (tmp_path / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nRUN exit 7\n")
+    with pytest.raises(ImageBuildError, match="failed"):
+        build_dockerfile_image(tmp_path, f"hangar-test/broken:{uuid.uuid4().hex[:8]}")
+    with pytest.raises(ImageBuildError, match="no Dockerfile"):
+        build_dockerfile_image(tmp_path / "nowhere", "hangar-test/x:1")
