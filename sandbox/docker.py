@@ -1,8 +1,9 @@
 """`DockerSandbox`: one container per trial, through the docker SDK for Python.
 
-The container runs ``sleep infinity`` under docker's init as the non-root sandbox user,
-with no network, no capabilities, ``no-new-privileges``, CPU/memory/pids limits and only
-the spec's mounts from the host. Commands run through the exec API under an in-container
+The container's keeper (``sleep infinity`` under docker's init) runs as root with no
+capabilities; every command runs as the non-root sandbox user. The container has no
+network, no capabilities, ``no-new-privileges``, CPU/memory/pids limits and only the
+spec's mounts from the host. Commands run through the exec API under an in-container
 ``timeout -k``; files move as tar archives through the archive API (the daemon does the
 copying, so it works whatever tools the image has).
 """
@@ -145,7 +146,10 @@ class DockerSandbox(Sandbox):
                 spec.image,
                 entrypoint=[],
                 command=["sleep", "infinity"],
-                user=spec.user,
+                # The keeper runs as root (with no capabilities) so that the agent, which
+                # runs as the sandbox user, cannot kill it: an agent that could stop its
+                # own container would turn a failing trial into a retried infra_error.
+                user="0",
                 working_dir=spec.workdir,
                 environment={"HOME": spec.home, **spec.env},
                 hostname="sandbox",

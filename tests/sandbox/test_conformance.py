@@ -393,6 +393,11 @@ def test_not_root_and_no_privileges(sandbox: Sandbox) -> None:
     assert res.returncode != 0 and "not permitted" in res.stderr
 
 
+def test_agent_cannot_kill_the_sandbox(sandbox: Sandbox) -> None:
+    res = sandbox.exec("kill -9 -1; echo survived")
+    assert sandbox.exec(["echo", "alive"]).stdout == "alive\n", res
+
+
 _FORK_BOMB = """
 import os, time
 children = []

@@ -40,7 +40,7 @@ def test_container_settings(docker_client: docker.DockerClient, tmp_path: Path) 
     assert host["NanoCpus"] == 500_000_000
     assert host["Init"] is True and host["Privileged"] is False
     assert [(m["Target"], m["ReadOnly"]) for m in host["Mounts"]] == [("/trial", True)]
-    assert config["User"] == "agent"
+    assert config["User"] == "0"  # the keeper; commands run as the sandbox user
     labels = config["Labels"]
     assert labels["hangar.managed"] == "true"
     assert (labels["hangar.sweep"], labels["hangar.trial"]) == ("sw-1", "settings-check")
