@@ -274,6 +274,11 @@ class Sandbox(ABC):
         p = PurePosixPath(path)
         return str(p if p.is_absolute() else PurePosixPath(self.spec.workdir) / p)
 
+    @classmethod
+    def image_problem(cls, image: str) -> str | None:
+        """Why `image` cannot be used by this backend, or None (checked at admission)."""
+        return None
+
     @abstractmethod
     def start(self) -> None:
         """Create and start the sandbox. Raises `SandboxUnavailable` or `ImageNotFound`."""

@@ -95,6 +95,20 @@ class DockerSandbox(Sandbox):
         self._ids: tuple[int, int] | None = None
         self._oom_seen = 0
 
+    @classmethod
+    def image_problem(cls, image: str) -> str | None:
+        """Why the engine cannot run `image` (it is not there), or None."""
+        try:
+            docker_client().images.get(image)
+        except docker.errors.ImageNotFound:
+            return (
+                f"image {image!r} is not on the Docker engine: build it (`hangar image "
+                f"build-base` or `hangar image build DIR`) or `docker pull` it"
+            )
+        except docker.errors.APIError as exc:
+            raise _unavailable(f"look up image {image!r}", exc) from exc
+        return None
+
     @property
     def client(self) -> docker.DockerClient:
         """The docker client this sandbox talks through."""
@@ -119,16 +133,9 @@ class DockerSandbox(Sandbox):
         if self._container is not None:
             return
         spec = self.spec
-        try:
-            self.client.images.get(spec.image)
-        except docker.errors.ImageNotFound as exc:
-            raise ImageNotFound(
-                f"image {spec.image!r} is not on the Docker engine. Build the base image "
-                "with `hangar image build-base`, build your own with `hangar image build DIR`, "
-                f"or `docker pull {spec.image}` where a registry is reachable."
-            ) from exc
-        except docker.errors.APIError as exc:
-            raise _unavailable(f"look up image {spec.image!r}", exc) from exc
+        problem = self.image_problem(spec.image)
+        if problem is not None:
+            raise ImageNotFound(problem)
         mounts = []
         for m in spec.mounts:
             if not m.source.is_dir() and not m.source.is_file():

@@ -24,6 +24,7 @@ import docker.errors
 from pydantic import BaseModel, ConfigDict, Field
 
 from hangar.errors import ImageBuildError
+from hangar.paths import cache_dir
 from hangar.sandbox.docker import docker_client
 
 #: Bumped whenever the build steps change, so old images are rebuilt.
@@ -36,11 +37,6 @@ Progress = Callable[[str], None]
 
 def _quiet(_: str) -> None:
     pass
-
-
-def cache_dir() -> Path:
-    """hangar's cache folder (``$HANGAR_CACHE_DIR`` or ``~/.cache/hangar``)."""
-    return Path(os.environ.get("HANGAR_CACHE_DIR") or Path.home() / ".cache" / "hangar")
 
 
 class BaseImageRecipe(BaseModel):

@@ -1,0 +1,106 @@
+"""Command agents: a command line run inside the sandbox as the sandbox user.
+
+The task text is in the file named by ``HANGAR_CONTEXT_FILE`` and in ``HANGAR_CONTEXT``;
+the working directory is the workspace. stdout and stderr go into the trace as they
+arrive. A run is *completed* when the command ends by itself with exit 0 in its time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hangar.errors import SandboxUnavailable
+from hangar.sandbox.base import Sandbox
+from hangar.trace import TraceWriter
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class CommandAgent(BaseModel):
+    """An agent that is a command run in the sandbox."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["command"] = "command"
+    """Agent kind tag."""
+    name: str
+    """Name in results and reports."""
+    command: str
+    """Shell command line, run by bash in the workspace as the sandbox user."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment (never a secret: keys reach agents only through the relay)."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"expected letters, digits, '_', '.', '-', got {value!r}")
+        return value
+
+    def digest(self) -> str:
+        """sha256 of the agent's config (part of the trial key)."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+
+
+class AgentRun(BaseModel):
+    """How an agent's turns ended."""
+
+    exit_code: int | None = None
+    """Exit code of the command (None when it never ran to an end)."""
+    timed_out: bool = False
+    """Killed at the end of the budget."""
+    oom_killed: bool = False
+    """Killed for exceeding the memory limit."""
+    completed: bool = False
+    """Ended by itself with exit 0 in its time."""
+    reason: str = ""
+    """Why the run is not complete, when it is not."""
+
+
+def run_command_agent(
+    agent: CommandAgent,
+    sandbox: Sandbox,
+    context: str,
+    trace: TraceWriter,
+    timeout: float,
+) -> AgentRun:
+    """Run the agent's command in `sandbox`, recording its output into `trace`."""
+    context_file = f"{sandbox.spec.home}/.hangar/task.md"
+    sandbox.write_file(context_file, context)
+    trace.event("agent_start", agent=agent.name, command=agent.command, timeout_s=timeout)
+    try:
+        res = sandbox.exec(
+            ["bash", "-c", agent.command],
+            timeout=timeout,
+            env={**agent.env, "HANGAR_CONTEXT": context, "HANGAR_CONTEXT_FILE": context_file},
+            on_output=trace.output,
+        )
+    except SandboxUnavailable as exc:
+        trace.event("agent_end", error=f"sandbox unavailable: {exc}")
+        raise
+    run = AgentRun(
+        exit_code=res.returncode,
+        timed_out=res.timed_out,
+        oom_killed=res.oom_killed,
+        completed=res.ok and not res.oom_killed,
+    )
+    if res.timed_out:
+        run.reason = f"the agent ran out of its time budget ({timeout:.0f} s)"
+    elif res.oom_killed:
+        run.reason = "the agent was killed for exceeding the memory limit"
+    elif res.returncode != 0:
+        run.reason = f"the agent exited with code {res.returncode}"
+    trace.event(
+        "agent_end",
+        exit_code=res.returncode,
+        timed_out=res.timed_out,
+        oom_killed=res.oom_killed,
+        duration_s=round(res.duration_s, 3),
+        stdout_truncated=res.stdout_truncated,
+        stderr_truncated=res.stderr_truncated,
+    )
+    return run

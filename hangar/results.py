@@ -1,0 +1,120 @@
+"""What a trial produces: its verdict, reason, timings, usage and evidence.
+
+`TrialResult` is the one message a worker sends back to the driver and the one row
+shape the results store persists; it carries a `schema_version`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RESULT_SCHEMA_VERSION = 1
+
+
+class Verdict(StrEnum):
+    """How a trial ended. Only `pass` and `fail` count in scores."""
+
+    PASS = "pass"  # noqa: S105 - a verdict, not a password
+    """Every check passed on admitted evidence."""
+    FAIL = "fail"
+    """The agent's work did not pass (or could not be shown to)."""
+    BLOCKED_SETUP = "blocked_setup"
+    """The fixture was missing or broken, or prepare failed; no agent ran."""
+    INFRA_ERROR = "infra_error"
+    """The farm failed (sandbox, daemon); retried, reported, never counted as a fail."""
+    VOID = "void"
+    """A canary leaked into the trace; the trial says nothing about the agent."""
+
+    @property
+    def final(self) -> bool:
+        """Whether a re-run would be pointless (everything but infra_error)."""
+        return self is not Verdict.INFRA_ERROR
+
+
+CheckStatus = Literal["pass", "fail", "unassessed"]
+
+
+class CheckOutcome(BaseModel):
+    """One checklist requirement as the host verifier judged it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    requirement: str
+    """The exact checklist string."""
+    status: CheckStatus
+    """pass, fail or unassessed."""
+    evidence: tuple[str, ...] = ()
+    """Files under the artifacts folder that support the finding."""
+
+
+class Usage(BaseModel):
+    """Model tokens and their cost, metered on the host."""
+
+    input_tokens: int = 0
+    """Prompt tokens, cached ones included."""
+    output_tokens: int = 0
+    """Completion tokens, reasoning included."""
+    cached_input_tokens: int = 0
+    """Prompt tokens served from the provider's cache."""
+    reasoning_tokens: int = 0
+    """Reasoning tokens (a part of output_tokens)."""
+    cost_usd: float = 0.0
+    """Cost in US dollars at the model's prices."""
+
+
+class TrialResult(BaseModel):
+    """The outcome of one trial attempt."""
+
+    schema_version: int = RESULT_SCHEMA_VERSION
+    """Version of this shape."""
+    sweep: str
+    """Sweep id."""
+    trial_key: str
+    """sha256 of (scenario digest, agent, model, arm, repeat)."""
+    scenario_id: str
+    """The scenario's id."""
+    scenario_digest: str
+    """The scenario version that ran."""
+    agent: str
+    """Agent name."""
+    model: str
+    """Model id (``none`` when the agent uses no model)."""
+    arm: str
+    """Arm name."""
+    repeat: int = 0
+    """Repeat index."""
+    attempt: int = 1
+    """Attempt number (retries of infra_error count up)."""
+    verdict: Verdict
+    """How the trial ended."""
+    reason: str
+    """Why, in words; names the rule or phase that decided it."""
+    completed: bool = False
+    """The agent's run ended by itself, exit 0, within its time."""
+    agent_exit_code: int | None = None
+    """Exit code of a command agent."""
+    checks: tuple[CheckOutcome, ...] = ()
+    """The verification's findings, as admitted."""
+    timings: dict[str, float] = Field(default_factory=dict)
+    """Seconds per lifecycle phase."""
+    usage: Usage = Field(default_factory=Usage)
+    """Tokens and cost."""
+    evidence_uri: str | None = None
+    """Where the evidence bundle is."""
+    evidence_sha256: str | None = None
+    """sha256 of the bundle archive."""
+    node: str = ""
+    """Host that ran it."""
+    started_at: datetime
+    """When the trial started (UTC)."""
+    finished_at: datetime
+    """When it ended (UTC)."""
+
+    @property
+    def duration_s(self) -> float:
+        """Wall time of the trial."""
+        return (self.finished_at - self.started_at).total_seconds()

@@ -1,0 +1,388 @@
+"""Scenarios (also called fixtures): one task, pinned to a repository revision.
+
+A scenario is a YAML file. Relative paths in it are relative to the file's folder.
+Its **digest** is sha256 over the canonical scenario and the bytes of every file it
+references (prepare script, host verifier, hidden verifier files, plugins): change one
+byte and it is a new scenario version, never an edit of the old one. The repository is
+pinned by its exact commit, so the digest covers the repository reference and revision,
+not the bytes of a bundle (two bundles of the same commit are the same fixture).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+)
+
+from hangar.errors import ConfigError
+from hangar.sandbox.base import parse_size
+
+SCRIPT_SUFFIXES = (".py", ".js", ".mjs", ".mts")
+_SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
+_REVISION = re.compile(r"^[0-9a-f]{40}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _relative_inside(value: str, what: str) -> str:
+    p = PurePosixPath(value)
+    if p.is_absolute() or ".." in p.parts or not value.strip():
+        raise ValueError(f"{what} must be a relative path inside the workspace, got {value!r}")
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PinnedFile(_Strict):
+    """A trusted script pinned by its sha256 (prepare, host verifier)."""
+
+    file: str
+    """Script path (relative to the scenario file); ends .py/.js/.mjs/.mts or is executable."""
+    sha256: str
+    """``sha256:`` followed by 64 lowercase hex characters: the script's exact bytes."""
+
+    @field_validator("sha256")
+    @classmethod
+    def _digest(cls, value: str) -> str:
+        if not _SHA256.match(value):
+            raise ValueError(
+                f"expected 'sha256:' followed by 64 lowercase hex characters, got {value!r}"
+            )
+        return value
+
+
+class BuiltinVerifier(_Strict):
+    """One of hangar's ready verifiers instead of a script of your own."""
+
+    builtin: Literal["junit"]
+    """``junit``: judges from the verifier commands' exit codes and JUnit XML reports."""
+
+
+class Plugin(_Strict):
+    """A file or folder an arm may install into the sandbox (a skill, a config)."""
+
+    name: str
+    """Name arms select it by."""
+    source: str
+    """File or folder, relative to the scenario file."""
+    target: str
+    """Where it goes in the sandbox; relative paths are under the workspace."""
+    install: str | None = None
+    """Optional command run in the sandbox after copying (its output is recorded)."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"expected letters, digits, '_', '.', '-', got {value!r}")
+        return value
+
+
+class VerifierFile(_Strict):
+    """A file or folder copied into the workspace only after the agent's turns."""
+
+    source: str
+    """File or folder, relative to the scenario file."""
+    target: str
+    """Relative path in the workspace (e.g. ``tests/hidden``)."""
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        return _relative_inside(value, "target")
+
+
+def _host_kind(value: Any) -> str:
+    if isinstance(value, BuiltinVerifier) or (isinstance(value, dict) and "builtin" in value):
+        return "builtin-verifier"
+    return "pinned-file"
+
+
+#: Union tags, dropped from field paths in error messages.
+_TAGS = {"builtin-verifier", "pinned-file"}
+HostVerifier = Annotated[
+    Annotated[PinnedFile, Tag("pinned-file")] | Annotated[BuiltinVerifier, Tag("builtin-verifier")],
+    Discriminator(_host_kind),
+]
+
+
+class VerifierSpec(_Strict):
+    """How a trial is judged."""
+
+    host: HostVerifier
+    """The host verifier: ``{file, sha256}`` or ``{builtin: junit}``."""
+    files: tuple[VerifierFile, ...] = ()
+    """Hidden files (e.g. tests) copied in after the agent, before the commands."""
+    commands: tuple[str, ...] = ()
+    """Shell command lines run by bash in the workspace after the agent; all must exit 0."""
+    checklist: tuple[str, ...] = ()
+    """Exact requirement strings the verification must cover, each exactly once."""
+    timeout_s: float = Field(default=600, gt=0)
+    """Time limit of each verifier command."""
+    host_timeout_s: float = Field(default=120, gt=0)
+    """Time limit of the host verifier."""
+
+    @field_validator("checklist")
+    @classmethod
+    def _unique(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        seen = {item for item in value if value.count(item) > 1}
+        if seen:
+            raise ValueError(f"checklist items must be unique; repeated: {sorted(seen)}")
+        return value
+
+
+class ScenarioLimits(_Strict):
+    """Resource limits of a trial."""
+
+    time_s: float = Field(default=600, gt=0)
+    """Shared budget of setup (prepare, plugins) and the agent's turns, in seconds."""
+    cpus: float = Field(default=1.0, gt=0)
+    """CPU cores."""
+    memory: int = Field(default=2 * 1024**3, gt=0)
+    """Memory (``512m``, ``2g``)."""
+    pids: int = Field(default=512, gt=0)
+    """Most processes at once."""
+    disk: int | None = None
+    """Disk for the workspace (``2g``); recorded, enforced only where the engine can."""
+
+    @field_validator("memory", "disk", mode="before")
+    @classmethod
+    def _size(cls, value: int | str | None) -> int | None:
+        return None if value is None else parse_size(value)
+
+
+class Scenario(_Strict):
+    """One task: a repository at a pinned revision, the task text, and how to judge it."""
+
+    id: str
+    """Unique id within a suite."""
+    repository: str
+    """Git repository or bundle: a path (relative to the scenario file), file:// or URL."""
+    revision: str
+    """The exact commit (40 lowercase hex characters)."""
+    image: str = "hangar/base:bookworm"
+    """Sandbox image reference."""
+    context: str
+    """The task text the agent gets (never the expected answer)."""
+    plugins: tuple[Plugin, ...] = ()
+    """What arms may install."""
+    prepare: PinnedFile | None = None
+    """Host script run on the fresh workspace before the agent."""
+    verifier: VerifierSpec
+    """How the trial is judged."""
+    limits: ScenarioLimits = Field(default_factory=ScenarioLimits)
+    """Time and resources."""
+    network: Literal["none"] = "none"
+    """Network of the sandbox; ``none`` is the only mode until an allow-list exists."""
+    canaries: tuple[str, ...] = ()
+    """Strings that must never appear in a trace; one that does voids the trial."""
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"expected letters, digits, '_', '.', '-', got {value!r}")
+        return value
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, value: str) -> str:
+        if not _REVISION.match(value):
+            raise ValueError(
+                f"expected the exact commit as 40 lowercase hex characters, got {value!r} "
+                "(a branch, tag or short hash is not a pin: use `git rev-parse`)"
+            )
+        return value
+
+    @field_validator("context")
+    @classmethod
+    def _context(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the task text must not be empty")
+        return value
+
+    def plugin(self, name: str) -> Plugin:
+        """The plugin called `name`."""
+        for p in self.plugins:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+class LoadedScenario(BaseModel):
+    """A scenario with where it came from and its digest."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: Path
+    """The YAML file."""
+    scenario: Scenario
+    """Its content."""
+    digest: str
+    """sha256 of the scenario and the bytes of every file it references."""
+
+    @property
+    def folder(self) -> Path:
+        """The folder relative paths are resolved against."""
+        return self.path.parent
+
+    def local(self, relative: str) -> Path:
+        """A path of the scenario resolved on the host."""
+        return (self.folder / relative).resolve()
+
+    def repository_url(self) -> str:
+        """The repository as git understands it (relative paths made absolute)."""
+        repo = self.scenario.repository
+        return repo if "://" in repo or repo.startswith("git@") else str(self.local(repo))
+
+
+def _format_errors(path: Path, exc: ValidationError) -> str:
+    lines = [f"{path}: not a valid scenario"]
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"] if p not in _TAGS) or "(top level)"
+        kind, msg = err["type"], err["msg"].removeprefix("Value error, ")
+        if kind == "extra_forbidden":
+            msg = "unknown field (check its spelling against DESIGN.md section 2)"
+        elif kind == "missing":
+            msg = "required field is missing"
+        lines.append(f"  field `{where}`: {msg}")
+    return "\n".join(lines)
+
+
+def parse_scenario(path: Path, data: Any) -> Scenario:
+    """Validate parsed YAML as a scenario; errors name the file and each field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a scenario must be a YAML mapping, got {type(data).__name__}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(path, exc)) from None
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file; errors name the file, line and column."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}{where}: malformed YAML: {problem}") from None
+
+
+def load_scenario(path: Path) -> LoadedScenario:
+    """Load, validate and digest one scenario file."""
+    path = path.resolve()
+    scenario = parse_scenario(path, read_yaml(path))
+    return LoadedScenario(path=path, scenario=scenario, digest=scenario_digest(path, scenario))
+
+
+def load_registry(paths: list[Path]) -> dict[str, LoadedScenario]:
+    """Load several scenarios keyed by id; a repeated id is an error naming both files."""
+    registry: dict[str, LoadedScenario] = {}
+    for path in paths:
+        loaded = load_scenario(path)
+        sid = loaded.scenario.id
+        if sid in registry:
+            raise ConfigError(
+                f"duplicate scenario id {sid!r}: {registry[sid].path} and {loaded.path}"
+            )
+        registry[sid] = loaded
+    return registry
+
+
+def referenced_files(scenario: Scenario) -> list[tuple[str, str]]:
+    """(role, relative path) of every file or folder the scenario references."""
+    refs: list[tuple[str, str]] = []
+    if scenario.prepare is not None:
+        refs.append(("prepare", scenario.prepare.file))
+    if isinstance(scenario.verifier.host, PinnedFile):
+        refs.append(("verifier.host", scenario.verifier.host.file))
+    refs += [("verifier.files", f.source) for f in scenario.verifier.files]
+    refs += [(f"plugin:{p.name}", p.source) for p in scenario.plugins]
+    return refs
+
+
+def tree_digest(path: Path) -> str:
+    """sha256 of a file's bytes, or of a folder's relative paths and file bytes.
+
+    Symlinks count by their target text and are never followed; a missing path has a
+    fixed marker, so a scenario that lacks a file still has a digest (and is refused
+    at admission with the file named).
+    """
+    h = hashlib.sha256()
+    if path.is_symlink():
+        h.update(b"link\0" + str(path.readlink()).encode())
+    elif path.is_file():
+        h.update(b"file\0" + path.read_bytes())
+    elif path.is_dir():
+        for child in sorted(path.rglob("*")):
+            rel = child.relative_to(path).as_posix().encode()
+            h.update(b"entry\0" + rel + b"\0" + tree_digest(child).encode())
+    else:
+        h.update(b"missing\0")
+    return h.hexdigest()
+
+
+def scenario_digest(path: Path, scenario: Scenario) -> str:
+    """The scenario's digest (see the module docstring)."""
+    folder = path.resolve().parent
+    payload = {
+        "scenario": scenario.model_dump(mode="json"),
+        "files": [
+            [role, rel, tree_digest(folder / rel)] for role, rel in referenced_files(scenario)
+        ],
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def repin(path: Path) -> list[tuple[str, str, str]]:
+    """Rewrite the scenario's script pins to the scripts' current sha256, in place.
+
+    Only the ``sha256:`` strings change, so comments and layout stay. Returns
+    (script, old pin, new pin) for each pin that changed.
+    """
+    scenario = parse_scenario(path, read_yaml(path))
+    pins = [p for p in (scenario.prepare, scenario.verifier.host) if isinstance(p, PinnedFile)]
+    text = path.read_text(encoding="utf-8")
+    changed = []
+    for pinned in pins:
+        script = path.parent / pinned.file
+        if not script.is_file():
+            raise ConfigError(f"{path}: cannot pin {pinned.file}: no such file")
+        actual = file_sha256(script)
+        if actual != pinned.sha256:
+            text = text.replace(pinned.sha256, actual)
+            changed.append((pinned.file, pinned.sha256, actual))
+    if changed:
+        path.write_text(text, encoding="utf-8")
+    return changed
+
+
+def file_sha256(path: Path) -> str:
+    """``sha256:<hex>`` of a file's bytes, in the form scenarios pin scripts with."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return f"sha256:{h.hexdigest()}"

@@ -1,0 +1,435 @@
+"""One trial, end to end: DESIGN.md section 3, phases 1 to 13.
+
+`run_trial` never raises for anything a trial can meet: every outcome is a
+`TrialResult` with a verdict and a reason. Exceptions are caught at this boundary only;
+an unexpected one is an `infra_error` whose reason names its type (the traceback goes
+into the evidence). The evidence bundle is written in ``finally``, and the sandboxes
+and trial folders are removed in every outcome.
+
+Two sandboxes serve a trial: the *agent sandbox* (prepare's results, plugins, the
+agent's turns) and, after it is gone, a fresh *verification sandbox* on the same
+workspace (final status, hidden files, verifier commands). Nothing the agent left
+outside the workspace survives into verification.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from hangar.agents import AgentRun, AgentSpec, run_command_agent
+from hangar.errors import ImageNotFound, SandboxError
+from hangar.paths import cache_dir, default_evidence_url
+from hangar.results import TrialResult, Usage, Verdict
+from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, sandbox_class
+from hangar.sandbox.workspace import MirrorCache, WorkspaceError, hand_over, make_workspace
+from hangar.scenario import LoadedScenario, PinnedFile, tree_digest
+from hangar.scheduler.keys import Arm, trial_key
+from hangar.trace import TraceWriter, find_canaries
+from hangar.verifiers import junit
+from hangar.verifiers.admission import Judgement, fixture_problems, judge
+from hangar.verifiers.bundle import build_bundle
+from hangar.verifiers.commands import (
+    git_state,
+    kill_user_processes,
+    place_hidden_files,
+    run_verifier_commands,
+)
+from hangar.verifiers.protocol import CommandRecord, VerificationRequest, run_host_script
+from hangar.verifiers.store import bundle_key, open_store
+
+WORKDIR = "/workspace"
+#: uid of the sandbox user in hangar's base image; workspaces are handed to it.
+SANDBOX_UID = 1000
+
+
+class TrialSpec(BaseModel):
+    """Everything a worker needs to run one trial attempt."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sweep: str = "adhoc"
+    """Sweep id."""
+    trial_key: str
+    """The trial's key (see `hangar.scheduler.keys`)."""
+    scenario: LoadedScenario
+    """The scenario, loaded and digested."""
+    agent: AgentSpec
+    """The agent."""
+    model: str = "none"
+    """Model id."""
+    arm: str = "control"
+    """Arm name."""
+    plugins: tuple[str, ...] = ()
+    """Plugins the arm installs."""
+    repeat: int = 0
+    """Repeat index."""
+    attempt: int = 1
+    """Attempt number."""
+    backend: str = "docker"
+    """Sandbox backend."""
+    evidence_url: str
+    """Evidence store URL (``file://DIR``)."""
+    work_root: Path
+    """Node-local folder for per-trial folders (removed after the trial)."""
+    cache_root: Path
+    """Node-local cache (repository mirrors)."""
+
+
+def single_trial(
+    loaded: LoadedScenario,
+    agent: AgentSpec,
+    arm: Arm,
+    *,
+    model: str = "none",
+    repeat: int = 0,
+    sweep: str = "adhoc",
+    backend: str = "docker",
+    evidence_url: str | None = None,
+) -> TrialSpec:
+    """The spec of one trial outside a sweep, with the node's default folders."""
+    return TrialSpec(
+        sweep=sweep,
+        trial_key=trial_key(loaded, agent, model, arm, repeat),
+        scenario=loaded,
+        agent=agent,
+        model=model,
+        arm=arm.name,
+        plugins=arm.plugins,
+        repeat=repeat,
+        backend=backend,
+        evidence_url=evidence_url or default_evidence_url(),
+        work_root=cache_dir() / "trials",
+        cache_root=cache_dir(),
+    )
+
+
+class _Outcome(Exception):
+    """Ends the lifecycle early with a verdict (raised by phases, caught by run_trial)."""
+
+    def __init__(self, verdict: Verdict, reason: str) -> None:
+        super().__init__(reason)
+        self.verdict, self.reason = verdict, reason
+
+
+class _Trial:
+    """The state of one running trial; `run()` walks the phases."""
+
+    def __init__(self, spec: TrialSpec) -> None:
+        self.spec = spec
+        self.loaded = spec.scenario
+        self.scenario = spec.scenario.scenario
+        self.folder = spec.work_root / f"{spec.trial_key[:20]}-{spec.attempt}"
+        self.workspace = self.folder / "workspace"
+        self.artifacts = self.folder / "artifacts"
+        self.timings: dict[str, float] = {}
+        self.sandboxes: list[Sandbox] = []
+        self.trace: TraceWriter | None = None
+        self.agent_run = AgentRun()
+        self.judgement: Judgement | None = None
+        self.deadline = time.monotonic() + spec.scenario.scenario.limits.time_s
+        self.mirrors = MirrorCache(spec.cache_root / "mirrors")
+
+    def remaining(self) -> float:
+        """Seconds left of the setup+run budget."""
+        return self.deadline - time.monotonic()
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timings[name] = round(time.monotonic() - started, 3)
+
+    def write(self, rel: str, data: object) -> Path:
+        path = self.artifacts / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = data if isinstance(data, str) else json.dumps(data, indent=1, default=str)
+        path.write_text(text)
+        return path
+
+    def sandbox_spec(self) -> SandboxSpec:
+        limits = self.scenario.limits
+        verifier = self.scenario.verifier
+        budget = limits.time_s + verifier.timeout_s * max(1, len(verifier.commands))
+        return SandboxSpec(
+            image=self.scenario.image,
+            workdir=WORKDIR,
+            mounts=(Mount(source=self.workspace, target=WORKDIR),),
+            limits=SandboxLimits(cpus=limits.cpus, memory=limits.memory, pids=limits.pids),
+            sweep=self.spec.sweep,
+            trial=self.spec.trial_key,
+            ttl_s=budget + verifier.host_timeout_s + 900,
+        )
+
+    def start_sandbox(self) -> Sandbox:
+        sandbox = sandbox_class(self.spec.backend)(self.sandbox_spec())
+        self.sandboxes.append(sandbox)
+        try:
+            sandbox.start()
+        except ImageNotFound as exc:
+            raise _Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
+        return sandbox
+
+    # -- the phases -----------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.write(
+            "scenario.json",
+            {
+                "id": self.scenario.id,
+                "digest": self.loaded.digest,
+                "path": str(self.loaded.path),
+                "scenario": self.scenario.model_dump(mode="json"),
+            },
+        )
+        self.write("trial.json", self.spec.model_dump(mode="json", exclude={"scenario"}))
+        with self.phase("admission"):
+            self.admit()
+        with self.phase("workspace"):
+            try:
+                make_workspace(
+                    self.mirrors,
+                    self.loaded.repository_url(),
+                    self.scenario.revision,
+                    self.workspace,
+                )
+            except WorkspaceError as exc:
+                raise _Outcome(Verdict.INFRA_ERROR, f"workspace: {exc}") from exc
+        # Setup (prepare, plugins) and the agent's turns share one time budget.
+        self.deadline = time.monotonic() + self.scenario.limits.time_s
+        with self.phase("prepare"):
+            self.prepare()  # on the host, before the workspace is handed to the sandbox user
+            hand_over(self.workspace, SANDBOX_UID)
+        with self.phase("sandbox_up"):
+            sandbox = self.start_sandbox()
+        with self.phase("plugins"):
+            self.install_plugins(sandbox)
+        with self.phase("initial_status"):
+            self.write("status-initial.json", git_state(sandbox, diff=False))
+        with self.phase("agent"):
+            self.run_agent(sandbox, self.remaining())
+        with self.phase("agent_teardown"):
+            self.sandboxes.remove(sandbox)
+            sandbox.close()
+        with self.phase("verifier_sandbox_up"):
+            verifier_box = self.start_sandbox()
+        with self.phase("final_status"):
+            final = git_state(verifier_box, diff=True)
+            self.write("diff.patch", final.pop("diff"))
+            self.write("status-final.json", final)
+            kill_user_processes(verifier_box)
+        with self.phase("verifier_files"):
+            self.write("verifier/hidden-files.json", place_hidden_files(verifier_box, self.loaded))
+        with self.phase("verifier_commands"):
+            commands = run_verifier_commands(verifier_box, self.loaded, self.artifacts)
+        with self.phase("host_verifier"):
+            raw, verifier_error = self.host_verify(commands)
+        with self.phase("judgement"):
+            assert self.trace is not None and self.trace.sha256 is not None
+            self.judgement = judge(
+                raw,
+                verifier_error=verifier_error,
+                case=self.scenario.id,
+                trace_sha256=self.trace.sha256,
+                completed=self.agent_run.completed,
+                checklist=self.scenario.verifier.checklist,
+                artifacts=self.artifacts,
+                commands=commands,
+                canaries_found=find_canaries(self.trace.path, self.scenario.canaries),
+            )
+
+    def admit(self) -> None:
+        problems = fixture_problems(
+            self.loaded,
+            self.spec.plugins,
+            mirrors=self.mirrors,
+            image_problem=sandbox_class(self.spec.backend).image_problem,
+        )
+        self.write("admission.json", {"problems": problems})
+        if problems:
+            raise _Outcome(Verdict.BLOCKED_SETUP, "admission: " + "; ".join(problems))
+
+    def prepare(self) -> None:
+        pinned = self.scenario.prepare
+        if pinned is None:
+            return
+        request = self.write(
+            "prepare/request.json",
+            {
+                "fixture": str(self.loaded.path),
+                "workspace": str(self.workspace),
+                "artifacts": str(self.artifacts),
+            },
+        )
+        run = run_host_script(
+            self.loaded.local(pinned.file),
+            request,
+            timeout=max(self.remaining(), 1),
+            cwd=self.loaded.folder,
+        )
+        self.write("prepare/stdout.txt", run.stdout)
+        self.write("prepare/stderr.txt", run.stderr)
+        if run.exit_code != 0 or run.timed_out:
+            how = "timed out" if run.timed_out else f"exited {run.exit_code}"
+            tail = run.stderr.strip().splitlines()[-1:] or [""]
+            raise _Outcome(Verdict.BLOCKED_SETUP, f"prepare {how}: {tail[0]}".rstrip(": "))
+
+    def install_plugins(self, sandbox: Sandbox) -> None:
+        projected: dict[str, dict[str, str]] = {}
+        for name in self.spec.plugins:
+            plugin = self.scenario.plugin(name)
+            source = self.loaded.local(plugin.source)
+            target = sandbox.resolve(plugin.target)
+            files = [source] if source.is_file() else sorted(source.rglob("*"))
+            if source.is_dir():
+                sandbox.copy_in(source, target)
+            else:
+                sandbox.write_file(target, source.read_bytes())
+            projected[name] = {
+                (
+                    target if f == source else f"{target}/{f.relative_to(source).as_posix()}"
+                ): tree_digest(f)
+                for f in files
+                if f.is_file()
+            }
+            if plugin.install:
+                res = sandbox.exec(["bash", "-c", plugin.install], timeout=max(self.remaining(), 1))
+                self.write(f"plugins/{name}.install.json", res.model_dump())
+                if not res.ok:
+                    raise _Outcome(
+                        Verdict.BLOCKED_SETUP,
+                        f"plugin {name!r} install exited {res.returncode}: {res.stderr[-300:]}",
+                    )
+        self.write("plugins.json", projected)
+
+    def run_agent(self, sandbox: Sandbox, budget: float) -> None:
+        self.trace = TraceWriter(self.artifacts / "trace.jsonl")
+        if budget <= 0:
+            self.agent_run = AgentRun(reason="setup used the whole time budget")
+        else:
+            self.agent_run = run_command_agent(
+                self.spec.agent, sandbox, self.scenario.context, self.trace, budget
+            )
+        self.trace.close(completed=self.agent_run.completed, reason=self.agent_run.reason)
+
+    def host_verify(self, commands: list[CommandRecord]) -> tuple[str, str | None]:
+        """Run the host verifier: its printed output, and what went wrong running it."""
+        assert self.trace is not None and self.trace.sha256 is not None
+        request = VerificationRequest(
+            case=self.scenario.id,
+            fixture=str(self.loaded.path),
+            workspace=str(self.workspace),
+            artifacts=str(self.artifacts),
+            trace_sha256=self.trace.sha256,
+            completed=self.agent_run.completed,
+            checklist=list(self.scenario.verifier.checklist),
+            commands=commands,
+        )
+        request_path = self.write("verifier/request.json", request.to_json())
+        host = self.scenario.verifier.host
+        if not isinstance(host, PinnedFile):
+            raw = junit.verify(request).to_json()
+            self.write("verifier/verification.json", raw)
+            return raw, None
+        run = run_host_script(
+            self.loaded.local(host.file),
+            request_path,
+            timeout=self.scenario.verifier.host_timeout_s,
+            cwd=self.loaded.folder,
+        )
+        self.write("verifier/verification.json", run.stdout)
+        self.write("verifier/host-stderr.txt", run.stderr)
+        if run.timed_out:
+            limit = self.scenario.verifier.host_timeout_s
+            return run.stdout, f"host verifier hung: killed at its {limit:g} s limit"
+        if run.exit_code != 0:
+            last = (run.stderr.strip().splitlines() or [""])[-1]
+            return run.stdout, f"host verifier crashed (exit {run.exit_code}): {last}".rstrip(": ")
+        return run.stdout, None
+
+
+def run_trial(spec: TrialSpec) -> TrialResult:
+    """Run one trial attempt and return its result (never raises for a trial's outcome)."""
+    started = datetime.now(UTC)
+    trial = _Trial(spec)
+    shutil.rmtree(trial.folder, ignore_errors=True)
+    trial.artifacts.mkdir(parents=True)
+    verdict, reason = Verdict.INFRA_ERROR, "the trial did not finish"
+    uri = sha = None
+    try:
+        trial.run()
+        assert trial.judgement is not None
+        verdict, reason = trial.judgement.verdict, trial.judgement.reason
+    except _Outcome as outcome:
+        verdict, reason = outcome.verdict, outcome.reason
+    except Exception as exc:  # the trial boundary: record, never raise
+        kind = "sandbox" if isinstance(exc, SandboxError) else "hangar"
+        verdict, reason = Verdict.INFRA_ERROR, f"{kind} failure: {type(exc).__name__}: {exc}"
+        trial.write("error.txt", traceback.format_exc())
+    finally:
+        if trial.trace is not None and not trial.trace.closed:
+            trial.trace.close(completed=False, reason=reason)
+        for sandbox in trial.sandboxes:
+            with trial.phase("teardown_sandbox"), suppress(Exception):
+                sandbox.close()
+        finished = datetime.now(UTC)
+        result = TrialResult(
+            sweep=spec.sweep,
+            trial_key=spec.trial_key,
+            scenario_id=trial.scenario.id,
+            scenario_digest=trial.loaded.digest,
+            agent=spec.agent.name,
+            model=spec.model,
+            arm=spec.arm,
+            repeat=spec.repeat,
+            attempt=spec.attempt,
+            verdict=verdict,
+            reason=reason,
+            completed=trial.agent_run.completed,
+            agent_exit_code=trial.agent_run.exit_code,
+            checks=trial.judgement.checks if trial.judgement else (),
+            timings=trial.timings,
+            usage=Usage(),
+            node=socket.gethostname(),
+            started_at=started,
+            finished_at=finished,
+        )
+        try:
+            with trial.phase("bundle"):
+                trial.write("result.json", result.model_dump(mode="json"))
+                uri, sha = _store_bundle(trial)
+        except Exception as exc:
+            result = result.model_copy(
+                update={
+                    "verdict": Verdict.INFRA_ERROR,
+                    "reason": f"evidence could not be stored ({type(exc).__name__}: {exc}); "
+                    f"the trial had ended {verdict.value}: {reason}",
+                }
+            )
+        with trial.phase("teardown"):
+            shutil.rmtree(trial.folder, ignore_errors=True)
+    return result.model_copy(
+        update={
+            "evidence_uri": uri,
+            "evidence_sha256": sha,
+            "timings": dict(trial.timings),
+        }
+    )
+
+
+def _store_bundle(trial: _Trial) -> tuple[str, str]:
+    archive = trial.folder / "bundle.tar.gz"
+    sha = build_bundle(trial.artifacts, archive)
+    key = bundle_key(trial.spec.sweep, trial.spec.trial_key, trial.spec.attempt)
+    return open_store(trial.spec.evidence_url).put(key, archive), sha

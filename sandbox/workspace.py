@@ -1,0 +1,143 @@
+"""Pinned workspaces: a per-node mirror cache and a private clone per trial.
+
+Each repository is mirrored once per node into a bare repository under the cache
+folder (keyed by the repository URL), then fetched again only when a revision is
+missing. A file lock makes concurrent trials that ask for the same mirror safe.
+
+A trial's workspace is a new repository that fetches *only the pinned revision and its
+ancestors* from the mirror: no ``origin`` remote, no other branches or tags, and no
+objects of later commits, so an agent cannot read the future (the fix) out of the
+object store. The clone never shares object files with the mirror (no hardlinks, no
+alternates), so nothing the agent does inside can corrupt the cache.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hangar.errors import HangarError
+
+#: Identity for commits made in a workspace (agents commit; a fresh HOME has none).
+GIT_IDENTITY = ("hangar-agent", "agent@hangar.invalid")
+
+# A git run by hangar on the host ignores the user's and the system's configuration.
+_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_TERMINAL_PROMPT": "0",
+    "LANG": "C.UTF-8",
+}
+
+
+class WorkspaceError(HangarError):
+    """A repository or revision cannot be mirrored or checked out (a fixture problem)."""
+
+
+def _git(*args: str, cwd: Path | None = None, timeout: float = 600) -> str:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **_GIT_ENV}
+    proc = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise WorkspaceError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+class MirrorCache:
+    """Bare mirrors of repositories on this node, fetched once and reused."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+
+    def path_for(self, url: str) -> Path:
+        """Where the mirror of `url` lives."""
+        name = hashlib.sha256(url.encode()).hexdigest()[:24]
+        return self.root / f"{name}.git"
+
+    @contextmanager
+    def _locked(self, url: str) -> Iterator[Path]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        mirror = self.path_for(url)
+        with (self.root / f"{mirror.name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield mirror
+
+    def has_revision(self, url: str, revision: str) -> bool:
+        """Whether the mirror of `url` (fetched now if needed) holds `revision`."""
+        mirror = self.ensure(url, revision)
+        return _has_commit(mirror, revision)
+
+    def ensure(self, url: str, revision: str) -> Path:
+        """The mirror of `url`, created or fetched so it holds `revision` if it exists."""
+        with self._locked(url) as mirror:
+            if not (mirror / "HEAD").exists():
+                tmp = mirror.with_suffix(".partial")
+                shutil.rmtree(tmp, ignore_errors=True)
+                _check_source(url)
+                _git("clone", "--quiet", "--mirror", url, str(tmp))
+                # Lets a workspace fetch exactly one commit (and its history) by its id.
+                _git("config", "uploadpack.allowAnySHA1InWant", "true", cwd=tmp)
+                tmp.rename(mirror)
+            elif not _has_commit(mirror, revision):
+                _check_source(url)
+                _git("fetch", "--quiet", "--prune", url, "+refs/*:refs/*", cwd=mirror)
+            return mirror
+
+
+def _check_source(url: str) -> None:
+    if "://" not in url and not url.startswith("git@") and not Path(url).exists():
+        raise WorkspaceError(f"repository {url} does not exist")
+
+
+def _has_commit(mirror: Path, revision: str) -> bool:
+    try:
+        return _git("cat-file", "-t", revision, cwd=mirror).strip() == "commit"
+    except WorkspaceError:
+        return False
+
+
+def make_workspace(cache: MirrorCache, url: str, revision: str, dest: Path) -> None:
+    """Check `revision` of `url` out into the new folder `dest` (see module docstring).
+
+    The files belong to the caller until `hand_over` gives them to the sandbox user.
+    """
+    mirror = cache.ensure(url, revision)
+    if not _has_commit(mirror, revision):
+        raise WorkspaceError(f"revision {revision} is not in repository {url}")
+    dest.mkdir(parents=True)
+    _git("init", "--quiet", cwd=dest)
+    _git("fetch", "--quiet", "--no-tags", str(mirror), revision, cwd=dest)
+    _git("checkout", "--quiet", "--detach", revision, cwd=dest)
+    name, email = GIT_IDENTITY
+    _git("config", "user.name", name, cwd=dest)
+    _git("config", "user.email", email, cwd=dest)
+    (dest / ".git" / "FETCH_HEAD").unlink(missing_ok=True)  # it names the mirror's path
+
+
+def hand_over(dest: Path, owner: int) -> None:
+    """Give the workspace to uid `owner` so the sandbox user can write it.
+
+    Without root we cannot chown, so the files are made world-writable instead. After
+    this, git on the host refuses the folder as of dubious ownership, which is what we
+    want: the host never runs git over a folder an agent controls.
+    """
+    if os.geteuid() == 0:
+        for root, dirs, files in os.walk(dest):
+            for name in (*dirs, *files):
+                os.lchown(Path(root) / name, owner, owner)
+        os.chown(dest, owner, owner)
+    else:
+        subprocess.run(["chmod", "-R", "a+rwX", str(dest)], check=True)

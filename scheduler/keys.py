@@ -1,0 +1,68 @@
+"""Arms and trial keys.
+
+A trial is one (scenario digest, agent, model, arm, repeat). Its key is a sha256 of
+those, the arm standing for its name and the bytes of the plugins it selects, so a
+changed plugin or agent config is a new trial while a rerun of the same one is not.
+Resume means: skip trial keys that already have a final verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from hangar.agents import AgentSpec
+from hangar.scenario import LoadedScenario, tree_digest
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class Arm(BaseModel):
+    """A named selection of a scenario's plugins (``control`` selects none)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    """Arm name, e.g. ``skill`` or ``control``."""
+    plugins: tuple[str, ...] = ()
+    """Names of the scenario plugins this arm installs."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"expected letters, digits, '_', '.', '-', got {value!r}")
+        return value
+
+    @classmethod
+    def parse(cls, text: str) -> Arm:
+        """``NAME`` or ``NAME=plugin1,plugin2`` (a bare name selects no plugin)."""
+        name, _, plugins = text.partition("=")
+        return cls(name=name, plugins=tuple(p for p in plugins.split(",") if p))
+
+
+def plugin_bytes_digest(loaded: LoadedScenario, arm: Arm) -> str:
+    """sha256 over the selected plugins' names and bytes."""
+    parts = []
+    for name in sorted(arm.plugins):
+        try:
+            source = loaded.local(loaded.scenario.plugin(name).source)
+            parts.append([name, tree_digest(source)])
+        except KeyError:
+            parts.append([name, "absent"])
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def trial_key(loaded: LoadedScenario, agent: AgentSpec, model: str, arm: Arm, repeat: int) -> str:
+    """The trial key (see the module docstring)."""
+    payload = {
+        "scenario": loaded.digest,
+        "agent": agent.digest(),
+        "model": model,
+        "arm": [arm.name, plugin_bytes_digest(loaded, arm)],
+        "repeat": repeat,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,229 @@
+"""Admission rules: of a fixture before a trial starts, of a verification after it.
+
+`admit_fixture` (phase 1) finds every reason a scenario cannot run: a pinned script
+whose bytes do not match its sha256, a missing file, an arm selecting a plugin the
+scenario lacks, a revision that is not in the repository, an image the engine lacks.
+Any reason makes the trial `blocked_setup` before a container starts or a model is called.
+
+`judge` (phase 11) admits a host verifier's output. A trial passes only when every
+rule holds; each broken rule adds its own reason, naming the rule:
+
+- the output is one well-formed Verification JSON, for this case;
+- ``traceSha256`` equals the request's (otherwise the trace is stale);
+- ``route`` and ``scope`` are present;
+- every checklist string is covered exactly once, and nothing else is (a reworded
+  item is both missing and unknown);
+- every passing finding names at least one evidence file: a relative path with no
+  ``..``, under the artifacts folder, a regular file, with no symlink anywhere on its
+  way;
+- the run completed; no finding is unassessed; no finding failed; every original
+  verifier command exited 0.
+
+A canary found in the trace makes the trial `void`, whatever else holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+
+from pydantic import BaseModel, ValidationError
+
+from hangar.results import CheckOutcome, Verdict
+from hangar.sandbox.workspace import MirrorCache, WorkspaceError
+from hangar.scenario import LoadedScenario, PinnedFile, file_sha256
+from hangar.verifiers.protocol import CommandRecord, Verification, script_problem
+
+
+def pinned_script_problem(loaded: LoadedScenario, role: str, pinned: PinnedFile) -> str | None:
+    """Why the pinned script cannot run (missing, wrong bytes, not runnable), or None."""
+    path = loaded.local(pinned.file)
+    if not path.exists():
+        return f"{role} script {pinned.file} is missing (looked for {path})"
+    problem = script_problem(path)
+    if problem is not None:
+        return f"{role} script: {problem}"
+    actual = file_sha256(path)
+    if actual != pinned.sha256:
+        return (
+            f"{role} script {pinned.file} does not match its pin: the file is {actual}, "
+            f"the scenario pins {pinned.sha256} (re-pin it only if the change is intended)"
+        )
+    return None
+
+
+def static_fixture_problems(loaded: LoadedScenario, plugins: tuple[str, ...]) -> list[str]:
+    """Every problem found without touching git or the container engine."""
+    scenario = loaded.scenario
+    problems: list[str] = []
+    if scenario.prepare is not None:
+        problems.append(pinned_script_problem(loaded, "prepare", scenario.prepare) or "")
+    if isinstance(scenario.verifier.host, PinnedFile):
+        problems.append(pinned_script_problem(loaded, "verifier", scenario.verifier.host) or "")
+    for hidden in scenario.verifier.files:
+        if not loaded.local(hidden.source).exists():
+            problems.append(f"verifier file {hidden.source} is missing")
+    names = {p.name for p in scenario.plugins}
+    for name in plugins:
+        if name not in names:
+            known = ", ".join(sorted(names)) or "none"
+            problems.append(f"the arm selects plugin {name!r}, which the scenario lacks ({known})")
+        elif not loaded.local(scenario.plugin(name).source).exists():
+            problems.append(f"plugin {name!r} source {scenario.plugin(name).source} is missing")
+    return [p for p in problems if p]
+
+
+def fixture_problems(
+    loaded: LoadedScenario,
+    plugins: tuple[str, ...],
+    *,
+    mirrors: MirrorCache,
+    image_problem: Callable[[str], str | None],
+) -> list[str]:
+    """Every reason the scenario cannot run (phase 1); empty when it is admitted."""
+    problems = static_fixture_problems(loaded, plugins)
+    if (image := image_problem(loaded.scenario.image)) is not None:
+        problems.append(image)
+    url, revision = loaded.repository_url(), loaded.scenario.revision
+    try:
+        if not mirrors.has_revision(url, revision):
+            problems.append(f"revision {revision} is not in repository {url}")
+    except WorkspaceError as exc:
+        problems.append(f"repository: {exc}")
+    return problems
+
+
+def evidence_problem(artifacts: Path, rel: str) -> str | None:
+    """Why `rel` is not admissible evidence under `artifacts`, or None."""
+    if not rel:
+        return "an empty evidence path"
+    path = PurePosixPath(rel)
+    if path.is_absolute() or rel.startswith("\\"):
+        return f"evidence {rel!r} is an absolute path"
+    if ".." in path.parts:
+        return f"evidence {rel!r} contains '..'"
+    current = artifacts
+    for part in path.parts:
+        current = current / part
+        if current.is_symlink():
+            return f"evidence {rel!r} goes through a symlink ({current.relative_to(artifacts)})"
+    if not current.exists():
+        return f"evidence {rel!r} does not exist"
+    if not current.is_file():
+        return f"evidence {rel!r} is not a regular file"
+    return None
+
+
+class Judgement(BaseModel):
+    """The admitted outcome of verification."""
+
+    verdict: Verdict
+    """pass, fail or void."""
+    reason: str
+    """Every rule that decided it, in words."""
+    checks: tuple[CheckOutcome, ...] = ()
+    """The verification's findings (empty when it could not be read)."""
+
+
+def _parse(raw: str) -> tuple[Verification | None, str]:
+    text = raw.strip()
+    if not text:
+        return None, "malformed verification: the host verifier printed nothing"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"malformed verification: not JSON ({exc})"
+    try:
+        return Verification.model_validate(data), ""
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return None, f"malformed verification: {where}: {first['msg']}"
+
+
+def judge(
+    raw: str,
+    *,
+    verifier_error: str | None = None,
+    case: str,
+    trace_sha256: str,
+    completed: bool,
+    checklist: tuple[str, ...],
+    artifacts: Path,
+    commands: list[CommandRecord],
+    canaries_found: list[str],
+) -> Judgement:
+    """Admit a host verifier's printed output (see the module docstring).
+
+    `verifier_error` says the verifier crashed or hung; its output is then not read.
+    """
+    if canaries_found:
+        return Judgement(
+            verdict=Verdict.VOID,
+            reason=f"canary leaked into the trace: {', '.join(map(repr, canaries_found))}",
+        )
+    verification, malformed = (None, verifier_error) if verifier_error else _parse(raw)
+    reasons: list[str] = [malformed] if malformed else []
+    checks: tuple[CheckOutcome, ...] = ()
+    if verification is not None:
+        checks = tuple(
+            CheckOutcome(requirement=c.requirement, status=c.status, evidence=tuple(c.evidence))
+            for c in verification.checks
+        )
+        reasons += _verification_problems(verification, case, trace_sha256, checklist, artifacts)
+    if not completed:
+        reasons.append("incomplete run: the agent did not finish, so the trial cannot pass")
+    for record in commands:
+        if record.exit_code != 0 or record.timed_out:
+            how = "timed out" if record.timed_out else f"exited {record.exit_code}"
+            reasons.append(f"verifier command failed: {record.command!r} {how}")
+    if reasons:
+        return Judgement(verdict=Verdict.FAIL, reason="; ".join(reasons), checks=checks)
+    return Judgement(verdict=Verdict.PASS, reason=_pass_reason(checks), checks=checks)
+
+
+def _verification_problems(
+    v: Verification, case: str, trace_sha256: str, checklist: tuple[str, ...], artifacts: Path
+) -> list[str]:
+    problems: list[str] = []
+    if v.case_id != case:
+        problems.append(f"wrong case: the verification is for {v.case_id!r}, not {case!r}")
+    if v.trace_sha256 != trace_sha256:
+        problems.append(
+            f"stale trace: the verification judged trace {v.trace_sha256[:12]}..., "
+            f"the trial's trace is {trace_sha256[:12]}..."
+        )
+    if not v.route.strip():
+        problems.append("route is missing")
+    if not v.scope.strip():
+        problems.append("scope is missing")
+    covered = [c.requirement for c in v.checks]
+    for item in checklist:
+        if item not in covered:
+            problems.append(f"checklist item not covered: {item!r}")
+        elif covered.count(item) > 1:
+            problems.append(f"checklist item covered {covered.count(item)} times: {item!r}")
+    for item in dict.fromkeys(covered):
+        if item not in checklist:
+            problems.append(f"finding for a requirement not in the checklist: {item!r}")
+    for c in v.checks:
+        if c.status == "unassessed":
+            problems.append(f"unassessed finding: {c.requirement!r}")
+        elif c.status == "fail":
+            problems.append(f"failed check: {c.requirement!r}")
+        elif not c.evidence:
+            problems.append(f"passing finding without evidence: {c.requirement!r}")
+        else:
+            problems += [
+                f"inadmissible evidence for {c.requirement!r}: {p}"
+                for p in (evidence_problem(artifacts, e) for e in c.evidence)
+                if p is not None
+            ]
+    return problems
+
+
+def _pass_reason(checks: tuple[CheckOutcome, ...]) -> str:
+    if not checks:
+        return "every verifier command passed (no checklist)"
+    return f"all {len(checks)} checklist requirements passed on admitted evidence"

@@ -1,0 +1,111 @@
+"""Evidence bundles: the artifacts folder plus `manifest.json` as one archive.
+
+The archive is a deterministic ``tar.gz`` (sorted entries, fixed times and owners), so
+the same artifacts always give the same sha256. Only regular files are bundled; a
+symlink or special file found in the artifacts is listed in the manifest as skipped,
+never followed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+
+from pydantic import BaseModel
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(artifacts: Path) -> dict[str, str]:
+    """Write `manifest.json` (sha256 of every regular file) into `artifacts`."""
+    files: dict[str, str] = {}
+    skipped: list[str] = []
+    for path in sorted(artifacts.rglob("*")):
+        rel = path.relative_to(artifacts).as_posix()
+        if rel == MANIFEST:
+            continue
+        if path.is_symlink() or not (path.is_file() or path.is_dir()):
+            skipped.append(rel)
+        elif path.is_file():
+            files[rel] = sha256_file(path)
+    manifest = {"version": MANIFEST_VERSION, "files": files, "skipped": skipped}
+    (artifacts / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return files
+
+
+def build_bundle(artifacts: Path, out: Path) -> str:
+    """Write the manifest and the archive `out`; returns the archive's sha256."""
+    files = write_manifest(artifacts)
+    with (
+        out.open("wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for rel in [MANIFEST, *sorted(files)]:
+            data = (artifacts / rel).read_bytes()
+            info = tarfile.TarInfo(rel)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    return sha256_file(out)
+
+
+class BundleCheck(BaseModel):
+    """What `verify_bundle` found."""
+
+    ok: bool
+    """Everything matched."""
+    sha256: str
+    """sha256 of the archive as read."""
+    files: int = 0
+    """Files listed in the manifest."""
+    problems: list[str] = []
+    """Each difference, in words."""
+
+
+def verify_bundle(archive: Path, expected_sha256: str | None = None) -> BundleCheck:
+    """Recompute every hash in a bundle and say what differs."""
+    digest = sha256_file(archive)
+    problems: list[str] = []
+    if expected_sha256 is not None and digest != expected_sha256:
+        problems.append(f"archive sha256 is {digest}, the result recorded {expected_sha256}")
+    try:
+        contents: dict[str, bytes] = {}
+        with tarfile.open(archive, mode="r:gz") as tar:
+            for member in tar:
+                handle = tar.extractfile(member) if member.isfile() else None
+                if handle is None:
+                    problems.append(f"{member.name}: not a regular file")
+                    continue
+                contents[member.name] = handle.read()
+    except (tarfile.TarError, OSError, EOFError, gzip.BadGzipFile) as exc:
+        problems.append(f"the archive is damaged: {exc}")
+        return BundleCheck(ok=False, sha256=digest, problems=problems)
+    try:
+        manifest = json.loads(contents.pop(MANIFEST))
+        listed: dict[str, str] = manifest["files"]
+    except (KeyError, ValueError, TypeError) as exc:
+        problems.append(f"{MANIFEST} is missing or unreadable: {exc}")
+        return BundleCheck(ok=False, sha256=digest, problems=problems)
+    for rel, want in sorted(listed.items()):
+        if rel not in contents:
+            problems.append(f"{rel}: listed in the manifest but missing")
+        elif (got := hashlib.sha256(contents[rel]).hexdigest()) != want:
+            problems.append(f"{rel}: sha256 {got} differs from the manifest's {want}")
+    problems += [
+        f"{rel}: present but not in the manifest" for rel in sorted(contents.keys() - listed.keys())
+    ]
+    return BundleCheck(ok=not problems, sha256=digest, files=len(listed), problems=problems)

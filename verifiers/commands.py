@@ -1,0 +1,109 @@
+"""Phases 8 and 9 in the verification sandbox: final status, hidden files, commands.
+
+They run in a *fresh* sandbox from the same image with the same workspace mounted:
+nothing the agent left outside the workspace (a process still running, a
+``usercustomize.py`` in its HOME, a file in /tmp) exists there. Git runs with the
+configuration an agent could have planted neutralised where git allows it (no global
+or system config, no fsmonitor, no hooks, no external diff, no pager); since git may
+still run filters an agent declared, every process of the sandbox user is killed
+before the hidden files arrive.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hangar.errors import SandboxError
+from hangar.sandbox.base import Sandbox
+from hangar.scenario import LoadedScenario
+from hangar.verifiers.protocol import CommandRecord
+
+#: Where verifier commands write reports (``$HANGAR_VERIFIER_OUT`` in the sandbox).
+VERIFIER_OUT = "/tmp/hangar-verifier"
+
+_GIT = (
+    "GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_TERMINAL_PROMPT=0 "
+    "git --no-pager -c core.fsmonitor=false -c core.hooksPath=/dev/null -c core.quotePath=false"
+)
+
+
+def git_state(sandbox: Sandbox, *, diff: bool) -> dict[str, str]:
+    """HEAD and ``git status --porcelain`` of the workspace (and the diff, if asked)."""
+    script = f"{_GIT} rev-parse HEAD && {_GIT} status --porcelain --untracked-files=all"
+    head_status = sandbox.exec(script, timeout=120)
+    if not head_status.ok:
+        raise SandboxError(f"git status failed in the sandbox: {head_status.stderr.strip()}")
+    head, _, status = head_status.stdout.partition("\n")
+    state = {"head": head.strip(), "status": status}
+    if diff:
+        # A throwaway index, so the workspace's own index is not touched.
+        patch = sandbox.exec(
+            f"export GIT_INDEX_FILE=/tmp/hangar-diff-index.$$; {_GIT} read-tree HEAD && "
+            f"{_GIT} add -A && {_GIT} diff --cached --binary --no-ext-diff --no-textconv HEAD; "
+            "rc=$?; rm -f $GIT_INDEX_FILE; exit $rc",
+            timeout=300,
+        )
+        if not patch.ok:
+            raise SandboxError(f"git diff failed in the sandbox: {patch.stderr.strip()}")
+        state["diff"] = patch.stdout
+        state["diff_truncated"] = str(patch.stdout_truncated).lower()
+    return state
+
+
+def kill_user_processes(sandbox: Sandbox) -> None:
+    """Kill every process of the sandbox user (the keeper runs as root and survives)."""
+    sandbox.exec("kill -9 -1 2>/dev/null; true", timeout=30)
+
+
+def place_hidden_files(sandbox: Sandbox, loaded: LoadedScenario) -> list[str]:
+    """Copy `verifier.files` into the workspace, replacing whatever the agent left there."""
+    placed = []
+    for hidden in loaded.scenario.verifier.files:
+        source = loaded.local(hidden.source)
+        target = hidden.target
+        # The agent may have put a file, folder or symlink at the target: remove it first.
+        res = sandbox.exec(["rm", "-rf", "--", target], timeout=60)
+        if not res.ok:
+            raise SandboxError(f"cannot clear {target} for hidden files: {res.stderr.strip()}")
+        if source.is_dir():
+            sandbox.copy_in(source, target)
+        else:
+            sandbox.write_file(target, source.read_bytes(), mode=source.stat().st_mode & 0o755)
+        placed.append(target)
+    return placed
+
+
+def run_verifier_commands(
+    sandbox: Sandbox, loaded: LoadedScenario, artifacts: Path
+) -> list[CommandRecord]:
+    """Run the original verifier commands by bash in the workspace; keep every output."""
+    spec = loaded.scenario.verifier
+    out_dir = artifacts / "verifier" / "commands"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sandbox.exec(["mkdir", "-p", VERIFIER_OUT], timeout=30)
+    records = []
+    for i, command in enumerate(spec.commands):
+        res = sandbox.exec(
+            ["bash", "-c", command],
+            timeout=spec.timeout_s,
+            env={"HANGAR_VERIFIER_OUT": VERIFIER_OUT},
+        )
+        stdout, stderr = out_dir / f"{i}.stdout", out_dir / f"{i}.stderr"
+        stdout.write_text(res.stdout)
+        stderr.write_text(res.stderr)
+        records.append(
+            CommandRecord(
+                command=command,
+                exit_code=res.returncode,
+                timed_out=res.timed_out,
+                stdout=stdout.relative_to(artifacts).as_posix(),
+                stderr=stderr.relative_to(artifacts).as_posix(),
+            )
+        )
+    (artifacts / "verifier" / "commands.json").write_text(
+        json.dumps([r.model_dump(by_alias=True) for r in records], indent=1)
+    )
+    if spec.commands:
+        sandbox.copy_out(VERIFIER_OUT, artifacts / "verifier" / "out")
+    return records

@@ -1,0 +1,182 @@
+"""The host verifier protocol, and how pinned host scripts (prepare, verifier) run.
+
+A host verifier gets the path of a request file as its first argument (also in
+``HANGAR_REQUEST``) and prints one Verification JSON on stdout:
+
+    request:      {case, fixture, workspace, artifacts, traceSha256, completed,
+                   checklist, commands: [{command, exitCode, timedOut, stdout, stderr}]}
+    verification: {caseId, traceSha256, checks: [{requirement, status, evidence[]}],
+                   route, scope}        status in pass | fail | unassessed
+
+`evidence` paths are relative to the artifacts folder. A prepare script gets
+``{fixture, workspace, artifacts}`` the same way and succeeds by exiting 0.
+
+Pinned scripts are trusted code (their sha256 was checked at admission), but they run
+with a scrubbed environment all the same: no host secret reaches them or their logs.
+A ``.py`` script runs with hangar's own Python, so it may import `hangar.verifiers`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from hangar.sandbox.base import MiB, TailBuffer
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    def to_json(self) -> str:
+        """The camelCase JSON form."""
+        return self.model_dump_json(by_alias=True, indent=1)
+
+
+class CommandRecord(_Wire):
+    """One verifier command as it ran in the sandbox."""
+
+    command: str
+    """The command line."""
+    exit_code: int
+    """Its exit code."""
+    timed_out: bool = False
+    """Killed at its time limit."""
+    stdout: str
+    """Its stdout, as a path relative to the artifacts folder."""
+    stderr: str
+    """Its stderr, as a path relative to the artifacts folder."""
+
+
+class VerificationRequest(_Wire):
+    """What a host verifier is asked to judge."""
+
+    case: str
+    """Scenario id; the verification's caseId must equal it."""
+    fixture: str
+    """Path of the scenario file (its folder holds the scenario's own files)."""
+    workspace: str
+    """The workspace after the agent (untrusted content: never run git in it on the host)."""
+    artifacts: str
+    """Folder for evidence files; evidence paths are relative to it."""
+    trace_sha256: str
+    """sha256 of the sealed trace; the verification must echo it."""
+    completed: bool
+    """Whether the agent's run completed."""
+    checklist: list[str] = Field(default_factory=list)
+    """The requirements to cover, each exactly once."""
+    commands: list[CommandRecord] = Field(default_factory=list)
+    """The original verifier commands and their outcomes."""
+
+
+class Check(_Wire):
+    """One finding."""
+
+    requirement: str
+    """A checklist string, exactly."""
+    status: Literal["pass", "fail", "unassessed"]
+    """The finding."""
+    evidence: list[str] = Field(default_factory=list)
+    """Files under the artifacts folder that support it."""
+
+
+class Verification(_Wire):
+    """What a host verifier prints."""
+
+    case_id: str
+    """The request's case."""
+    trace_sha256: str
+    """The request's traceSha256."""
+    checks: list[Check]
+    """One finding per checklist requirement."""
+    route: str
+    """How the verifier decided (e.g. ``junit``, ``tests+review``)."""
+    scope: str
+    """What it looked at (e.g. ``hidden tests``)."""
+
+
+class ScriptRun(BaseModel):
+    """How a host script ended."""
+
+    exit_code: int | None
+    """Exit code (None when it could not start)."""
+    stdout: str
+    """Its stdout (capped)."""
+    stderr: str
+    """Its stderr (capped)."""
+    timed_out: bool = False
+    """Killed at its time limit."""
+    duration_s: float = 0.0
+    """Wall time."""
+
+
+def script_argv(script: Path) -> list[str]:
+    """How to run a pinned script: by its suffix, or directly when it is executable."""
+    suffix = script.suffix
+    if suffix == ".py":
+        return [sys.executable, str(script)]
+    if suffix in (".js", ".mjs"):
+        return ["node", str(script)]
+    if suffix == ".mts":
+        return ["node", "--experimental-strip-types", str(script)]
+    return [str(script)]
+
+
+def script_problem(script: Path) -> str | None:
+    """Why `script` cannot run as a pinned script, or None."""
+    if script.is_symlink() or not script.is_file():
+        return f"{script} is not a regular file"
+    if script.suffix not in (".py", ".js", ".mjs", ".mts") and not os.access(script, os.X_OK):
+        return f"{script} must end .py, .js, .mjs or .mts, or be executable"
+    return None
+
+
+def run_host_script(
+    script: Path, request: Path, *, timeout: float, cwd: Path, output_limit: int = 10 * MiB
+) -> ScriptRun:
+    """Run a pinned script with `request` as its argument, in a scrubbed environment."""
+    with tempfile.TemporaryDirectory(prefix="hangar-script-home-") as home:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            "HOME": home,
+            "HANGAR_REQUEST": str(request),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                [*script_argv(script), str(request)],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return ScriptRun(exit_code=None, stdout="", stderr=f"cannot start {script}: {exc}")
+        try:
+            out, err = proc.communicate(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            out, err = proc.communicate()
+            timed_out = True
+    buffers = TailBuffer(output_limit), TailBuffer(output_limit)
+    buffers[0].write(out)
+    buffers[1].write(err)
+    return ScriptRun(
+        exit_code=proc.returncode,
+        stdout=buffers[0].text(),
+        stderr=buffers[1].text(),
+        timed_out=timed_out,
+        duration_s=time.monotonic() - started,
+    )
