@@ -1,73 +1,43 @@
-"""`make demo`: a real job in a real sandbox.
+"""`make demo`: the example scenario run by two agents, end to end, in real sandboxes.
 
-Makes a small git repository on the host, copies it into a fresh docker sandbox (no
-network, non-root, limits on), clones a pinned revision inside, runs the repository's
-test there, prints what happened and removes the sandbox.
+`gold` applies the known fix and must pass; `noop` changes nothing and must fail. Each
+trial clones the pinned revision, runs the agent in a docker sandbox with the network
+off, runs the hidden tests in a fresh sandbox, judges with the pinned host verifier,
+and stores an evidence bundle. Exits non-zero if either verdict is not the expected one.
 """
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
+import sys
 from pathlib import Path
 
-from rich.console import Console
+from hangar.agents import load_agents
+from hangar.cli import console, print_result
+from hangar.scenario import load_scenario
+from hangar.scheduler.keys import Arm
+from hangar.trial import run_trial, single_trial
 
-from hangar.sandbox import SandboxSpec
-from hangar.sandbox.docker import DockerSandbox
-
-console = Console()
-
-
-def git(repo: Path, *args: str) -> str:
-    """Run git in `repo` with a fixed identity, returning stdout."""
-    return subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=demo", "-c", "user.email=demo@hangar", *args],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+HERE = Path(__file__).resolve().parent
+EXPECTED = {"gold": "pass", "noop": "fail"}
 
 
-def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = Path(tmp) / "calc"
-        repo.mkdir()
-        git(repo, "init", "-q", "-b", "main")
-        (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
-        (repo / "test_calc.py").write_text(
-            "from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"
-        )
-        git(repo, "add", ".")
-        git(repo, "commit", "-q", "-m", "add")
-        pinned = git(repo, "rev-parse", "HEAD")
-        (repo / "calc.py").write_text("def add(a, b):\n    return a - b  # later bug\n")
-        git(repo, "commit", "-q", "-am", "break add")
-
-        spec = SandboxSpec(image="hangar/base:bookworm", sweep="demo", trial="demo-1")
-        with DockerSandbox(spec) as sandbox:
-            console.print(f"sandbox {sandbox.container_id[:12]} up (network none, user agent)")
-            sandbox.copy_in(repo, "/tmp/origin")
-            steps = [
-                f"git clone -q /tmp/origin work && cd work && git checkout -q {pinned}"
-                " && git remote remove origin && git log --oneline -1",
-                "cd work && python3 -m pytest -q 2>&1 | tail -1",
-                "python3 -c \"import urllib.request as u; u.urlopen('http://example.com', "
-                'timeout=3)" 2>&1 | tail -1',
-            ]
-            for step in steps:
-                res = sandbox.exec(step, timeout=120)
-                console.print(
-                    f"[bold]$ {step}[/]\n{res.stdout.strip()}  [dim](exit {res.returncode})[/]"
-                )
-        left = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", "label=hangar.trial=demo-1"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-        console.print(f"sandbox removed: {'yes' if not left else 'NO: ' + left}")
+def main() -> int:
+    """Run gold and noop on the example scenario; 0 when both verdicts are as expected."""
+    loaded = load_scenario(HERE / "median" / "scenario.yaml")
+    agents = load_agents(HERE / "agents.yaml")
+    console.print(f"scenario {loaded.scenario.id} (sha256:{loaded.digest[:16]}...)\n")
+    summary = []
+    for name, want in EXPECTED.items():
+        result = run_trial(single_trial(loaded, agents[name], Arm(name="control")))
+        print_result(result)
+        summary.append((name, result.verdict.value, want))
+    console.print()
+    for name, got, want in summary:
+        mark = "[green]as expected[/]" if got == want else f"[red]expected {want}[/]"
+        console.print(f"{name} -> {got}  {mark}")
+    console.print("check a bundle with: hangar evidence verify URI")
+    return 0 if all(got == want for _, got, want in summary) else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

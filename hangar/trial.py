@@ -31,7 +31,13 @@ from hangar.errors import ImageNotFound, SandboxError
 from hangar.paths import cache_dir, default_evidence_url
 from hangar.results import TrialResult, Usage, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, sandbox_class
-from hangar.sandbox.workspace import MirrorCache, WorkspaceError, hand_over, make_workspace
+from hangar.sandbox.workspace import (
+    MirrorCache,
+    WorkspaceError,
+    hand_over,
+    make_workspace,
+    remove_escaping_links,
+)
 from hangar.scenario import LoadedScenario, PinnedFile, tree_digest
 from hangar.scheduler.keys import Arm, trial_key
 from hangar.trace import TraceWriter, find_canaries
@@ -92,13 +98,17 @@ def single_trial(
     *,
     model: str = "none",
     repeat: int = 0,
-    sweep: str = "adhoc",
+    sweep: str | None = None,
     backend: str = "docker",
     evidence_url: str | None = None,
 ) -> TrialSpec:
-    """The spec of one trial outside a sweep, with the node's default folders."""
+    """The spec of one trial outside a sweep, with the node's default folders.
+
+    Without a sweep id each call gets its own (``adhoc-<UTC time>``), so running the
+    same trial again never overwrites the evidence of an earlier run.
+    """
     return TrialSpec(
-        sweep=sweep,
+        sweep=sweep or datetime.now(UTC).strftime("adhoc-%Y%m%dT%H%M%S.%fZ"),
         trial_key=trial_key(loaded, agent, model, arm, repeat),
         scenario=loaded,
         agent=agent,
@@ -233,6 +243,11 @@ class _Trial:
             self.write("verifier/hidden-files.json", place_hidden_files(verifier_box, self.loaded))
         with self.phase("verifier_commands"):
             commands = run_verifier_commands(verifier_box, self.loaded, self.artifacts)
+        with self.phase("verifier_teardown"):
+            # Nothing may still write the workspace while the host reads it.
+            self.sandboxes.remove(verifier_box)
+            verifier_box.close()
+            self.write("workspace-links-removed.json", remove_escaping_links(self.workspace))
         with self.phase("host_verifier"):
             raw, verifier_error = self.host_verify(commands)
         with self.phase("judgement"):

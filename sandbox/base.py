@@ -274,6 +274,10 @@ class Sandbox(ABC):
         p = PurePosixPath(path)
         return str(p if p.is_absolute() else PurePosixPath(self.spec.workdir) / p)
 
+    def command_path(self, path: str) -> str:
+        """`path` as commands inside the sandbox see it (for paths put in env variables)."""
+        return self.resolve(path)
+
     @classmethod
     def image_problem(cls, image: str) -> str | None:
         """Why `image` cannot be used by this backend, or None (checked at admission)."""

@@ -91,6 +91,10 @@ class LocalSandbox(Sandbox):
             return best[1]
         return self.root.joinpath(*p.parts[1:])
 
+    def command_path(self, path: str) -> str:
+        """Commands run on the host, so they see the host path that backs `path`."""
+        return str(self.host_path(path))
+
     def exec(
         self,
         cmd: str | Sequence[str],

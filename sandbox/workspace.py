@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import posixpath
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -125,6 +126,28 @@ def make_workspace(cache: MirrorCache, url: str, revision: str, dest: Path) -> N
     _git("config", "user.name", name, cwd=dest)
     _git("config", "user.email", email, cwd=dest)
     (dest / ".git" / "FETCH_HEAD").unlink(missing_ok=True)  # it names the mirror's path
+
+
+def remove_escaping_links(root: Path) -> list[dict[str, str]]:
+    """Remove every symlink under `root` that points outside it; returns what was removed.
+
+    An agent can leave ``REPORT.md -> /etc/passwd`` in its workspace: harmless inside the
+    sandbox, but on the host that link names the *host's* file, and a host verifier that
+    reads or copies it would leak it into the evidence. Call this only when no sandbox
+    process can still write the folder. Links are never followed, only read.
+    """
+    removed = []
+    for folder, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            path = Path(folder) / name
+            if not path.is_symlink():
+                continue
+            target = str(path.readlink())
+            inside = posixpath.normpath(posixpath.join(str(path.parent.relative_to(root)), target))
+            if posixpath.isabs(target) or inside == ".." or inside.startswith("../"):
+                path.unlink()
+                removed.append({"path": path.relative_to(root).as_posix(), "target": target})
+    return removed
 
 
 def hand_over(dest: Path, owner: int) -> None:

@@ -52,8 +52,12 @@ def git_state(sandbox: Sandbox, *, diff: bool) -> dict[str, str]:
 
 
 def kill_user_processes(sandbox: Sandbox) -> None:
-    """Kill every process of the sandbox user (the keeper runs as root and survives)."""
-    sandbox.exec("kill -9 -1 2>/dev/null; true", timeout=30)
+    """Kill every process of the sandbox user (the keeper runs as root and survives).
+
+    Only in an isolated sandbox: on the local backend it would kill the host's processes.
+    """
+    if sandbox.isolated:
+        sandbox.exec("kill -9 -1 2>/dev/null; true", timeout=30)
 
 
 def place_hidden_files(sandbox: Sandbox, loaded: LoadedScenario) -> list[str]:
@@ -81,13 +85,13 @@ def run_verifier_commands(
     spec = loaded.scenario.verifier
     out_dir = artifacts / "verifier" / "commands"
     out_dir.mkdir(parents=True, exist_ok=True)
-    sandbox.exec(["mkdir", "-p", VERIFIER_OUT], timeout=30)
+    sandbox.exec(["mkdir", "-p", sandbox.command_path(VERIFIER_OUT)], timeout=30)
     records = []
     for i, command in enumerate(spec.commands):
         res = sandbox.exec(
             ["bash", "-c", command],
             timeout=spec.timeout_s,
-            env={"HANGAR_VERIFIER_OUT": VERIFIER_OUT},
+            env={"HANGAR_VERIFIER_OUT": sandbox.command_path(VERIFIER_OUT)},
         )
         stdout, stderr = out_dir / f"{i}.stdout", out_dir / f"{i}.stderr"
         stdout.write_text(res.stdout)

@@ -76,7 +76,11 @@ def run_command_agent(
         res = sandbox.exec(
             ["bash", "-c", agent.command],
             timeout=timeout,
-            env={**agent.env, "HANGAR_CONTEXT": context, "HANGAR_CONTEXT_FILE": context_file},
+            env={
+                **agent.env,
+                "HANGAR_CONTEXT": context,
+                "HANGAR_CONTEXT_FILE": sandbox.command_path(context_file),
+            },
             on_output=trace.output,
         )
     except SandboxUnavailable as exc:
