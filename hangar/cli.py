@@ -36,8 +36,9 @@ app.add_typer(scenario_app, name="scenario")
 app.add_typer(trial_app, name="trial")
 app.add_typer(evidence_app, name="evidence")
 
-console = Console()
-err_console = Console(stderr=True)
+# Soft wrap: a command to copy or a URI in a message is never broken across lines.
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 @app.command()

@@ -198,9 +198,14 @@ class Scenario(_Strict):
             raise ValueError(f"expected letters, digits, '_', '.', '-', got {value!r}")
         return value
 
-    @field_validator("revision")
+    @field_validator("revision", mode="before")
     @classmethod
-    def _revision(cls, value: str) -> str:
+    def _revision(cls, value: object) -> str:
+        if not isinstance(value, str):
+            raise ValueError(
+                f"expected the exact commit as 40 lowercase hex characters, got {value!r}: "
+                "quote it in YAML so it stays a string"
+            )
         if not _REVISION.match(value):
             raise ValueError(
                 f"expected the exact commit as 40 lowercase hex characters, got {value!r} "

@@ -52,7 +52,8 @@ def build_bundle(artifacts: Path, out: Path) -> str:
     files = write_manifest(artifacts)
     with (
         out.open("wb") as raw,
-        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz,
+        # No file name in the gzip header: the archive depends on its contents alone.
+        gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
         for rel in [MANIFEST, *sorted(files)]:

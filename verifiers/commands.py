@@ -24,7 +24,8 @@ VERIFIER_OUT = "/tmp/hangar-verifier"
 
 _GIT = (
     "GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_TERMINAL_PROMPT=0 "
-    "git --no-pager -c core.fsmonitor=false -c core.hooksPath=/dev/null -c core.quotePath=false"
+    "git --no-pager -c 'safe.directory=*' -c core.fsmonitor=false -c core.hooksPath=/dev/null "
+    "-c core.quotePath=false"
 )
 
 

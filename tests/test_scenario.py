@@ -1,0 +1,126 @@
+"""Scenarios: schema errors that name the file and field, digests, registries, pins."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hangar.cli import app
+from hangar.errors import ConfigError
+from hangar.scenario import load_registry, load_scenario, repin
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "median"
+
+
+@pytest.fixture
+def scenario_dir(tmp_path: Path) -> Path:
+    """A copy of the example scenario (with its repository beside it)."""
+    shutil.copytree(EXAMPLE, tmp_path / "median")
+    shutil.copytree(EXAMPLE.parent / "repos", tmp_path / "repos")
+    return tmp_path / "median"
+
+
+def test_example_loads(scenario_dir: Path) -> None:
+    loaded = load_scenario(scenario_dir / "scenario.yaml")
+    assert loaded.scenario.id == "statkit-median-even"
+    assert len(loaded.digest) == 64
+    assert loaded.repository_url().endswith("repos/statkit.bundle")
+
+
+def test_digest_covers_referenced_bytes(scenario_dir: Path) -> None:
+    path = scenario_dir / "scenario.yaml"
+    before = load_scenario(path).digest
+    assert load_scenario(path).digest == before  # stable
+    hidden = scenario_dir / "hidden" / "test_median_hidden.py"
+    hidden.write_bytes(hidden.read_bytes() + b" ")
+    after_hidden = load_scenario(path).digest
+    assert after_hidden != before
+    path.write_text(path.read_text().replace("time_s: 300", "time_s: 301"))
+    assert load_scenario(path).digest not in (before, after_hidden)
+
+
+def test_digest_does_not_depend_on_location(scenario_dir: Path, tmp_path: Path) -> None:
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(scenario_dir.parent, moved)
+    assert (
+        load_scenario(moved / "median" / "scenario.yaml").digest
+        == load_scenario(scenario_dir / "scenario.yaml").digest
+    )
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("id: x\ncontext: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml:\d+:\d+: malformed YAML"):
+        load_scenario(bad)
+
+
+def test_schema_errors_name_each_field(scenario_dir: Path) -> None:
+    path = scenario_dir / "scenario.yaml"
+    text = path.read_text().replace(
+        "revision: 1a6dc25e2e61b7f41b02576bc56b0eadd895cbb2", "revision: main"
+    )
+    path.write_text(text + "colour: blue\n")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "field `revision`: expected the exact commit as 40 lowercase hex" in message
+    assert "field `colour`: unknown field" in message
+    assert "pydantic" not in message.lower()
+
+
+def test_bad_pin_format_is_named(scenario_dir: Path) -> None:
+    path = scenario_dir / "scenario.yaml"
+    path.write_text(path.read_text().replace('sha256: "sha256:', 'sha256: "md5:', 1))
+    with pytest.raises(ConfigError, match=r"field `prepare\.sha256`: expected 'sha256:'"):
+        load_scenario(path)
+
+
+def test_hidden_target_cannot_escape(scenario_dir: Path) -> None:
+    path = scenario_dir / "scenario.yaml"
+    path.write_text(path.read_text().replace("target: tests/hidden/", "target: ../../etc/"))
+    with pytest.raises(ConfigError, match="relative path inside the workspace"):
+        load_scenario(path)
+
+
+def test_registry_refuses_duplicate_ids(scenario_dir: Path) -> None:
+    copy = scenario_dir / "again.yaml"
+    shutil.copy(scenario_dir / "scenario.yaml", copy)
+    with pytest.raises(ConfigError, match="duplicate scenario id 'statkit-median-even'"):
+        load_registry([scenario_dir / "scenario.yaml", copy])
+
+
+def test_repin_updates_only_the_pins(scenario_dir: Path) -> None:
+    path = scenario_dir / "scenario.yaml"
+    original = path.read_text()
+    (scenario_dir / "verify.py").write_text((scenario_dir / "verify.py").read_text() + "\n")
+    changed = repin(path)
+    assert [c[0] for c in changed] == ["verify.py"]
+    new = path.read_text()
+    assert new != original and new.replace(changed[0][2], changed[0][1]) == original
+    assert repin(path) == []
+
+
+def test_scenario_check_cli(scenario_dir: Path) -> None:
+    runner = CliRunner()
+    ok = runner.invoke(
+        app, ["scenario", "check", "--backend", "local", str(scenario_dir / "scenario.yaml")]
+    )
+    assert ok.exit_code == 0, ok.output
+    assert load_scenario(scenario_dir / "scenario.yaml").digest in ok.output
+    (scenario_dir / "prepare.py").write_text("print('tampered')\n")
+    bad = runner.invoke(
+        app, ["scenario", "check", "--backend", "local", str(scenario_dir / "scenario.yaml")]
+    )
+    assert bad.exit_code == 1 and "does not match its pin" in bad.output
+
+
+def test_unquoted_numeric_revision_says_to_quote(scenario_dir: Path) -> None:
+    path = scenario_dir / "scenario.yaml"
+    path.write_text(path.read_text().replace("1a6dc25e2e61b7f41b02576bc56b0eadd895cbb2", "1" * 40))
+    with pytest.raises(ConfigError, match="quote it in YAML"):
+        load_scenario(path)

@@ -1,0 +1,372 @@
+"""One trial end to end against real docker: verdicts, admission, forgery, teardown."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from hangar.agents import CommandAgent, load_agents
+from hangar.results import TrialResult, Verdict
+from hangar.scenario import load_scenario, repin
+from hangar.scheduler.keys import Arm
+from hangar.trial import TrialSpec, run_trial, single_trial
+from hangar.verifiers.bundle import verify_bundle
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+AGENTS = load_agents(EXAMPLES / "agents.yaml")
+GOLD = AGENTS["gold"].command
+LATER_COMMIT = "1db31c2ac01c1850acb563dc5e73d3b720e4f3d6"
+
+
+@pytest.fixture(scope="session")
+def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture
+def scenario_dir(tmp_path: Path) -> Path:
+    """A private copy of the example scenario and its repository."""
+    shutil.copytree(EXAMPLES / "median", tmp_path / "median")
+    shutil.copytree(EXAMPLES / "repos", tmp_path / "repos")
+    return tmp_path / "median"
+
+
+Runner = Callable[..., TrialResult]
+
+
+@pytest.fixture
+def run(
+    docker_client: docker.DockerClient, scenario_dir: Path, cache_root: Path, tmp_path: Path
+) -> Runner:
+    """Run one trial of the scenario copy with an agent command; checks teardown."""
+
+    def go(
+        command: str,
+        *,
+        arm: str = "control",
+        backend: str = "docker",
+        edit: Callable[[Path], None] | None = None,
+    ) -> TrialResult:
+        if edit is not None:
+            edit(scenario_dir)
+        loaded = load_scenario(scenario_dir / "scenario.yaml")
+        spec: TrialSpec = single_trial(
+            loaded,
+            CommandAgent(name="test", command=command),
+            Arm.parse(arm),
+            backend=backend,
+            evidence_url=(tmp_path / "evidence").as_uri(),
+        ).model_copy(update={"work_root": tmp_path / "trials", "cache_root": cache_root})
+        result = run_trial(spec)
+        left = docker_client.containers.list(
+            all=True, filters={"label": f"hangar.trial={spec.trial_key}"}
+        )
+        assert not left, "a container was left behind"
+        assert not any((tmp_path / "trials").iterdir()), "a trial folder was left behind"
+        return result
+
+    return go
+
+
+def bundle(result: TrialResult, name: str) -> str:
+    """A file of the result's evidence bundle, after checking the bundle's integrity."""
+    assert result.evidence_uri is not None
+    local = Path(result.evidence_uri.removeprefix("file://"))
+    assert verify_bundle(local, result.evidence_sha256).ok
+    with tarfile.open(local) as tar:
+        member = tar.extractfile(name)
+        assert member is not None
+        return member.read().decode()
+
+
+def trace_events(result: TrialResult) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in bundle(result, "trace.jsonl").splitlines()]
+
+
+def agent_output(result: TrialResult) -> str:
+    return "".join(e.get("text", "") for e in trace_events(result) if e["kind"] == "stdout")
+
+
+def set_verifier(folder: Path, mutation: str = "") -> None:
+    """Use the test's rule verifier (re-pinned) with `mutation`."""
+    shutil.copy(ROOT / "tests" / "fixtures" / "rule_verifier.py", folder / "verify.py")
+    (folder / "mutation.txt").write_text(mutation)
+    repin(folder / "scenario.yaml")
+
+
+# -- the gold/noop pair ---------------------------------------------------------------------
+
+
+def test_gold_passes_and_noop_fails(run: Runner) -> None:
+    gold = run(GOLD)
+    assert gold.verdict is Verdict.PASS, gold.reason
+    assert gold.completed and gold.agent_exit_code == 0
+    assert [c.status for c in gold.checks] == ["pass", "pass", "pass"]
+    assert "median" in bundle(gold, "diff.patch")
+    noop = run(AGENTS["noop"].command)
+    assert noop.verdict is Verdict.FAIL
+    assert "verifier command failed" in noop.reason
+    assert "failed check: 'median of an even-length list" in noop.reason
+    for result in (gold, noop):
+        assert result.evidence_uri and result.evidence_sha256
+        for phase in ("admission", "workspace", "agent", "verifier_commands", "host_verifier"):
+            assert phase in result.timings
+
+
+def test_local_backend_runs_the_same_trial(run: Runner) -> None:
+    assert run(GOLD, backend="local").verdict is Verdict.PASS
+
+
+# -- what the agent can and cannot see ------------------------------------------------------
+
+# The canary is split with shell quotes so the command line itself does not contain it.
+SEARCH = (
+    "find / -xdev -name 'test_median_hidden*' 2>/dev/null; "
+    "grep -rIh 'HANGAR-CANARY-7c4''1e9' / --exclude-dir=proc --exclude-dir=sys 2>/dev/null; "
+    f"git cat-file -t {LATER_COMMIT} 2>/dev/null || echo no-future-commit; "
+    "git log --all --format=%H; git remote -v; echo search-done"
+)
+
+
+def test_agent_cannot_read_hidden_tests_or_later_commits(run: Runner) -> None:
+    result = run(SEARCH)
+    out = agent_output(result)
+    assert "search-done" in out and "no-future-commit" in out
+    assert "test_median_hidden" not in out
+    assert out.count("1a6dc25e2e61b7f41b02576bc56b0eadd895cbb2") == 1  # only the pinned one
+    assert result.verdict is Verdict.FAIL  # not void: no canary was reached
+
+
+def test_the_same_search_finds_a_leaked_file(run: Runner) -> None:
+    # Positive control: the search above does find the hidden file when it is reachable,
+    # and the canary it prints voids the trial.
+    def leak(folder: Path) -> None:
+        path = folder / "scenario.yaml"
+        path.write_text(
+            path.read_text()
+            + (
+                "plugins:\n  - name: leak\n    source: hidden/test_median_hidden.py\n"
+                "    target: /home/agent/test_median_hidden_copy.py\n"
+            )
+        )
+
+    result = run(SEARCH, arm="leaky=leak", edit=leak)
+    assert "test_median_hidden_copy.py" in agent_output(result)
+    assert result.verdict is Verdict.VOID and "HANGAR-CANARY-7c41e9" in result.reason
+
+
+# -- admission of the fixture: blocked_setup, no container, no agent --------------------------
+
+
+def _tamper_verifier(folder: Path) -> None:
+    (folder / "verify.py").write_text((folder / "verify.py").read_text() + "\n# edit\n")
+
+
+def _missing_revision(folder: Path) -> None:
+    path = folder / "scenario.yaml"
+    path.write_text(path.read_text().replace("1a6dc25e2e61b7f41b02576bc56b0eadd895cbb2", "d" * 40))
+
+
+def _missing_image(folder: Path) -> None:
+    path = folder / "scenario.yaml"
+    path.write_text(
+        path.read_text().replace("image: hangar/base:bookworm", "image: hangar/absent:1")
+    )
+
+
+def _failing_prepare(folder: Path) -> None:
+    (folder / "prepare.py").write_text("import sys\nsys.exit('fixture is broken')\n")
+    repin(folder / "scenario.yaml")
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (_tamper_verifier, "verifier script verify.py does not match its pin"),
+        (_missing_revision, f"revision {'d' * 40} is not in repository"),
+        (lambda f: (f / "hidden" / "test_median_hidden.py").unlink(), "verifier file"),
+        (_missing_image, "image 'hangar/absent:1' is not on the Docker engine"),
+        (_failing_prepare, "prepare exited 1: fixture is broken"),
+    ],
+    ids=["pin", "revision", "missing-file", "image", "prepare"],
+)
+def test_blocked_setup(run: Runner, edit: Callable[[Path], None], words: str) -> None:
+    result = run("touch /tmp/agent-ran", edit=edit)
+    assert result.verdict is Verdict.BLOCKED_SETUP and words in result.reason
+    assert "sandbox_up" not in result.timings and "agent" not in result.timings
+    assert result.agent_exit_code is None and result.evidence_uri is not None
+
+
+# -- admission of the verification, end to end ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mutation", "words"),
+    [
+        ("missing_item", "checklist item not covered"),
+        ("extra_item", "not in the checklist: 'a requirement nobody asked for'"),
+        ("duplicate_item", "covered 2 times"),
+        ("reworded_item", "not in the checklist: 'MEDIAN OF AN EVEN"),
+        ("no_evidence", "passing finding without evidence"),
+        ("absolute_evidence", "is an absolute path"),
+        ("dotdot_evidence", "contains '..'"),
+        ("symlink_evidence", "goes through a symlink (evidence/passwd)"),
+        ("symlink_parent_evidence", "goes through a symlink (linked)"),
+        ("missing_evidence", "evidence/never-written.txt' does not exist"),
+        ("folder_evidence", "is not a regular file"),
+        ("stale_trace", "stale trace"),
+        ("unassessed", "unassessed finding"),
+        ("no_route", "route is missing"),
+        ("malformed", "malformed verification: not JSON"),
+        ("crash", "host verifier crashed (exit 1): RuntimeError: the verifier fell over"),
+    ],
+)
+def test_verification_rules(run: Runner, mutation: str, words: str) -> None:
+    result = run(GOLD, edit=lambda f: set_verifier(f, mutation))
+    assert result.verdict is Verdict.FAIL and words in result.reason, result.reason
+
+
+def test_the_rule_verifier_passes_gold_unmutated(run: Runner) -> None:
+    result = run(GOLD, edit=lambda f: set_verifier(f))
+    assert result.verdict is Verdict.PASS, result.reason
+
+
+def test_hanging_verifier_is_cut_off(run: Runner) -> None:
+    def hang(folder: Path) -> None:
+        set_verifier(folder, "hang")
+        path = folder / "scenario.yaml"
+        path.write_text(path.read_text().replace("host_timeout_s: 60", "host_timeout_s: 3"))
+
+    started = time.monotonic()
+    result = run(GOLD, edit=hang)
+    assert result.verdict is Verdict.FAIL and "host verifier hung" in result.reason
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [("exit 3", "the agent exited with code 3"), ("sleep 60", "out of its time budget")],
+)
+def test_incomplete_run_cannot_pass(run: Runner, command: str, words: str) -> None:
+    def short(folder: Path) -> None:
+        path = folder / "scenario.yaml"
+        path.write_text(path.read_text().replace("time_s: 300", "time_s: 4"))
+
+    result = run(f"{GOLD}\n{command}", edit=short)
+    assert result.verdict is Verdict.FAIL and "incomplete run" in result.reason
+    assert not result.completed
+    end = trace_events(result)[-1]
+    assert end["kind"] == "trace_end" and end["completed"] is False and words in end["reason"]
+
+
+# -- agents that try to cheat ---------------------------------------------------------------
+
+FAKE_JUNIT = (
+    '<testsuite failures="0" errors="0"><testcase classname="x" name="test_median_even_length"/>'
+    "</testsuite>"
+)
+
+
+def test_forged_verification_files_do_not_pass(run: Runner) -> None:
+    command = (
+        "mkdir -p /tmp/hangar-verifier evidence && "
+        f"echo '{FAKE_JUNIT}' | tee /tmp/hangar-verifier/junit.xml > evidence/junit.xml && "
+        'echo \'{"caseId": "statkit-median-even", "checks": []}\' > verification.json'
+    )
+    result = run(command)
+    assert result.verdict is Verdict.FAIL
+    assert "failed check: 'median of an even-length list" in result.reason
+
+
+def test_symlinked_evidence_to_host_files_is_dropped(run: Runner) -> None:
+    result = run(
+        "ln -s /etc/passwd REPORT.md && ln -s / hostroot",
+        edit=lambda f: set_verifier(f, "copy_report"),
+    )
+    assert result.verdict is Verdict.FAIL and "host verifier crashed" in result.reason
+    removed = json.loads(bundle(result, "workspace-links-removed.json"))
+    assert {r["path"] for r in removed} == {"REPORT.md", "hostroot"}
+    assert "root:x:0:0" not in bundle(result, "verifier/host-stderr.txt")
+
+
+def test_edits_outside_the_workspace_do_not_reach_verification(run: Runner) -> None:
+    # Runs at every python3 start of the agent user: patches median in the package.
+    hack = (
+        "import os, sys; sys.path.insert(0, os.getcwd()); import statkit, statkit.stats as s; "
+        "statkit.median = s.median = lambda v: (sorted(v)[len(v)//2-1] + sorted(v)[len(v)//2]) "
+        "/ 2 if len(v) % 2 == 0 else sorted(v)[len(v)//2]"
+    )
+    command = (
+        "site=$(python3 -m site --user-site) && mkdir -p $site && "
+        f"echo '{hack}' > $site/usercustomize.py && "
+        "python3 -c 'import statkit; print(\"hack active:\", statkit.median([1, 2, 3, 4]))'"
+    )
+    result = run(command)
+    assert "hack active: 2.5" in agent_output(result)  # the hack works where it was planted
+    assert result.verdict is Verdict.FAIL
+    assert "failed check: 'median of an even-length list" in result.reason
+
+
+def test_forged_trace_lines_stay_text(run: Runner) -> None:
+    forged = '{"kind": "trace_end", "completed": true, "seq": 0}'
+    result = run(f"echo '{forged}'; exit 1")
+    events = trace_events(result)
+    assert [e["seq"] for e in events] == list(range(len(events)))
+    assert events[-1]["kind"] == "trace_end" and events[-1]["completed"] is False
+    assert any(forged in e.get("text", "") for e in events if e["kind"] == "stdout")
+    assert result.verdict is Verdict.FAIL
+
+
+def test_agent_killing_everything_is_a_fail_not_an_infra_error(run: Runner) -> None:
+    result = run("kill -9 -1")
+    assert result.verdict is Verdict.FAIL
+
+
+# -- infrastructure failures ----------------------------------------------------------------
+
+
+def test_container_killed_mid_run(run: Runner, docker_client: docker.DockerClient) -> None:
+    def killer() -> None:
+        for _ in range(300):
+            for container in docker_client.containers.list(filters={"label": "hangar.managed"}):
+                top = docker_client.api.top(container.id)
+                if any("sleep 600" in " ".join(p) for p in top.get("Processes") or []):
+                    container.kill()
+                    return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    result = run("echo working; sleep 600")
+    thread.join(5)
+    assert result.verdict is Verdict.INFRA_ERROR and "SandboxUnavailable" in result.reason
+    events = trace_events(result)
+    assert events[-1]["kind"] == "trace_end" and events[-1]["completed"] is False
+    assert "working" in agent_output(result)
+
+
+def test_exception_in_a_phase_still_tears_down(
+    run: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hangar.trial
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("verifier phase exploded")
+
+    monkeypatch.setattr(hangar.trial, "run_verifier_commands", boom)
+    result = run(GOLD)
+    assert result.verdict is Verdict.INFRA_ERROR
+    assert result.reason == "hangar failure: RuntimeError: verifier phase exploded"
+    assert "Traceback" in bundle(result, "error.txt")
