@@ -85,10 +85,30 @@ class TrialSpec(BaseModel):
     """Sandbox backend."""
     evidence_url: str
     """Evidence store URL (``file://DIR``)."""
-    work_root: Path
-    """Node-local folder for per-trial folders (removed after the trial)."""
-    cache_root: Path
-    """Node-local cache (repository mirrors)."""
+    work_root: Path | None = None
+    """Node-local folder for per-trial folders (default: the worker's cache/trials)."""
+    cache_root: Path | None = None
+    """Node-local cache of repository mirrors (default: the worker's cache folder)."""
+
+
+def lost_result(spec: TrialSpec, reason: str, started_at: datetime | None = None) -> TrialResult:
+    """An infra_error result for a trial whose worker could not report one (it died)."""
+    now = datetime.now(UTC)
+    return TrialResult(
+        sweep=spec.sweep,
+        trial_key=spec.trial_key,
+        scenario_id=spec.scenario.scenario.id,
+        scenario_digest=spec.scenario.digest,
+        agent=spec.agent.name,
+        model=spec.model,
+        arm=spec.arm,
+        repeat=spec.repeat,
+        attempt=spec.attempt,
+        verdict=Verdict.INFRA_ERROR,
+        reason=reason,
+        started_at=started_at or now,
+        finished_at=now,
+    )
 
 
 def single_trial(
@@ -118,8 +138,6 @@ def single_trial(
         repeat=repeat,
         backend=backend,
         evidence_url=evidence_url or default_evidence_url(),
-        work_root=cache_dir() / "trials",
-        cache_root=cache_dir(),
     )
 
 
@@ -138,7 +156,8 @@ class _Trial:
         self.spec = spec
         self.loaded = spec.scenario
         self.scenario = spec.scenario.scenario
-        self.folder = spec.work_root / f"{spec.trial_key[:20]}-{spec.attempt}"
+        work_root = spec.work_root or cache_dir() / "trials"
+        self.folder = work_root / f"{spec.trial_key[:20]}-{spec.attempt}"
         self.workspace = self.folder / "workspace"
         self.artifacts = self.folder / "artifacts"
         self.timings: dict[str, float] = {}
@@ -147,7 +166,7 @@ class _Trial:
         self.agent_run = AgentRun()
         self.judgement: Judgement | None = None
         self.deadline = time.monotonic() + spec.scenario.scenario.limits.time_s
-        self.mirrors = MirrorCache(spec.cache_root / "mirrors")
+        self.mirrors = MirrorCache((spec.cache_root or cache_dir()) / "mirrors")
 
     def remaining(self) -> float:
         """Seconds left of the setup+run budget."""

@@ -1,0 +1,67 @@
+"""Thin helpers over ``ray start`` / ``ray stop`` with hangar's resources.
+
+A sandbox node offers ``hangar_sandbox`` slots (how many trials it runs at once) and
+exports metrics on a fixed port so Prometheus can scrape it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+from hangar.errors import HangarError
+
+
+class ClusterError(HangarError):
+    """`ray start` or `ray stop` failed."""
+
+
+def _ray() -> str:
+    exe = shutil.which("ray")
+    if exe is None:
+        raise ClusterError(
+            "the `ray` command is not installed: pip install hangar-farm (it depends on ray)"
+        )
+    return exe
+
+
+def start_argv(
+    *,
+    head: bool,
+    address: str | None = None,
+    sandbox_slots: int = 2,
+    port: int = 6379,
+    metrics_port: int = 8080,
+    num_cpus: int | None = None,
+) -> list[str]:
+    """The ``ray start`` command line for a head or worker node."""
+    argv = [
+        _ray(),
+        "start",
+        "--disable-usage-stats",
+        f"--resources={json.dumps({'hangar_sandbox': sandbox_slots})}",
+        f"--metrics-export-port={metrics_port}",
+    ]
+    if head:
+        argv += ["--head", f"--port={port}", "--include-dashboard=false"]
+    elif address:
+        argv += [f"--address={address}"]
+    else:
+        raise ClusterError("a worker node needs the head's ADDRESS (host:port)")
+    if num_cpus is not None:
+        argv.append(f"--num-cpus={num_cpus}")
+    return argv
+
+
+def run_ray(argv: list[str]) -> str:
+    """Run a ``ray`` command; its output, or a ClusterError with it."""
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
+    if proc.returncode != 0:
+        raise ClusterError(f"{' '.join(argv[1:3])} failed:\n{proc.stderr.strip()[-2000:]}")
+    return proc.stdout + proc.stderr
+
+
+def stop() -> str:
+    """Stop the Ray processes of this machine."""
+    return run_ray([_ray(), "stop", "--force"])

@@ -1,0 +1,117 @@
+"""Removing sandboxes that outlived their trial.
+
+Every docker sandbox carries ``hangar.expires``. A trial removes its own containers in
+every outcome, but a worker or node that dies mid-trial cannot: `collect_garbage`
+removes managed containers whose expiry has passed (or all of a sweep's, on demand),
+and a `Reaper` actor on every node does it periodically.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import UTC, datetime
+
+import docker.errors
+from pydantic import BaseModel
+
+from hangar.sandbox.base import LABEL_EXPIRES, LABEL_MANAGED, LABEL_SWEEP, LABEL_TRIAL
+from hangar.sandbox.docker import docker_client
+
+log = logging.getLogger(__name__)
+
+REAP_EVERY_S = 60.0
+
+
+class RemovedSandbox(BaseModel):
+    """A container `collect_garbage` removed (or would remove, on a dry run)."""
+
+    id: str
+    """Container id (short)."""
+    sweep: str
+    """Its sweep label."""
+    trial: str
+    """Its trial label."""
+    expires: str
+    """Its expiry label."""
+
+
+def _expired(label: str, now: datetime) -> bool:
+    try:
+        when = datetime.strptime(label, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return True  # an unreadable expiry is not a reason to keep a container forever
+    return when <= now
+
+
+def collect_garbage(
+    *, sweep: str | None = None, everything: bool = False, dry_run: bool = False
+) -> list[RemovedSandbox]:
+    """Remove hangar's sandboxes whose expiry passed (all of them with `everything`).
+
+    `sweep` limits it to one sweep's sandboxes. Containers of other programs are never
+    touched: only those labelled ``hangar.managed=true``.
+    """
+    filters = [f"{LABEL_MANAGED}=true"] + ([f"{LABEL_SWEEP}={sweep}"] if sweep else [])
+    now = datetime.now(UTC)
+    removed = []
+    for container in docker_client().containers.list(all=True, filters={"label": filters}):
+        labels = container.labels or {}
+        if not everything and not _expired(labels.get(LABEL_EXPIRES, ""), now):
+            continue
+        item = RemovedSandbox(
+            id=str(container.short_id),
+            sweep=labels.get(LABEL_SWEEP, ""),
+            trial=labels.get(LABEL_TRIAL, ""),
+            expires=labels.get(LABEL_EXPIRES, ""),
+        )
+        if not dry_run:
+            try:
+                container.remove(force=True, v=True)
+            except docker.errors.NotFound:
+                continue
+        removed.append(item)
+    return removed
+
+
+class Reaper:
+    """A Ray actor pinned to one node that collects expired sandboxes there."""
+
+    def __init__(self, every_s: float = REAP_EVERY_S) -> None:
+        self.every_s = every_s
+        self.removed = 0
+        self._stop = threading.Event()
+        threading.Thread(target=self._loop, daemon=True, name="hangar-reaper").start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.reap()
+
+    def reap(self) -> int:
+        """Collect now; returns how many containers were removed."""
+        try:
+            n = len(collect_garbage())
+        except Exception as exc:
+            log.warning("reaper: %s", exc)
+            return 0
+        self.removed += n
+        return n
+
+
+def ensure_reapers() -> int:
+    """Start one reaper per alive sandbox node (idempotent); returns how many nodes."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    actor = ray.remote(Reaper)
+    nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("hangar_sandbox")]
+    for node in nodes:
+        actor.options(
+            name=f"hangar-reaper-{node['NodeID'][:16]}",
+            namespace="hangar",
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+        ).remote()
+    return len(nodes)

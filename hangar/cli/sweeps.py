@@ -1,0 +1,248 @@
+"""`hangar run`, `hangar sweep`, `hangar status`, `hangar gc` and `hangar cluster`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from hangar.cli._app import app, console, err_console
+
+sweep_app = typer.Typer(help="Check sweep files.")
+cluster_app = typer.Typer(help="Start, join and stop Ray nodes with sandbox slots.")
+app.add_typer(sweep_app, name="sweep")
+app.add_typer(cluster_app, name="cluster")
+
+
+@app.command("run")
+def run(
+    sweep_file: Annotated[Path, typer.Argument(help="Sweep YAML file.")],
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster to attach to (default: embedded Ray).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON.")] = False,
+) -> None:
+    """Run a sweep: new trials only, resuming where an earlier run stopped."""
+    from hangar.scheduler.driver import SweepRunner, SweepTally
+    from hangar.scheduler.sweep import load_sweep
+    from hangar.store import ResultsStore
+
+    sweep = load_sweep(sweep_file)
+    for problem in sweep.problems:
+        err_console.print(f"[yellow]skipped:[/] {problem}", highlight=False)
+    store = ResultsStore(sweep.config.store)
+
+    def stats(tally: SweepTally) -> str:
+        rate = f"{tally.pass_rate:.0%}" if tally.pass_rate is not None else "-"
+        return f"pass {rate}  cost ${tally.cost_usd:.2f}  retries {tally.retries}"
+
+    progress = Progress(
+        TextColumn(f"[bold]{sweep.id}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err_console,
+        disable=as_json,
+    )
+    bar = progress.add_task("sweep", total=sweep.size, stats="")
+
+    def listen(tally: SweepTally, result: object) -> None:
+        progress.update(bar, completed=tally.finished, stats=stats(tally))
+
+    with progress:
+        tally = SweepRunner(sweep, store, address=address, listener=listen).run()
+    outcome = {
+        "sweep": sweep.id,
+        "total": tally.total,
+        "skipped": tally.skipped,
+        "done": tally.done,
+        "verdicts": dict(tally.verdicts),
+        "cost_usd": round(tally.cost_usd, 6),
+        "retries": tally.retries,
+        "infra_errors_left": tally.lost,
+        "interrupted": tally.interrupted,
+        "store": store._safe_url,
+    }
+    if as_json:
+        console.print_json(json.dumps(outcome))
+    else:
+        console.print(
+            f"{sweep.id}: {tally.finished}/{tally.total} final ({tally.skipped} from earlier "
+            f"runs), verdicts {dict(tally.verdicts)}, ${tally.cost_usd:.2f}",
+            highlight=False,
+        )
+        if tally.lost:
+            console.print(
+                f"{tally.lost} trial(s) still infra_error: run the sweep again to retry them",
+                highlight=False,
+            )
+    raise typer.Exit(130 if tally.interrupted else 1 if tally.lost else 0)
+
+
+@sweep_app.command("check")
+def sweep_check(
+    sweep_file: Annotated[Path, typer.Argument(help="Sweep YAML file.")],
+    deep: Annotated[
+        bool, typer.Option(help="Also check each scenario's revision and image.")
+    ] = True,
+) -> None:
+    """Print the matrix size and the first problems found."""
+    from hangar.paths import cache_dir
+    from hangar.sandbox import sandbox_class
+    from hangar.sandbox.workspace import MirrorCache
+    from hangar.scheduler.sweep import load_sweep
+    from hangar.verifiers.admission import fixture_problems, static_fixture_problems
+
+    sweep = load_sweep(sweep_file)
+    c = sweep.config
+    console.print(
+        f"{sweep.id}: {len(sweep.scenarios)} scenarios x {len(sweep.agents)} agents x "
+        f"{len(c.models)} models x {len(sweep.arms)} arms x {c.repeats} repeats = "
+        f"{sweep.size} trials",
+        highlight=False,
+    )
+    problems = list(sweep.problems)
+    mirrors = MirrorCache(cache_dir() / "mirrors")
+    image_problem = sandbox_class(c.backend).image_problem
+    for loaded in sweep.scenarios:
+        for arm in sweep.arms:
+            found = (
+                fixture_problems(loaded, arm.plugins, mirrors=mirrors, image_problem=image_problem)
+                if deep
+                else static_fixture_problems(loaded, arm.plugins)
+            )
+            problems += [f"{loaded.scenario.id} (arm {arm.name}): {p}" for p in found]
+    for problem in dict.fromkeys(problems):
+        err_console.print(f"[red]x[/] {problem}", highlight=False)
+    raise typer.Exit(1 if problems else 0)
+
+
+@app.command("status")
+def status(
+    sweep: Annotated[str, typer.Argument(help="Sweep file, or a sweep id in --store.")],
+    store: Annotated[
+        str | None, typer.Option(help="Results store URL (default: the sweep's, or local).")
+    ] = None,
+) -> None:
+    """Counts by verdict, model and arm of a sweep's latest attempts."""
+    from hangar.scheduler.sweep import load_sweep
+    from hangar.store import ResultsStore
+
+    total = None
+    sweep_id = sweep
+    if Path(sweep).is_file():
+        loaded = load_sweep(Path(sweep))
+        sweep_id, total, store = loaded.id, loaded.size, store or loaded.config.store
+    results = ResultsStore(store)
+    counts = results.counts(sweep_id)
+    if not counts and total is None:
+        known = ", ".join(results.sweep_ids()[:10]) or "none"
+        err_console.print(f"no results for sweep {sweep_id!r} (sweeps in the store: {known})")
+        raise typer.Exit(1)
+    verdicts = ["pass", "fail", "blocked_setup", "infra_error", "void"]
+    table = Table("model", "arm", *verdicts, "trials", title=f"sweep {sweep_id}")
+    cells: dict[tuple[str, str], dict[str, int]] = {}
+    for verdict, model, arm, n in counts:
+        cells.setdefault((model, arm), {})[verdict] = n
+    for (model, arm), row in sorted(cells.items()):
+        table.add_row(model, arm, *(str(row.get(v, 0)) for v in verdicts), str(sum(row.values())))
+    console.print(table)
+    recorded = sum(n for *_, n in counts)
+    final = sum(n for v, *_, n in counts if v != "infra_error")
+    console.print(
+        f"{final} final"
+        + (f" of {total} trials" if total else "")
+        + f"; {recorded - final} infra_error (retried on the next run)"
+    )
+
+
+@app.command("gc")
+def gc(
+    sweep: Annotated[str | None, typer.Option(help="Only this sweep's sandboxes.")] = None,
+    everything: Annotated[
+        bool, typer.Option("--all", help="Also sandboxes that have not expired yet.")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option(help="Say what would be removed.")] = False,
+) -> None:
+    """Remove leftover sandboxes (expired ones; --all: every one, e.g. after a crash)."""
+    from hangar.cluster.reaper import collect_garbage
+
+    removed = collect_garbage(sweep=sweep, everything=everything, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for item in removed:
+        console.print(
+            f"{verb} {item.id} sweep={item.sweep} trial={item.trial[:16]} expires={item.expires}",
+            highlight=False,
+        )
+    console.print(f"{verb} {len(removed)} sandbox(es)")
+
+
+@cluster_app.command("start")
+def cluster_start(
+    head: Annotated[bool, typer.Option("--head", help="Start the head node.")] = False,
+    sandbox_slots: Annotated[int, typer.Option(help="Trials this node runs at once.")] = 2,
+    port: Annotated[int, typer.Option(help="Head's GCS port.")] = 6379,
+    metrics_port: Annotated[int, typer.Option(help="Port Prometheus scrapes.")] = 8080,
+) -> None:
+    """Start a Ray head node offering sandbox slots."""
+    from hangar.cluster.nodes import run_ray, start_argv
+
+    if not head:
+        raise typer.BadParameter("use --head here, and `hangar cluster join ADDRESS` elsewhere")
+    run_ray(
+        start_argv(head=True, sandbox_slots=sandbox_slots, port=port, metrics_port=metrics_port)
+    )
+    console.print(
+        f"head started with {sandbox_slots} sandbox slots; join workers with "
+        f"`hangar cluster join <this host>:{port}`, run sweeps with "
+        f"`hangar run SWEEP --address <this host>:{port}`",
+        highlight=False,
+    )
+    console.print(
+        f"Prometheus: scrape <each node>:{metrics_port}/metrics, or use Ray's "
+        "service discovery file /tmp/ray/prom_metrics_service_discovery.json",
+        highlight=False,
+    )
+
+
+@cluster_app.command("join")
+def cluster_join(
+    address: Annotated[str, typer.Argument(help="The head's host:port.")],
+    sandbox_slots: Annotated[int, typer.Option(help="Trials this node runs at once.")] = 2,
+    metrics_port: Annotated[int, typer.Option(help="Port Prometheus scrapes.")] = 8080,
+) -> None:
+    """Start a Ray worker node offering sandbox slots and join the head."""
+    from hangar.cluster.nodes import run_ray, start_argv
+
+    run_ray(
+        start_argv(
+            head=False, address=address, sandbox_slots=sandbox_slots, metrics_port=metrics_port
+        )
+    )
+    console.print(
+        f"joined {address} with {sandbox_slots} sandbox slots; metrics on :{metrics_port}/metrics",
+        highlight=False,
+    )
+
+
+@cluster_app.command("stop")
+def cluster_stop() -> None:
+    """Stop this machine's Ray processes."""
+    from hangar.cluster.nodes import stop
+
+    stop()
+    console.print("stopped")

@@ -1,0 +1,373 @@
+"""The results store: sweeps, trials (one row per attempt), checks, baselines.
+
+SQLAlchemy 2 (Core): SQLite by default (WAL mode, so a reader never blocks the driver),
+PostgreSQL for clusters and Grafana. The driver is the only writer. Tables are created
+on first use; a ``hangar_meta`` row holds the schema version, and a store written by a
+newer hangar is refused rather than misread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Engine,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    func,
+    select,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import SQLAlchemyError
+
+from hangar.errors import ConfigError, HangarError
+from hangar.paths import runs_dir
+from hangar.results import CheckOutcome, TrialResult, Usage, Verdict
+
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+sweeps = Table(
+    "sweeps",
+    metadata,
+    Column("id", String(200), primary_key=True),
+    Column("config", JSON, nullable=False),
+    Column("total_trials", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+trials = Table(
+    "trials",
+    metadata,
+    Column("sweep_id", String(200), primary_key=True),
+    Column("trial_key", String(64), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("scenario_id", String(200), nullable=False),
+    Column("scenario_digest", String(64), nullable=False),
+    Column("agent", String(200), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("arm", String(200), nullable=False),
+    Column("repeat", Integer, nullable=False),
+    Column("verdict", String(32), nullable=False),
+    Column("final", Boolean, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("completed", Boolean, nullable=False),
+    Column("agent_exit_code", Integer),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False),
+    Column("duration_s", Float, nullable=False),
+    Column("timings", JSON, nullable=False),
+    Column("tokens_in", BigInteger, nullable=False),
+    Column("tokens_out", BigInteger, nullable=False),
+    Column("tokens_cached", BigInteger, nullable=False),
+    Column("tokens_reasoning", BigInteger, nullable=False),
+    Column("cost_usd", Float, nullable=False),
+    Column("evidence_uri", Text),
+    Column("evidence_sha256", String(64)),
+    Column("node", String(255), nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Index("ix_trials_sweep_final", "sweep_id", "final"),
+    Index("ix_trials_finished", "finished_at"),
+    Index("ix_trials_model_arm", "model", "arm"),
+)
+
+checks = Table(
+    "checks",
+    metadata,
+    Column("sweep_id", String(200), primary_key=True),
+    Column("trial_key", String(64), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("idx", Integer, primary_key=True),
+    Column("requirement", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("evidence", JSON, nullable=False),
+)
+
+baselines = Table(
+    "baselines",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("sweep_id", String(200), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("snapshot", JSON, nullable=False),
+)
+
+meta = Table(
+    "hangar_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+
+class StoreError(HangarError):
+    """The results store cannot be opened or written."""
+
+
+def default_store_url() -> str:
+    """SQLite under the runs folder."""
+    return f"sqlite:///{runs_dir() / 'hangar.db'}"
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+class ResultsStore:
+    """Reads and writes results; open one per process (the driver is the only writer)."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url or default_store_url()
+        try:
+            self.engine = self._engine(self.url)
+            self._migrate()
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot open the results store {self._safe_url}: {exc}") from exc
+
+    @property
+    def _safe_url(self) -> str:
+        """The URL without its password (for messages and logs)."""
+        from sqlalchemy.engine import make_url
+
+        return make_url(self.url).render_as_string(hide_password=True)
+
+    @staticmethod
+    def _engine(url: str) -> Engine:
+        if url.startswith("sqlite:///"):
+            path = url.removeprefix("sqlite:///")
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_engine(url, connect_args={"timeout": 30})
+
+            @event.listens_for(engine, "connect")
+            def _pragmas(conn: Any, _record: Any) -> None:
+                cur = conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA synchronous=NORMAL")
+                cur.close()
+
+            return engine
+        if url.startswith(("postgresql", "postgres")):
+            return create_engine(url, pool_pre_ping=True)
+        raise ConfigError(
+            f"unsupported results store {url!r}: use sqlite:///PATH or postgresql+psycopg://..."
+        )
+
+    def _migrate(self) -> None:
+        metadata.create_all(self.engine)
+        with self.engine.begin() as conn:
+            row = conn.execute(select(meta.c.value).where(meta.c.key == "schema_version")).first()
+            if row is None:
+                conn.execute(meta.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
+            elif int(row.value) > SCHEMA_VERSION:
+                raise StoreError(
+                    f"the results store {self._safe_url} has schema {row.value}, newer than this "
+                    f"hangar's {SCHEMA_VERSION}: upgrade hangar"
+                )
+
+    def _insert(self, table: Table) -> Any:
+        insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        return insert(table)
+
+    # -- sweeps ---------------------------------------------------------------------------
+
+    def ensure_sweep(self, sweep_id: str, config: dict[str, Any], total: int) -> None:
+        """Register the sweep, or refresh its config and size when it runs again."""
+        now = datetime.now(UTC)
+        with self.engine.begin() as conn:
+            stmt = self._insert(sweeps).values(
+                id=sweep_id, config=config, total_trials=total, created_at=now, updated_at=now
+            )
+            conn.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=["id"],
+                    set_={"config": config, "total_trials": total, "updated_at": now},
+                )
+            )
+
+    def sweep_ids(self) -> list[str]:
+        """Every sweep in the store, newest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(sweeps.c.id).order_by(sweeps.c.updated_at.desc()))
+            return [r.id for r in rows]
+
+    # -- trials ---------------------------------------------------------------------------
+
+    def record(self, results: Iterable[TrialResult]) -> int:
+        """Write results in one transaction (a row already there is kept); returns rows."""
+        rows, check_rows = [], []
+        for r in results:
+            rows.append(
+                {
+                    "sweep_id": r.sweep,
+                    "trial_key": r.trial_key,
+                    "attempt": r.attempt,
+                    "scenario_id": r.scenario_id,
+                    "scenario_digest": r.scenario_digest,
+                    "agent": r.agent,
+                    "model": r.model,
+                    "arm": r.arm,
+                    "repeat": r.repeat,
+                    "verdict": r.verdict.value,
+                    "final": r.verdict.final,
+                    "reason": r.reason,
+                    "completed": r.completed,
+                    "agent_exit_code": r.agent_exit_code,
+                    "started_at": r.started_at,
+                    "finished_at": r.finished_at,
+                    "duration_s": r.duration_s,
+                    "timings": r.timings,
+                    "tokens_in": r.usage.input_tokens,
+                    "tokens_out": r.usage.output_tokens,
+                    "tokens_cached": r.usage.cached_input_tokens,
+                    "tokens_reasoning": r.usage.reasoning_tokens,
+                    "cost_usd": r.usage.cost_usd,
+                    "evidence_uri": r.evidence_uri,
+                    "evidence_sha256": r.evidence_sha256,
+                    "node": r.node,
+                    "schema_version": r.schema_version,
+                }
+            )
+            check_rows += [
+                {
+                    "sweep_id": r.sweep,
+                    "trial_key": r.trial_key,
+                    "attempt": r.attempt,
+                    "idx": i,
+                    "requirement": c.requirement,
+                    "status": c.status,
+                    "evidence": list(c.evidence),
+                }
+                for i, c in enumerate(r.checks)
+            ]
+        if not rows:
+            return 0
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(self._insert(trials).on_conflict_do_nothing(), rows)
+                if check_rows:
+                    conn.execute(self._insert(checks).on_conflict_do_nothing(), check_rows)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot write results to {self._safe_url}: {exc}") from exc
+        return len(rows)
+
+    def resume_state(self, sweep_id: str) -> tuple[set[str], dict[str, int]]:
+        """Trial keys with a final verdict, and the last attempt number of every key."""
+        final: set[str] = set()
+        last: dict[str, int] = {}
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(
+                    trials.c.trial_key,
+                    func.max(trials.c.attempt),
+                    func.max(func.cast(trials.c.final, Integer)),
+                )
+                .where(trials.c.sweep_id == sweep_id)
+                .group_by(trials.c.trial_key)
+            )
+            for key, attempt, any_final in rows:
+                last[key] = attempt
+                if any_final:
+                    final.add(key)
+        return final, last
+
+    def counts(self, sweep_id: str) -> list[tuple[str, str, str, int]]:
+        """(verdict, model, arm, trials) of each trial's latest attempt."""
+        latest = self._latest(sweep_id)
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(latest.c.verdict, latest.c.model, latest.c.arm, func.count())
+                .group_by(latest.c.verdict, latest.c.model, latest.c.arm)
+                .order_by(latest.c.model, latest.c.arm, latest.c.verdict)
+            )
+            return [(v, m, a, int(n)) for v, m, a, n in rows]
+
+    def _latest(self, sweep_id: str) -> Any:
+        """Each trial key's latest attempt in the sweep, as a subquery."""
+        last = (
+            select(trials.c.trial_key, func.max(trials.c.attempt).label("attempt"))
+            .where(trials.c.sweep_id == sweep_id)
+            .group_by(trials.c.trial_key)
+            .subquery()
+        )
+        return (
+            select(trials)
+            .join(
+                last,
+                (trials.c.trial_key == last.c.trial_key) & (trials.c.attempt == last.c.attempt),
+            )
+            .where(trials.c.sweep_id == sweep_id)
+            .subquery()
+        )
+
+    def results(self, sweep_id: str, *, all_attempts: bool = False) -> Iterator[TrialResult]:
+        """The sweep's results (each trial's latest attempt unless `all_attempts`)."""
+        source = trials if all_attempts else self._latest(sweep_id)
+        with self.engine.connect() as conn:
+            found: dict[tuple[str, int], list[CheckOutcome]] = {}
+            for c in conn.execute(
+                select(checks).where(checks.c.sweep_id == sweep_id).order_by(checks.c.idx)
+            ):
+                found.setdefault((c.trial_key, c.attempt), []).append(
+                    CheckOutcome(
+                        requirement=c.requirement, status=c.status, evidence=tuple(c.evidence)
+                    )
+                )
+            query = (
+                select(source).where(source.c.sweep_id == sweep_id).order_by(source.c.finished_at)
+            )
+            for row in conn.execute(query):
+                yield _result(row, tuple(found.get((row.trial_key, row.attempt), [])))
+
+
+def _result(row: Any, found: tuple[CheckOutcome, ...]) -> TrialResult:
+    timings = row.timings if isinstance(row.timings, dict) else json.loads(row.timings)
+    return TrialResult(
+        schema_version=row.schema_version,
+        sweep=row.sweep_id,
+        trial_key=row.trial_key,
+        scenario_id=row.scenario_id,
+        scenario_digest=row.scenario_digest,
+        agent=row.agent,
+        model=row.model,
+        arm=row.arm,
+        repeat=row.repeat,
+        attempt=row.attempt,
+        verdict=Verdict(row.verdict),
+        reason=row.reason,
+        completed=row.completed,
+        agent_exit_code=row.agent_exit_code,
+        checks=found,
+        timings=timings,
+        usage=Usage(
+            input_tokens=row.tokens_in,
+            output_tokens=row.tokens_out,
+            cached_input_tokens=row.tokens_cached,
+            reasoning_tokens=row.tokens_reasoning,
+            cost_usd=row.cost_usd,
+        ),
+        evidence_uri=row.evidence_uri,
+        evidence_sha256=row.evidence_sha256,
+        node=row.node,
+        started_at=_aware(row.started_at),
+        finished_at=_aware(row.finished_at),
+    )

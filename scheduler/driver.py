@@ -1,0 +1,327 @@
+"""The sweep driver: fans trials out to Ray and is the single writer of the results store.
+
+- Embedded single-node Ray by default (``ray.init`` with the ``hangar_sandbox``
+  resource); ``address`` attaches to a cluster whose nodes offer that resource.
+- Each trial is a Ray task needing one ``hangar_sandbox`` unit. Ray re-runs a task whose
+  worker or node died (``node_retries``); an ``infra_error`` verdict is sent again with a
+  growing backoff up to ``infra_retries`` times, every attempt recorded; every other
+  verdict is final.
+- A bounded window of in-flight trials (memory stays flat whatever the sweep's size),
+  per-model in-flight caps, and trials already final in the store are skipped (resume).
+- Results are written after every wait, in one transaction for all that finished, so a
+  fast sweep is not slowed by commits and a crash loses nothing already reported.
+- Ctrl-C once: stop submitting and let running trials finish; twice: cancel them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import signal
+import socket
+import time
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+from hangar.cluster.reaper import ensure_reapers
+from hangar.errors import ConfigError, HangarError
+from hangar.paths import default_evidence_url
+from hangar.results import TrialResult, Verdict
+from hangar.scheduler.metrics import metric
+from hangar.scheduler.sweep import Sweep
+from hangar.store import ResultsStore
+from hangar.trial import TrialSpec, lost_result, run_trial
+
+log = logging.getLogger(__name__)
+
+SANDBOX_RESOURCE = "hangar_sandbox"
+
+
+def run_trial_task(spec: TrialSpec) -> TrialResult:
+    """The Ray task: one trial attempt on whichever node has a sandbox slot."""
+    gauge = metric("sandboxes")
+    node = socket.gethostname()
+    gauge.set(1, tags={"node": node})
+    try:
+        return run_trial(spec)
+    finally:
+        gauge.set(0, tags={"node": node})
+
+
+class RayUnavailable(HangarError):
+    """Ray could not be started or reached."""
+
+
+def connect(address: str | None, slots: int) -> int:
+    """Start embedded Ray or attach to `address`; returns the cluster's sandbox slots."""
+    import ray
+
+    if ray.is_initialized():
+        total = int(ray.cluster_resources().get(SANDBOX_RESOURCE, 0))
+        if total:
+            return total
+        raise RayUnavailable("the running Ray has no hangar_sandbox resource")
+    try:
+        if address is None:
+            ray.init(
+                resources={SANDBOX_RESOURCE: slots},
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
+        else:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    except Exception as exc:
+        where = address or "an embedded node"
+        raise RayUnavailable(f"cannot start or reach Ray at {where}: {exc}") from exc
+    total = int(ray.cluster_resources().get(SANDBOX_RESOURCE, 0))
+    if not total:
+        raise RayUnavailable(
+            f"no node of the Ray cluster at {address} offers {SANDBOX_RESOURCE}: start nodes "
+            "with `hangar cluster start --head` / `hangar cluster join ADDRESS`"
+        )
+    return total
+
+
+def sandbox_nodes() -> int:
+    """Alive nodes that offer sandbox slots."""
+    import ray
+
+    return len([n for n in ray.nodes() if n["Alive"] and n["Resources"].get(SANDBOX_RESOURCE)])
+
+
+def check_evidence_reachable(evidence_url: str, nodes: int) -> None:
+    """Refuse a node-local evidence store for a sweep that spans several nodes."""
+    if nodes > 1 and urlparse(evidence_url).scheme in ("", "file"):
+        raise ConfigError(
+            f"the evidence store {evidence_url} is a local folder, but the sweep runs on "
+            f"{nodes} nodes whose workers cannot all write it: use an s3:// evidence store "
+            "(`evidence: s3://bucket/prefix` in the sweep file)"
+        )
+
+
+@dataclass
+class SweepTally:
+    """What a run of a sweep did, for the progress view and the caller."""
+
+    total: int
+    """Trials in the sweep."""
+    skipped: int = 0
+    """Trials already final in the store before this run."""
+    done: int = 0
+    """Trials that reached a final verdict in this run."""
+    verdicts: Counter[str] = field(default_factory=Counter)
+    """Final verdicts seen in this run (and, for pass/fail, before it)."""
+    cost_usd: float = 0.0
+    """Cost of this run's attempts."""
+    retries: int = 0
+    """infra_error attempts sent again."""
+    lost: int = 0
+    """Trials left with infra_error after their last attempt."""
+    interrupted: bool = False
+    """Ctrl-C stopped the run before the end."""
+
+    @property
+    def finished(self) -> int:
+        """Trials final in the store now (before and in this run)."""
+        return self.skipped + self.done
+
+    @property
+    def pass_rate(self) -> float | None:
+        """Passes over passes and fails so far (None before the first)."""
+        judged = self.verdicts["pass"] + self.verdicts["fail"]
+        return self.verdicts["pass"] / judged if judged else None
+
+
+Listener = Callable[[SweepTally, TrialResult | None], None]
+
+
+class SweepRunner:
+    """Runs one sweep to the end (or to Ctrl-C); see the module docstring."""
+
+    def __init__(
+        self,
+        sweep: Sweep,
+        store: ResultsStore,
+        *,
+        address: str | None = None,
+        listener: Listener | None = None,
+        poll_s: float = 0.5,
+    ) -> None:
+        self.sweep = sweep
+        self.store = store
+        self.address = address
+        self.listener = listener or (lambda tally, result: None)
+        self.poll_s = poll_s
+        config = sweep.config
+        self.evidence_url = config.evidence or default_evidence_url()
+        self.policy = config.retry
+        self.caps = config.concurrency.per_model
+        self.tally = SweepTally(total=sweep.size)
+        self._stop = 0
+
+    # -- Ctrl-C ---------------------------------------------------------------------------
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self._stop += 1
+        if self._stop == 1:
+            log.warning("stopping: no new trials; Ctrl-C again to cancel the running ones")
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> SweepTally:
+        """Run the sweep; returns the tally."""
+        import ray
+
+        config = self.sweep.config
+        self.store.ensure_sweep(self.sweep.id, config.model_dump(mode="json"), self.sweep.size)
+        final, last_attempt = self.store.resume_state(self.sweep.id)
+        if len(final) >= self.sweep.size:  # nothing to do: do not start Ray at all
+            self.tally.skipped = self.sweep.size
+            for verdict, _, _, n in self.store.counts(self.sweep.id):
+                self.tally.verdicts[verdict] += n
+            return self.tally
+        slots = connect(self.address, config.concurrency.sandbox_slots)
+        check_evidence_reachable(self.evidence_url, sandbox_nodes())
+        window = config.concurrency.max_in_flight or 2 * slots
+        for verdict, _, _, n in self.store.counts(self.sweep.id):
+            if verdict != Verdict.INFRA_ERROR:
+                self.tally.verdicts[verdict] += n
+        ensure_reapers()
+        task = ray.remote(run_trial_task).options(
+            resources={SANDBOX_RESOURCE: 1},
+            num_cpus=0,
+            max_retries=self.policy.node_retries,
+            retry_exceptions=False,
+        )
+        pending: Iterator[TrialSpec] = iter(self.sweep.trials(self.evidence_url))
+        deferred: dict[str, deque[TrialSpec]] = defaultdict(deque)
+        retries: list[tuple[float, int, TrialSpec]] = []  # heap by ready time
+        tiebreak = itertools.count()
+        in_flight: dict[Any, tuple[TrialSpec, float]] = {}
+        per_model: Counter[str] = Counter()
+        exhausted = False
+        previous = signal.signal(signal.SIGINT, self._on_sigint)
+
+        def room(model: str) -> bool:
+            cap = self.caps.get(model)
+            return cap is None or per_model[model] < cap
+
+        def next_spec() -> TrialSpec | None:
+            nonlocal exhausted
+            now = time.monotonic()
+            if retries and retries[0][0] <= now and room(retries[0][2].model):
+                return heapq.heappop(retries)[2]
+            for model, queue in deferred.items():
+                if queue and room(model):
+                    return queue.popleft()
+            while not exhausted and sum(map(len, deferred.values())) < window:
+                spec = next(pending, None)
+                if spec is None:
+                    exhausted = True
+                    break
+                if spec.trial_key in final:
+                    self.tally.skipped += 1
+                    continue
+                spec = spec.model_copy(update={"attempt": last_attempt.get(spec.trial_key, 0) + 1})
+                if room(spec.model):
+                    return spec
+                deferred[spec.model].append(spec)
+            return None
+
+        try:
+            self.listener(self.tally, None)
+            while True:
+                while self._stop == 0 and len(in_flight) < window:
+                    spec = next_spec()
+                    if spec is None:
+                        break
+                    in_flight[task.remote(spec)] = (spec, time.time())
+                    per_model[spec.model] += 1
+                    metric("in_flight").set(per_model[spec.model], tags={"model": spec.model})
+                idle = not any(deferred.values()) and not retries and exhausted
+                if not in_flight and (idle or self._stop):
+                    break
+                if self._stop >= 2:
+                    for ref in in_flight:
+                        ray.cancel(ref, force=True)
+                    break
+                if not in_flight:
+                    time.sleep(min(self.poll_s, max(0.0, retries[0][0] - time.monotonic())))
+                    continue
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self.poll_s)
+                if ready:
+                    ready, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
+                results = []
+                for ref in ready:
+                    spec, submitted = in_flight.pop(ref)
+                    per_model[spec.model] -= 1
+                    metric("in_flight").set(per_model[spec.model], tags={"model": spec.model})
+                    result = self._collect(ref, spec, submitted)
+                    results.append(result)
+                    if (
+                        result.verdict is Verdict.INFRA_ERROR
+                        and spec.attempt <= self.policy.infra_retries
+                    ):
+                        again = spec.model_copy(update={"attempt": spec.attempt + 1})
+                        ready_at = time.monotonic() + self.policy.backoff(again.attempt)
+                        heapq.heappush(retries, (ready_at, next(tiebreak), again))
+                        self.tally.retries += 1
+                        metric("retries").inc(tags={"model": spec.model})
+                self.store.record(results)
+                for result in results:
+                    self._count(result)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        self.tally.interrupted = self._stop > 0
+        return self.tally
+
+    def _collect(self, ref: Any, spec: TrialSpec, submitted: float) -> TrialResult:
+        from datetime import UTC, datetime
+
+        import ray
+        from ray.exceptions import RayError
+
+        try:
+            result: TrialResult = ray.get(ref)
+        except RayError as exc:
+            # The task died for good (node or worker lost past its retries, cancelled).
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            result = lost_result(
+                spec,
+                f"ray: {type(exc).__name__}: {first}",
+                datetime.fromtimestamp(submitted, UTC),
+            )
+        return result
+
+    def _count(self, result: TrialResult) -> None:
+        tags = {"verdict": result.verdict.value, "model": result.model, "arm": result.arm}
+        metric("trials").inc(tags=tags)
+        metric("duration").observe(
+            result.duration_s, tags={"model": result.model, "verdict": result.verdict.value}
+        )
+        usage = result.usage
+        for kind, n in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cached_input", usage.cached_input_tokens),
+            ("reasoning", usage.reasoning_tokens),
+        ):
+            if n:
+                metric("tokens").inc(n, tags={"model": result.model, "kind": kind})
+        if usage.cost_usd:
+            metric("cost").inc(usage.cost_usd, tags={"model": result.model})
+        self.tally.cost_usd += usage.cost_usd
+        retrying = (
+            result.verdict is Verdict.INFRA_ERROR and result.attempt <= self.policy.infra_retries
+        )
+        if not retrying:
+            self.tally.done += 1
+            self.tally.verdicts[result.verdict.value] += 1
+            if result.verdict is Verdict.INFRA_ERROR:
+                self.tally.lost += 1
+        self.listener(self.tally, result)

@@ -1,0 +1,229 @@
+"""Sweep files and their lazy expansion into trials.
+
+A sweep is scenarios x agents x models x arms x repeats. Scenarios are loaded (and
+digested) once; trials are generated one at a time, in an order that cycles through
+models fastest so that per-model caps rarely stall the driver.
+
+```yaml
+id: statkit-demo                  # default: the file's stem
+scenarios: [median/scenario.yaml, "suites/core/*.yaml", suites/extra/]   # globs or suites
+agents_file: agents.yaml          # and/or inline `agents: {name: {command: ...}}`
+models: [none]
+arms: {control: [], skill: [tdd]}
+repeats: 1
+backend: docker
+store: sqlite:///runs/hangar.db   # or postgresql+psycopg://...
+evidence: file://runs/evidence    # or s3://bucket/prefix
+concurrency: {sandbox_slots: 2, max_in_flight: null, per_model: {}}
+retry: {infra_retries: 2, backoff_s: 2, backoff_max_s: 60}
+```
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from hangar.agents import AgentSpec, load_agents, parse_agent
+from hangar.errors import ConfigError, HangarError
+from hangar.scenario import LoadedScenario, load_scenario, read_yaml
+from hangar.scheduler.keys import Arm, trial_key
+from hangar.trial import TrialSpec
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class Concurrency(BaseModel):
+    """How many trials run at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sandbox_slots: int = Field(default=2, gt=0)
+    """Sandboxes per node (the ``hangar_sandbox`` resource of an embedded Ray node)."""
+    max_in_flight: int | None = Field(default=None, gt=0)
+    """Trials submitted at once (default: twice the cluster's sandbox slots)."""
+    per_model: dict[str, int] = Field(default_factory=dict)
+    """In-flight cap per model id."""
+
+
+class RetryPolicy(BaseModel):
+    """Retries of infra_error trials (agent and verifier outcomes are never retried)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    infra_retries: int = Field(default=2, ge=0)
+    """Extra attempts after an infra_error."""
+    backoff_s: float = Field(default=2.0, ge=0)
+    """Wait before the first retry; doubles each time."""
+    backoff_max_s: float = Field(default=60.0, ge=0)
+    """Longest wait between attempts."""
+    node_retries: int = Field(default=3, ge=0)
+    """Ray re-runs of a task whose worker or node died."""
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait before `attempt` (2 is the first retry)."""
+        return float(min(self.backoff_max_s, self.backoff_s * 2.0 ** max(0, attempt - 2)))
+
+
+class SweepFile(BaseModel):
+    """A sweep file as written (paths relative to it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = None
+    """Sweep id; resume and the store key on it (default: the file's stem)."""
+    scenarios: list[str]
+    """Scenario files, globs or suite folders."""
+    agents: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Inline agents: name -> config."""
+    agents_file: str | None = None
+    """A YAML file of agents (name -> config)."""
+    models: list[str] = Field(default_factory=lambda: ["none"])
+    """Model ids (``none`` for agents that call no model)."""
+    arms: dict[str, list[str]] = Field(default_factory=lambda: {"control": list[str]()})
+    """Arm name -> the scenario plugins it installs."""
+    repeats: int = Field(default=1, gt=0)
+    """Trials per (scenario, agent, model, arm)."""
+    backend: str = "docker"
+    """Sandbox backend."""
+    store: str | None = None
+    """Results store URL (default: sqlite under the runs folder)."""
+    evidence: str | None = None
+    """Evidence store URL (default: file:// under the runs folder)."""
+    evidence_endpoint: str | None = None
+    """S3 endpoint URL (MinIO, Ceph, a local server); default from the AWS settings."""
+    concurrency: Concurrency = Field(default_factory=Concurrency)
+    """Slots, window and caps."""
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    """Retries of infrastructure failures."""
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME.match(value):
+            raise ValueError(f"expected letters, digits, '_', '.', '-', got {value!r}")
+        return value
+
+
+class Sweep(BaseModel):
+    """A loaded sweep: scenarios digested, agents and arms validated."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    id: str
+    """Sweep id."""
+    path: Path | None
+    """The sweep file."""
+    config: SweepFile
+    """The file's content."""
+    scenarios: list[LoadedScenario]
+    """The scenarios, in file order."""
+    agents: dict[str, AgentSpec]
+    """Agents by name."""
+    arms: list[Arm]
+    """Arms."""
+    problems: list[str] = Field(default_factory=list)
+    """Scenario files that could not be loaded (their trials are not expanded)."""
+
+    @property
+    def size(self) -> int:
+        """Number of trials in the matrix."""
+        c = self.config
+        return len(self.scenarios) * len(self.agents) * len(c.models) * len(self.arms) * c.repeats
+
+    def trials(self, evidence_url: str) -> Iterator[TrialSpec]:
+        """The sweep's trials, lazily; models vary fastest, repeats slowest."""
+        c = self.config
+        for repeat in range(c.repeats):
+            for loaded in self.scenarios:
+                for arm in self.arms:
+                    for agent in self.agents.values():
+                        for model in c.models:
+                            yield TrialSpec(
+                                sweep=self.id,
+                                trial_key=trial_key(loaded, agent, model, arm, repeat),
+                                scenario=loaded,
+                                agent=agent,
+                                model=model,
+                                arm=arm.name,
+                                plugins=arm.plugins,
+                                repeat=repeat,
+                                backend=c.backend,
+                                evidence_url=evidence_url,
+                            )
+
+
+def _scenario_files(base: Path, patterns: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for pattern in patterns:
+        target = base / pattern
+        if target.is_dir():  # a suite: its scenario.yaml and *.scenario.yaml files
+            found = sorted({*target.rglob("scenario.yaml"), *target.rglob("*.scenario.yaml")})
+        else:
+            # glob.glob, not Path.glob: a pattern may be absolute
+            found = sorted(Path(p) for p in glob.glob(str(target), recursive=True))  # noqa: PTH207
+        if not found:
+            raise ConfigError(f"scenarios: {pattern!r} matches no file (relative to {base})")
+        files += [p.resolve() for p in found if p.resolve() not in files]
+    return files
+
+
+def load_sweep(path: Path) -> Sweep:
+    """Load and validate a sweep file; errors name the file and the field."""
+    path = path.resolve()
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a sweep file must be a YAML mapping")
+    try:
+        config = SweepFile.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{path}: not a valid sweep"]
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"])
+            lines.append(f"  field `{field}`: {err['msg'].removeprefix('Value error, ')}")
+        raise ConfigError("\n".join(lines)) from None
+    base = path.parent
+    agents: dict[str, AgentSpec] = {}
+    if config.agents_file:
+        agents.update(load_agents(base / config.agents_file))
+    for name, cfg in config.agents.items():
+        agents[name] = parse_agent(name, cfg, str(path))
+    if not agents:
+        raise ConfigError(f"{path}: no agents: give `agents` or `agents_file`")
+    if not config.models:
+        raise ConfigError(f"{path}: `models` is empty")
+    try:
+        arms = [Arm(name=name, plugins=tuple(plugins)) for name, plugins in config.arms.items()]
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: arms: {exc.errors()[0]['msg']}") from None
+    if not arms:
+        raise ConfigError(f"{path}: `arms` is empty (use `control: []` for no plugins)")
+    scenarios: list[LoadedScenario] = []
+    problems: list[str] = []
+    seen: dict[str, Path] = {}
+    for file in _scenario_files(base, config.scenarios):
+        try:
+            loaded = load_scenario(file)
+        except HangarError as exc:
+            problems.append(str(exc))
+            continue
+        sid = loaded.scenario.id
+        if sid in seen:
+            problems.append(f"duplicate scenario id {sid!r}: {seen[sid]} and {file}")
+            continue
+        seen[sid] = file
+        scenarios.append(loaded)
+    return Sweep(
+        id=config.id or path.stem,
+        path=path,
+        config=config,
+        scenarios=scenarios,
+        agents=agents,
+        arms=arms,
+        problems=problems,
+    )
