@@ -1,12 +1,16 @@
 """Thin helpers over ``ray start`` / ``ray stop`` with hangar's resources.
 
 A sandbox node offers ``hangar_sandbox`` slots (how many trials it runs at once) and
-exports metrics on a fixed port so Prometheus can scrape it.
+exports metrics on a fixed port so Prometheus can scrape it. Every node runs with
+Ray's token authentication (``RAY_AUTH_MODE=token``): the head writes the token to
+``~/.ray/auth_token``; copy that file to each worker machine (or set ``RAY_AUTH_TOKEN``)
+before joining, and to the machine the driver runs on.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -34,6 +38,7 @@ def start_argv(
     port: int = 6379,
     metrics_port: int = 8080,
     num_cpus: int | None = None,
+    node_ip: str | None = None,
 ) -> list[str]:
     """The ``ray start`` command line for a head or worker node."""
     argv = [
@@ -51,12 +56,21 @@ def start_argv(
         raise ClusterError("a worker node needs the head's ADDRESS (host:port)")
     if num_cpus is not None:
         argv.append(f"--num-cpus={num_cpus}")
+    if node_ip is not None:
+        argv.append(f"--node-ip-address={node_ip}")
     return argv
+
+
+def ray_env() -> dict[str, str]:
+    """The environment of ``ray`` commands: ours, with token authentication on."""
+    return {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")}
 
 
 def run_ray(argv: list[str]) -> str:
     """Run a ``ray`` command; its output, or a ClusterError with it."""
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, check=False, timeout=300, env=ray_env()
+    )
     if proc.returncode != 0:
         raise ClusterError(f"{' '.join(argv[1:3])} failed:\n{proc.stderr.strip()[-2000:]}")
     return proc.stdout + proc.stderr

@@ -354,7 +354,12 @@ class _Trial:
             self.agent_run = AgentRun(reason="setup used the whole time budget")
         else:
             self.agent_run = run_command_agent(
-                self.spec.agent, sandbox, self.scenario.context, self.trace, budget
+                self.spec.agent,
+                sandbox,
+                self.scenario.context,
+                self.trace,
+                budget,
+                model=self.spec.model,
             )
         self.trace.close(completed=self.agent_run.completed, reason=self.agent_run.reason)
 

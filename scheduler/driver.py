@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import signal
 import socket
 import time
@@ -65,13 +66,17 @@ def connect(address: str | None, slots: int) -> int:
         if total:
             return total
         raise RayUnavailable("the running Ray has no hangar_sandbox resource")
+    # Every node of a hangar cluster authenticates with Ray's token (see hangar.cluster.nodes).
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
     try:
         if address is None:
+            # Embedded: listen on loopback only; a laptop's sweep is nobody else's business.
             ray.init(
                 resources={SANDBOX_RESOURCE: slots},
                 include_dashboard=False,
                 logging_level=logging.WARNING,
                 log_to_driver=False,
+                _node_ip_address="127.0.0.1",
             )
         else:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
@@ -92,6 +97,14 @@ def sandbox_nodes() -> int:
     import ray
 
     return len([n for n in ray.nodes() if n["Alive"] and n["Resources"].get(SANDBOX_RESOURCE)])
+
+
+def evidence_url(url: str | None, endpoint: str | None) -> str:
+    """The evidence URL workers get (an S3 endpoint travels inside it)."""
+    url = url or default_evidence_url()
+    if endpoint and url.startswith("s3://") and "endpoint=" not in url:
+        url += ("&" if "?" in url else "?") + f"endpoint={endpoint}"
+    return url
 
 
 def check_evidence_reachable(evidence_url: str, nodes: int) -> None:
@@ -124,6 +137,8 @@ class SweepTally:
     """Trials left with infra_error after their last attempt."""
     interrupted: bool = False
     """Ctrl-C stopped the run before the end."""
+    peak_in_flight: int = 0
+    """Most trials submitted to Ray at once (never above the window)."""
 
     @property
     def finished(self) -> int:
@@ -158,7 +173,7 @@ class SweepRunner:
         self.listener = listener or (lambda tally, result: None)
         self.poll_s = poll_s
         config = sweep.config
-        self.evidence_url = config.evidence or default_evidence_url()
+        self.evidence_url = evidence_url(config.evidence, config.evidence_endpoint)
         self.policy = config.retry
         self.caps = config.concurrency.per_model
         self.tally = SweepTally(total=sweep.size)
@@ -241,6 +256,7 @@ class SweepRunner:
                     if spec is None:
                         break
                     in_flight[task.remote(spec)] = (spec, time.time())
+                    self.tally.peak_in_flight = max(self.tally.peak_in_flight, len(in_flight))
                     per_model[spec.model] += 1
                     metric("in_flight").set(per_model[spec.model], tags={"model": spec.model})
                 idle = not any(deferred.values()) and not retries and exhausted

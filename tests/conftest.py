@@ -49,3 +49,8 @@ def docker_client():  # type: ignore[no-untyped-def]
 def host_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[os.PathLike[str]]:
     """A host folder outside every sandbox mount."""
     yield tmp_path_factory.mktemp("host")
+
+
+from tests.services import postgres_url, ray_local, s3_endpoint  # noqa: E402
+
+__all__ = ["postgres_url", "ray_local", "s3_endpoint"]

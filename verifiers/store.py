@@ -1,7 +1,7 @@
 """Where evidence bundles are kept: a small interface (`put`, `get`, `exists`).
 
-`file://DIR` is the default store. Keys look like ``<sweep>/<trial key>/<attempt>/bundle.tar.gz``.
-An S3 store implements the same three methods.
+`file://DIR` is the default store; `s3://bucket/prefix` is in `hangar.verifiers.s3`. Keys
+look like ``<sweep>/<trial key>/<attempt>/bundle.tar.gz``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def bundle_key(sweep: str, trial_key: str, attempt: int) -> str:
     return f"{sweep}/{trial_key}/{attempt}/bundle.tar.gz"
 
 
-def _check_key(key: str) -> str:
+def check_key(key: str) -> str:
     p = PurePosixPath(key)
     if p.is_absolute() or ".." in p.parts or not key:
         raise EvidenceStoreError(f"bad store key {key!r}")
@@ -59,7 +59,7 @@ class FileEvidenceStore(EvidenceStore):
         self.root = root.resolve()
 
     def _path(self, key: str) -> Path:
-        return self.root / _check_key(key)
+        return self.root / check_key(key)
 
     def put(self, key: str, source: Path) -> str:
         """Copy atomically: a reader never sees half a bundle."""
@@ -91,18 +91,27 @@ class FileEvidenceStore(EvidenceStore):
 
 
 def open_store(url: str) -> EvidenceStore:
-    """The store behind `url` (``file:///dir``, ``file://relative/dir`` or a plain path)."""
+    """The store behind `url`: ``file:///dir``, a plain path, or ``s3://bucket/prefix``."""
     parsed = urlparse(url)
     if parsed.scheme in ("", "file"):
         raw = unquote(parsed.netloc + parsed.path) if parsed.scheme else url
         return FileEvidenceStore(Path(raw))
-    raise ConfigError(f"unsupported evidence store {url!r}: use file://DIR")
+    if parsed.scheme == "s3":
+        from hangar.verifiers.s3 import S3EvidenceStore
+
+        return S3EvidenceStore.from_url(url)
+    raise ConfigError(f"unsupported evidence store {url!r}: use file://DIR or s3://bucket/prefix")
 
 
-def split_uri(uri: str) -> tuple[EvidenceStore, str]:
+def split_uri(uri: str, endpoint: str | None = None) -> tuple[EvidenceStore, str]:
     """The store and key of a bundle URI (``.../<sweep>/<key>/<attempt>/bundle.tar.gz``)."""
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         path = Path(unquote(parsed.netloc + parsed.path) if parsed.scheme else uri).resolve()
         return FileEvidenceStore(path.parent), path.name
+    if parsed.scheme == "s3":
+        from hangar.verifiers.s3 import S3EvidenceStore
+
+        head, _, name = parsed.path.rpartition("/")
+        return S3EvidenceStore(parsed.netloc, head, endpoint), name
     raise ConfigError(f"unsupported evidence URI {uri!r}")

@@ -1,8 +1,9 @@
 """Command agents: a command line run inside the sandbox as the sandbox user.
 
 The task text is in the file named by ``HANGAR_CONTEXT_FILE`` and in ``HANGAR_CONTEXT``;
-the working directory is the workspace. stdout and stderr go into the trace as they
-arrive. A run is *completed* when the command ends by itself with exit 0 in its time.
+the model id is in ``HANGAR_MODEL``; the working directory is the workspace. stdout and
+stderr go into the trace as they arrive. A run is *completed* when the command ends by
+itself with exit 0 in its time.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def run_command_agent(
     context: str,
     trace: TraceWriter,
     timeout: float,
+    model: str = "none",
 ) -> AgentRun:
     """Run the agent's command in `sandbox`, recording its output into `trace`."""
     context_file = f"{sandbox.spec.home}/.hangar/task.md"
@@ -79,6 +81,7 @@ def run_command_agent(
             env={
                 **agent.env,
                 "HANGAR_CONTEXT": context,
+                "HANGAR_MODEL": model,
                 "HANGAR_CONTEXT_FILE": sandbox.command_path(context_file),
             },
             on_output=trace.output,

@@ -123,6 +123,9 @@ def evidence_verify(
     sha256: Annotated[
         str | None, typer.Option(help="The archive sha256 the result recorded.")
     ] = None,
+    endpoint: Annotated[
+        str | None, typer.Option(help="S3 endpoint URL (default: the AWS settings).")
+    ] = None,
 ) -> None:
     """Recompute every hash in a bundle and say what differs."""
     import tempfile
@@ -130,7 +133,7 @@ def evidence_verify(
     from hangar.verifiers.bundle import verify_bundle
     from hangar.verifiers.store import split_uri
 
-    store, key = split_uri(uri)
+    store, key = split_uri(uri, endpoint)
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / "bundle.tar.gz"
         store.get(key, local)

@@ -1,0 +1,165 @@
+"""The sweep driver on a real embedded Ray: resume, caps, window, retries, Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hangar.results import TrialResult, Verdict
+from hangar.scheduler.driver import SweepRunner, SweepTally
+from hangar.scheduler.sweep import load_sweep
+from hangar.store import ResultsStore
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+TINY = Path(__file__).resolve().parents[1] / "fixtures" / "tiny" / "scenario.yaml"
+
+
+def write_sweep(tmp_path: Path, **overrides: Any) -> Path:
+    """A sweep of the tiny scenario on the local backend, logging agent runs to run.log."""
+    log = tmp_path / "run.log"
+    config: dict[str, Any] = {
+        "id": "drv",
+        "scenarios": [str(TINY)],
+        "agents": {
+            "ok": {
+                "command": f'echo "start $HANGAR_MODEL $(pwd) $(date +%s.%N)" >> {log}'
+                f'; sleep 0.3; echo "end $HANGAR_MODEL $(date +%s.%N)" >> {log}'
+            }
+        },
+        "models": ["m1"],
+        "arms": {"control": [], "noted": ["note"]},
+        "repeats": 1,
+        "backend": "local",
+        "store": f"sqlite:///{tmp_path}/results.db",
+        "evidence": (tmp_path / "evidence").as_uri(),
+        "retry": {"infra_retries": 2, "backoff_s": 0.2, "backoff_max_s": 1},
+    }
+    config.update(overrides)
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def runs(tmp_path: Path) -> list[list[str]]:
+    log = tmp_path / "run.log"
+    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def go(
+    path: Path, listener: Callable[[SweepTally, TrialResult | None], None] | None = None
+) -> tuple[SweepTally, ResultsStore]:
+    sweep = load_sweep(path)
+    store = ResultsStore(sweep.config.store)
+    return SweepRunner(sweep, store, listener=listener, poll_s=0.1).run(), store
+
+
+def test_sweep_runs_then_resumes_without_rerunning(ray_local: None, tmp_path: Path) -> None:
+    path = write_sweep(
+        tmp_path,
+        agents={
+            "ok": {"command": f"echo run $(pwd) >> {tmp_path}/run.log"},
+            "bad": {"command": f"echo run $(pwd) >> {tmp_path}/run.log; exit 3"},
+        },
+        repeats=2,
+    )
+    tally, store = go(path)
+    assert tally.total == 8 and tally.done == 8 and tally.skipped == 0
+    assert tally.verdicts == {"pass": 4, "fail": 4}
+    assert len(runs(tmp_path)) == 8
+    assert sorted(store.counts("drv")) == [
+        ("fail", "m1", "control", 2),
+        ("fail", "m1", "noted", 2),
+        ("pass", "m1", "control", 2),
+        ("pass", "m1", "noted", 2),
+    ]
+    again, _ = go(path)
+    assert again.skipped == 8 and again.done == 0
+    assert len(runs(tmp_path)) == 8, "a finished trial ran again"
+
+
+def test_arm_plugins_reach_the_sandbox(ray_local: None, tmp_path: Path) -> None:
+    path = write_sweep(
+        tmp_path,
+        agents={
+            "look": {
+                "command": f"cat NOTE.md >> {tmp_path}/run.log 2>/dev/null || "
+                f"echo absent >> {tmp_path}/run.log"
+            },
+        },
+    )
+    go(path)
+    assert sorted(" ".join(r) for r in runs(tmp_path)) == ["A note an arm may install.", "absent"]
+
+
+def test_per_model_caps_and_the_window(ray_local: None, tmp_path: Path) -> None:
+    path = write_sweep(
+        tmp_path,
+        models=["m1", "m2"],
+        repeats=3,
+        concurrency={"sandbox_slots": 2, "max_in_flight": 3, "per_model": {"m1": 1}},
+    )
+    tally, _ = go(path)
+    assert tally.done == 12 and tally.verdicts == {"pass": 12}
+    assert tally.peak_in_flight <= 3
+    running, peak = 0, 0
+    events = sorted((float(r[-1]), r[0]) for r in runs(tmp_path) if r[1] == "m1")
+    for _, kind in events:
+        running += 1 if kind == "start" else -1
+        peak = max(peak, running)
+    assert peak == 1, "two m1 trials ran at once despite the cap of 1"
+    assert len([r for r in runs(tmp_path) if r[0] == "start"]) == 12
+
+
+def test_infra_errors_are_retried_then_succeed(ray_local: None, tmp_path: Path) -> None:
+    blocker = tmp_path / "evidence"
+    blocker.write_text("a file where the evidence folder should be")
+    seen: list[TrialResult] = []
+
+    def unblock(tally: SweepTally, result: TrialResult | None) -> None:
+        if result is not None:
+            seen.append(result)
+            if result.verdict is Verdict.INFRA_ERROR and blocker.is_file():
+                blocker.unlink()
+
+    tally, store = go(write_sweep(tmp_path, arms={"control": []}), unblock)
+    assert [(r.attempt, r.verdict.value) for r in seen] == [(1, "infra_error"), (2, "pass")]
+    assert "evidence could not be stored" in seen[0].reason
+    assert tally.retries == 1 and tally.lost == 0 and tally.verdicts == {"pass": 1}
+    assert len(list(store.results("drv", all_attempts=True))) == 2
+
+
+def test_infra_errors_give_up_after_the_policy(ray_local: None, tmp_path: Path) -> None:
+    (tmp_path / "evidence").write_text("never a folder")
+    path = write_sweep(tmp_path, arms={"control": []})
+    tally, store = go(path)
+    attempts = [(r.attempt, r.verdict.value) for r in store.results("drv", all_attempts=True)]
+    assert sorted(attempts) == [(1, "infra_error"), (2, "infra_error"), (3, "infra_error")]
+    assert tally.lost == 1 and tally.retries == 2
+    (tmp_path / "evidence").unlink()
+    again, store = go(path)  # not final, so the next run tries again, numbering on
+    assert again.verdicts["pass"] == 1
+    assert max(r.attempt for r in store.results("drv", all_attempts=True)) == 4
+
+
+def test_ctrl_c_stops_submitting_and_keeps_what_finished(ray_local: None, tmp_path: Path) -> None:
+    path = write_sweep(tmp_path, repeats=4, concurrency={"sandbox_slots": 2, "max_in_flight": 2})
+
+    def interrupt(tally: SweepTally, result: TrialResult | None) -> None:
+        if result is not None and tally.done == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    tally, store = go(path, interrupt)
+    assert tally.interrupted and 1 <= tally.done < 8
+    recorded = len(list(store.results("drv")))
+    assert recorded == tally.done
+    rest, store = go(path)
+    assert rest.skipped == recorded and rest.done == 8 - recorded
+    starts = [r[2] for r in runs(tmp_path) if r[0] == "start"]
+    assert len(starts) == 8 and len(set(starts)) == 8, "a trial ran twice"

@@ -1,0 +1,97 @@
+"""Sweep files: validation, lazy expansion, trial keys, evidence rules."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hangar.errors import ConfigError
+from hangar.scheduler.driver import check_evidence_reachable, evidence_url
+from hangar.scheduler.sweep import RetryPolicy, load_sweep
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def sweep_file(tmp_path: Path, **config: Any) -> Path:
+    shutil.copytree(EXAMPLES, tmp_path / "ex", dirs_exist_ok=True)
+    base: dict[str, Any] = {
+        "scenarios": ["ex/median/scenario.yaml"],
+        "agents_file": "ex/agents.yaml",
+        "models": ["a", "b"],
+        "arms": {"control": []},
+        "repeats": 3,
+    }
+    base.update(config)
+    path = tmp_path / "my-sweep.yaml"
+    path.write_text(yaml.safe_dump(base))
+    return path
+
+
+def test_size_and_lazy_order(tmp_path: Path) -> None:
+    sweep = load_sweep(sweep_file(tmp_path))
+    assert sweep.id == "my-sweep" and sweep.size == 1 * 2 * 2 * 1 * 3
+    trials = sweep.trials("file:///ev")
+    first = list(itertools.islice(trials, 4))
+    assert [t.model for t in first] == ["a", "b", "a", "b"]  # models vary fastest
+    keys = [t.trial_key for t in sweep.trials("file:///ev")]
+    assert len(keys) == len(set(keys)) == 12
+    assert keys == [t.trial_key for t in load_sweep(sweep_file(tmp_path)).trials("x")]
+
+
+def test_trial_key_tracks_agent_and_arm_bytes(tmp_path: Path) -> None:
+    path = sweep_file(tmp_path, arms={"control": []}, models=["a"], repeats=1)
+    before = {t.agent.name: t.trial_key for t in load_sweep(path).trials("x")}
+    agents = tmp_path / "ex" / "agents.yaml"
+    agents.write_text(agents.read_text().replace("no changes made", "still nothing"))
+    after = {t.agent.name: t.trial_key for t in load_sweep(path).trials("x")}
+    assert before["gold"] == after["gold"] and before["noop"] != after["noop"]
+
+
+def test_suite_folder_and_bad_scenarios(tmp_path: Path) -> None:
+    path = sweep_file(tmp_path, scenarios=["ex/"])
+    broken = tmp_path / "ex" / "broken.scenario.yaml"
+    broken.write_text("id: broken\n")
+    sweep = load_sweep(path)
+    assert [s.scenario.id for s in sweep.scenarios] == ["statkit-median-even"]
+    assert len(sweep.problems) == 1 and "broken.scenario.yaml" in sweep.problems[0]
+
+
+@pytest.mark.parametrize(
+    ("config", "words"),
+    [
+        ({"scenarios": ["nothing/*.yaml"]}, "matches no file"),
+        ({"agents_file": None, "agents": {}}, "no agents"),
+        ({"models": []}, "`models` is empty"),
+        ({"repeats": 0}, "field `repeats`"),
+        ({"colour": "blue"}, "field `colour`"),
+        ({"agents": {"x": {"comand": "typo"}}}, "agent 'x' is not valid"),
+    ],
+)
+def test_bad_sweeps_are_named(tmp_path: Path, config: dict[str, Any], words: str) -> None:
+    with pytest.raises(ConfigError, match=words):
+        load_sweep(sweep_file(tmp_path, **config))
+
+
+def test_backoff_grows_and_caps() -> None:
+    policy = RetryPolicy(backoff_s=2, backoff_max_s=10)
+    assert [policy.backoff(a) for a in (2, 3, 4, 5)] == [2, 4, 8, 10]
+
+
+def test_local_evidence_is_refused_on_many_nodes() -> None:
+    check_evidence_reachable("file:///ev", 1)
+    check_evidence_reachable("s3://b/p", 3)
+    with pytest.raises(ConfigError, match="use an s3:// evidence store"):
+        check_evidence_reachable("file:///ev", 2)
+
+
+def test_s3_endpoint_travels_in_the_url() -> None:
+    assert (
+        evidence_url("s3://b/p", "http://127.0.0.1:9000")
+        == "s3://b/p?endpoint=http://127.0.0.1:9000"
+    )
+    assert evidence_url("file:///x", "http://e") == "file:///x"

@@ -1,0 +1,174 @@
+"""Real services for the tests, started by the tests themselves on loopback.
+
+- S3: moto's server mode (``moto_server``) on 127.0.0.1.
+- PostgreSQL: Debian's server binaries, a throwaway cluster (initdb) run as the
+  ``postgres`` user, listening on 127.0.0.1 only.
+- Ray: embedded (`ray.init`) or a real head + worker started with ``ray start``.
+
+Each fixture skips with the reason when its service is missing, and fails instead when
+the service is named in HANGAR_REQUIRE.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import skip_or_fail
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(check: object, timeout: float, what: str) -> None:
+    """Poll `check()` until it is truthy or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():  # type: ignore[operator]
+                return
+        except Exception:  # not up yet
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{what} did not come up within {timeout} s")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A moto S3 server on loopback, with a bucket ``hangar-test``; yields its URL."""
+    exe = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
+    if not Path(exe).exists():
+        skip_or_fail("s3", "moto_server is not installed (pip install 'moto[server]')")
+    port = free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT
+        )
+    url = f"http://127.0.0.1:{port}"
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    try:
+        wait_for(lambda: urllib.request.urlopen(url, timeout=1), 30, "moto_server")
+        import boto3
+
+        boto3.client("s3", endpoint_url=url).create_bucket(Bucket="hangar-test")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _pg_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    return Path(found[-1]).parent if found else None
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A throwaway PostgreSQL on 127.0.0.1; yields a SQLAlchemy URL of database ``hangar``."""
+    bindir = _pg_bin()
+    if bindir is None:
+        skip_or_fail(
+            "postgres",
+            "PostgreSQL server binaries are not installed (Debian: apt-get install postgresql)",
+        )
+    # Not under pytest's folder: the postgres user cannot enter root's private tmp dirs.
+    root = Path(tempfile.mkdtemp(prefix="hangar-test-pg-"))
+    data, sock = root / "data", root / "sock"
+    sock.mkdir()
+    as_postgres: list[str] = []
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        shutil.chown(root, "postgres")
+        shutil.chown(sock, "postgres")
+        as_postgres = ["runuser", "-u", "postgres", "--"]
+    port = free_port()
+    subprocess.run(
+        [
+            *as_postgres,
+            str(bindir / "initdb"),
+            "-D",
+            str(data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            *as_postgres,
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(root / "pg.log"),
+            "-w",
+            "-o",
+            f"-c listen_addresses=127.0.0.1 -p {port} -k {sock} -c fsync=off",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        subprocess.run(
+            [
+                *as_postgres,
+                str(bindir / "createdb"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-U",
+                "postgres",
+                "hangar",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/hangar"
+    finally:
+        subprocess.run(
+            [*as_postgres, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+            capture_output=True,
+        )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[None]:
+    """An embedded single-node Ray with 2 sandbox slots, shared by the session."""
+    try:
+        import ray
+    except ImportError:
+        skip_or_fail("ray", "ray is not installed")
+    if not ray.is_initialized():
+        ray.init(
+            resources={"hangar_sandbox": 2},
+            include_dashboard=False,
+            log_to_driver=False,
+            num_cpus=2,
+            _node_ip_address="127.0.0.1",
+        )
+    yield
+    ray.shutdown()

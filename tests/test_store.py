@@ -1,0 +1,117 @@
+"""The results store, on SQLite and on a real PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import update
+
+from hangar.errors import ConfigError
+from hangar.results import CheckOutcome, TrialResult, Usage, Verdict
+from hangar.store import ResultsStore, StoreError, meta
+
+
+def result(
+    key: str, attempt: int = 1, verdict: Verdict = Verdict.PASS, **kw: object
+) -> TrialResult:
+    start = datetime(2026, 11, 1, 12, 0, tzinfo=UTC) + timedelta(minutes=attempt)
+    fields: dict[str, object] = dict(
+        sweep="sw",
+        trial_key=key,
+        scenario_id="s1",
+        scenario_digest="d" * 64,
+        agent="gold",
+        model="m1",
+        arm="control",
+        attempt=attempt,
+        verdict=verdict,
+        reason="because",
+        completed=True,
+        agent_exit_code=0,
+        checks=(CheckOutcome(requirement="r1", status="pass", evidence=("e.txt",)),),
+        timings={"agent": 1.5},
+        usage=Usage(input_tokens=10, output_tokens=5, cost_usd=0.25),
+        evidence_uri="file:///x",
+        evidence_sha256="a" * 64,
+        node="n1",
+        started_at=start,
+        finished_at=start + timedelta(seconds=3),
+    )
+    fields.update(kw)
+    return TrialResult.model_validate(fields)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> ResultsStore:
+    if request.param == "sqlite":
+        return ResultsStore(f"sqlite:///{tmp_path}/r.db")
+    url: str = request.getfixturevalue("postgres_url")
+    s = ResultsStore(url)
+    with s.engine.begin() as conn:  # a clean slate per test on the shared server
+        for table in ("checks", "trials", "sweeps", "baselines"):
+            conn.exec_driver_sql(f"DELETE FROM {table}")
+    return s
+
+
+def test_roundtrip(store: ResultsStore) -> None:
+    original = result("k1")
+    store.ensure_sweep("sw", {"id": "sw"}, 1)
+    assert store.record([original]) == 1
+    (back,) = store.results("sw")
+    assert back == original
+
+
+def test_record_is_idempotent(store: ResultsStore) -> None:
+    store.record([result("k1")])
+    store.record([result("k1", reason="again")])
+    (back,) = store.results("sw")
+    assert back.reason == "because"
+
+
+def test_resume_state_and_latest_attempt(store: ResultsStore) -> None:
+    store.record(
+        [
+            result("k1", 1, Verdict.INFRA_ERROR),
+            result("k1", 2, Verdict.PASS),
+            result("k2", 1, Verdict.INFRA_ERROR),
+            result("k3", 1, Verdict.FAIL, model="m2"),
+        ]
+    )
+    final, last = store.resume_state("sw")
+    assert final == {"k1", "k3"} and last == {"k1": 2, "k2": 1, "k3": 1}
+    assert sorted(store.counts("sw")) == [
+        ("fail", "m2", "control", 1),
+        ("infra_error", "m1", "control", 1),
+        ("pass", "m1", "control", 1),
+    ]
+    assert len(list(store.results("sw"))) == 3
+    assert len(list(store.results("sw", all_attempts=True))) == 4
+
+
+def test_ensure_sweep_updates(store: ResultsStore) -> None:
+    store.ensure_sweep("sw", {"v": 1}, 3)
+    store.ensure_sweep("sw", {"v": 2}, 5)
+    store.ensure_sweep("other", {"v": 1}, 1)
+    assert set(store.sweep_ids()) == {"sw", "other"}
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/r.db"
+    s = ResultsStore(url)
+    with s.engine.begin() as conn:
+        conn.execute(update(meta).where(meta.c.key == "schema_version").values(value="99"))
+    with pytest.raises(StoreError, match="newer than this hangar"):
+        ResultsStore(url)
+
+
+def test_unsupported_url() -> None:
+    with pytest.raises(ConfigError, match="unsupported results store"):
+        ResultsStore("mysql://x/y")
+
+
+def test_password_never_in_messages() -> None:
+    with pytest.raises(StoreError) as info:
+        ResultsStore("postgresql+psycopg://u:s3cret@127.0.0.1:1/db?connect_timeout=1")
+    assert "s3cret" not in str(info.value)
