@@ -89,6 +89,8 @@ class TrialSpec(BaseModel):
     """Node-local folder for per-trial folders (default: the worker's cache/trials)."""
     cache_root: Path | None = None
     """Node-local cache of repository mirrors (default: the worker's cache folder)."""
+    node: str = ""
+    """Where the trial runs (set by the worker: host name and Ray node id)."""
 
 
 def lost_result(spec: TrialSpec, reason: str, started_at: datetime | None = None) -> TrialResult:
@@ -198,6 +200,7 @@ class _Trial:
             limits=SandboxLimits(cpus=limits.cpus, memory=limits.memory, pids=limits.pids),
             sweep=self.spec.sweep,
             trial=self.spec.trial_key,
+            node=self.spec.node or socket.gethostname(),
             ttl_s=budget + verifier.host_timeout_s + 900,
         )
 
@@ -441,7 +444,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
             checks=trial.judgement.checks if trial.judgement else (),
             timings=trial.timings,
             usage=Usage(),
-            node=socket.gethostname(),
+            node=spec.node or socket.gethostname(),
             started_at=started,
             finished_at=finished,
         )

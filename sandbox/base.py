@@ -41,6 +41,7 @@ LABEL_MANAGED = "hangar.managed"
 LABEL_SWEEP = "hangar.sweep"
 LABEL_TRIAL = "hangar.trial"
 LABEL_EXPIRES = "hangar.expires"
+LABEL_NODE = "hangar.node"
 
 Stream = Literal["stdout", "stderr"]
 #: Called with each chunk of output as it arrives (used to record an agent's trace live).
@@ -126,6 +127,8 @@ class SandboxSpec(BaseModel):
     """Sweep id, for the ``hangar.sweep`` label."""
     trial: str = "adhoc"
     """Trial key, for the ``hangar.trial`` label."""
+    node: str = ""
+    """The node running the trial, for the ``hangar.node`` label."""
     ttl_s: float = Field(default=6 * 3600, gt=0)
     """After this many seconds the reaper may remove the sandbox (``hangar.expires``)."""
     output_limit: int = Field(default=10 * MiB, gt=0)
@@ -143,6 +146,7 @@ class SandboxSpec(BaseModel):
             LABEL_SWEEP: self.sweep,
             LABEL_TRIAL: self.trial,
             LABEL_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            LABEL_NODE: self.node,
         }
 
 

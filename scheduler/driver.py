@@ -44,11 +44,14 @@ SANDBOX_RESOURCE = "hangar_sandbox"
 
 def run_trial_task(spec: TrialSpec) -> TrialResult:
     """The Ray task: one trial attempt on whichever node has a sandbox slot."""
+    import ray
+
     gauge = metric("sandboxes")
     node = socket.gethostname()
     gauge.set(1, tags={"node": node})
+    node_id = ray.get_runtime_context().get_node_id()
     try:
-        return run_trial(spec)
+        return run_trial(spec.model_copy(update={"node": f"{node}/{node_id[:12]}"}))
     finally:
         gauge.set(0, tags={"node": node})
 
@@ -59,6 +62,11 @@ class RayUnavailable(HangarError):
 
 def connect(address: str | None, slots: int) -> int:
     """Start embedded Ray or attach to `address`; returns the cluster's sandbox slots."""
+    if address is not None:
+        # Nodes started by `hangar cluster` authenticate with Ray's token; Ray reads the
+        # mode when it is imported, so this must come first. (Embedded Ray uses a token
+        # by default already.)
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
     import ray
 
     if ray.is_initialized():
@@ -66,8 +74,6 @@ def connect(address: str | None, slots: int) -> int:
         if total:
             return total
         raise RayUnavailable("the running Ray has no hangar_sandbox resource")
-    # Every node of a hangar cluster authenticates with Ray's token (see hangar.cluster.nodes).
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
     try:
         if address is None:
             # Embedded: listen on loopback only; a laptop's sweep is nobody else's business.
@@ -79,7 +85,15 @@ def connect(address: str | None, slots: int) -> int:
                 _node_ip_address="127.0.0.1",
             )
         else:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            # A cluster on this machine's loopback (tests, one-box clusters): the driver's
+            # node is on loopback too, or Ray looks for it on the public interface.
+            local = urlparse(f"//{address}").hostname in ("127.0.0.1", "localhost")
+            ray.init(
+                address=address,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+                **({"_node_ip_address": "127.0.0.1"} if local else {}),
+            )
     except Exception as exc:
         where = address or "an embedded node"
         raise RayUnavailable(f"cannot start or reach Ray at {where}: {exc}") from exc
@@ -190,8 +204,6 @@ class SweepRunner:
 
     def run(self) -> SweepTally:
         """Run the sweep; returns the tally."""
-        import ray
-
         config = self.sweep.config
         self.store.ensure_sweep(self.sweep.id, config.model_dump(mode="json"), self.sweep.size)
         final, last_attempt = self.store.resume_state(self.sweep.id)
@@ -201,6 +213,8 @@ class SweepRunner:
                 self.tally.verdicts[verdict] += n
             return self.tally
         slots = connect(self.address, config.concurrency.sandbox_slots)
+        import ray  # after connect(), which sets Ray's environment first
+
         check_evidence_reachable(self.evidence_url, sandbox_nodes())
         window = config.concurrency.max_in_flight or 2 * slots
         for verdict, _, _, n in self.store.counts(self.sweep.id):

@@ -1,9 +1,6 @@
-"""Shared test plumbing: which services are required, and the docker fixtures.
+"""Shared test plumbing: the docker fixtures and the service fixtures (tests/services.py).
 
-Infrastructure tests skip with a reason when their service is missing, except for
-the services named in ``HANGAR_REQUIRE`` (comma-separated: docker, ray, postgres, s3,
-prometheus, k8s), where the same condition fails the test. CI sets it, so CI can
-never pass by skipping.
+See tests/require.py for how HANGAR_REQUIRE turns a skip into a failure.
 """
 
 from __future__ import annotations
@@ -13,19 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 
-BASE_IMAGE = os.environ.get("HANGAR_TEST_IMAGE", "hangar/base:bookworm")
+from tests.require import BASE_IMAGE, required_services, skip_or_fail
+from tests.services import postgres_url, ray_cluster, ray_local, s3_endpoint
 
-
-def required_services() -> set[str]:
-    """The services named in HANGAR_REQUIRE."""
-    return {s.strip() for s in os.environ.get("HANGAR_REQUIRE", "").split(",") if s.strip()}
-
-
-def skip_or_fail(service: str, reason: str) -> None:
-    """Skip the test, or fail it when `service` is required."""
-    if service in required_services():
-        pytest.fail(f"{service} is required (HANGAR_REQUIRE) but {reason}", pytrace=False)
-    pytest.skip(reason)
+# Credentials for the local S3 server, set before any Ray worker starts: workers keep the
+# environment they were started with. They are fake, and only ever sent to loopback.
+for _name, _value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                      ("AWS_DEFAULT_REGION", "us-east-1")):
+    os.environ.setdefault(_name, _value)
 
 
 @pytest.fixture(scope="session")
@@ -51,6 +43,12 @@ def host_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[os.PathLike[s
     yield tmp_path_factory.mktemp("host")
 
 
-from tests.services import postgres_url, ray_local, s3_endpoint  # noqa: E402
-
-__all__ = ["postgres_url", "ray_local", "s3_endpoint"]
+__all__ = [
+    "BASE_IMAGE",
+    "postgres_url",
+    "ray_cluster",
+    "ray_local",
+    "required_services",
+    "s3_endpoint",
+    "skip_or_fail",
+]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import skip_or_fail
+from tests.require import skip_or_fail
 
 
 def free_port() -> int:
@@ -61,9 +61,6 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT
         )
     url = f"http://127.0.0.1:{port}"
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     try:
         wait_for(lambda: urllib.request.urlopen(url, timeout=1), 30, "moto_server")
         import boto3
@@ -172,3 +169,82 @@ def ray_local() -> Iterator[None]:
         )
     yield
     ray.shutdown()
+
+
+def kill_processes(match: str) -> int:
+    """SIGKILL every process whose command line contains `match` (and its children)."""
+    import psutil
+
+    victims: list[psutil.Process] = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if match in " ".join(proc.info["cmdline"] or []):
+                victims += [proc, *proc.children(recursive=True)]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(victims, timeout=10)
+    return len(victims)
+
+
+class RayCluster:
+    """A head and a worker node on this machine, started with ``ray start``."""
+
+    def __init__(self, temp_dir: Path) -> None:
+        self.temp_dir = temp_dir
+        self.port = free_port()
+        self.worker_port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        from hangar.cluster.nodes import run_ray, start_argv
+
+        common = {"sandbox_slots": 2, "num_cpus": 1, "node_ip": "127.0.0.1"}
+        run_ray(
+            [
+                *start_argv(head=True, port=self.port, metrics_port=free_port(), **common),
+                f"--temp-dir={self.temp_dir}",
+            ]
+        )
+        run_ray(
+            [
+                *start_argv(head=False, address=self.address, metrics_port=free_port(), **common),
+                f"--node-manager-port={self.worker_port}",
+            ]
+        )
+
+    def worker_node_id(self) -> str:
+        """The Ray node id of the worker, read off its raylet's command line."""
+        import psutil
+
+        for proc in psutil.process_iter(["cmdline"]):
+            args = proc.info["cmdline"] or []
+            if f"--node_manager_port={self.worker_port}" in args:
+                return next(a.split("=", 1)[1] for a in args if a.startswith("--node_id="))
+        raise LookupError("the worker's raylet is not running")
+
+    def kill_worker(self) -> int:
+        """Kill the worker node: its raylet and everything under it."""
+        return kill_processes(f"--node_manager_port={self.worker_port}")
+
+    def stop(self) -> None:
+        kill_processes(str(self.temp_dir))
+
+
+@pytest.fixture
+def ray_cluster() -> Iterator[RayCluster]:
+    """A real two-node Ray cluster (head + worker, 2 sandbox slots each) on loopback."""
+    if shutil.which("ray") is None and not (Path(sys.executable).parent / "ray").exists():
+        skip_or_fail("ray", "the ray command is not installed")
+    os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    cluster = RayCluster(Path(tempfile.mkdtemp(prefix="hrc-")))  # short: socket paths
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.temp_dir, ignore_errors=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -63,7 +65,9 @@ def run(
     def listen(tally: SweepTally, result: object) -> None:
         progress.update(bar, completed=tally.finished, stats=stats(tally))
 
-    with progress:
+    # Ray prints its own notices (a node died, a task is retried) on stdout; keep stdout
+    # for hangar's output (the JSON of --json) and send them to stderr with the bar.
+    with progress, contextlib.redirect_stdout(sys.stderr):
         tally = SweepRunner(sweep, store, address=address, listener=listen).run()
     outcome = {
         "sweep": sweep.id,

@@ -1,0 +1,229 @@
+"""Sweeps with every real service: docker, S3 (moto), PostgreSQL, multi-node Ray.
+
+- a docker sweep writing its evidence to S3 and its results to PostgreSQL;
+- a head and a worker node; the worker is killed mid-sweep; every trial still ends
+  with exactly one final verdict, and `hangar gc` leaves no container behind;
+- the driver is killed mid-sweep; the same command finishes the sweep without running
+  a finished trial again (agent runs are counted);
+- a file:// evidence store is refused on a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from hangar.cli import app
+from hangar.scheduler.driver import SweepRunner
+from hangar.scheduler.sweep import load_sweep
+from hangar.store import ResultsStore
+from tests.services import RayCluster, kill_processes, wait_for
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "tests" / "fixtures" / "tiny" / "scenario.yaml"
+HANGAR = str(Path(sys.executable).parent / "hangar")
+
+
+def fresh_db(url: str) -> str:
+    """An empty results store on the shared PostgreSQL server."""
+    store = ResultsStore(url)
+    with store.engine.begin() as conn:
+        for table in ("checks", "trials", "sweeps", "baselines"):
+            conn.exec_driver_sql(f"DELETE FROM {table}")
+    return url
+
+
+def write(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def final_rows(store: ResultsStore, sweep: str) -> Counter[str]:
+    return Counter(r.trial_key for r in store.results(sweep, all_attempts=True) if r.verdict.final)
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+@pytest.mark.postgres
+def test_docker_sweep_to_s3_and_postgres(
+    ray_local: None,
+    docker_client: docker.DockerClient,
+    s3_endpoint: str,
+    postgres_url: str,
+    tmp_path: Path,
+) -> None:
+    path = write(
+        tmp_path / "sweep.yaml",
+        {
+            "id": "s3pg",
+            "scenarios": [str(ROOT / "examples" / "median" / "scenario.yaml")],
+            "agents_file": str(ROOT / "examples" / "agents.yaml"),
+            "repeats": 1,
+            "store": fresh_db(postgres_url),
+            "evidence": "s3://hangar-test/sweeps",
+            "evidence_endpoint": s3_endpoint,
+        },
+    )
+    sweep = load_sweep(path)
+    store = ResultsStore(sweep.config.store)
+    tally = SweepRunner(sweep, store).run()
+    assert tally.verdicts == {"pass": 1, "fail": 1}
+    results = {r.agent: r for r in store.results("s3pg")}
+    assert results["gold"].verdict == "pass" and results["noop"].verdict == "fail"
+    for r in results.values():
+        assert r.evidence_uri and r.evidence_uri.startswith("s3://hangar-test/sweeps/s3pg/")
+        assert "endpoint" not in r.evidence_uri  # the URI names the object, nothing more
+        out = CliRunner().invoke(
+            app,
+            [
+                "evidence",
+                "verify",
+                r.evidence_uri,
+                "--sha256",
+                str(r.evidence_sha256),
+                "--endpoint",
+                s3_endpoint,
+            ],
+        )
+        assert out.exit_code == 0, out.output
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+@pytest.mark.postgres
+def test_worker_node_killed_mid_sweep(
+    s3_endpoint: str,
+    postgres_url: str,
+    ray_cluster: RayCluster,
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+) -> None:
+    store = ResultsStore(fresh_db(postgres_url))
+    path = write(
+        tmp_path / "sweep.yaml",
+        {
+            "id": "nodes",
+            "scenarios": [str(TINY)],
+            "backend": "docker",
+            "agents": {"slow": {"command": "sleep 6; echo done"}},
+            "repeats": 8,
+            "store": postgres_url,
+            "evidence": "s3://hangar-test/nodes",
+            "evidence_endpoint": s3_endpoint,
+        },
+    )
+    driver = subprocess.Popen(
+        [HANGAR, "run", str(path), "--address", ray_cluster.address, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    worker = ray_cluster.worker_node_id()[:12]
+
+    def worker_busy() -> bool:
+        labels = {"label": ["hangar.sweep=nodes", "hangar.node=" + _node_label(worker)]}
+        return bool(docker_client.containers.list(filters=labels))
+
+    wait_for(worker_busy, 180, "a trial on the worker node")
+    assert ray_cluster.kill_worker() > 0
+    out, err = driver.communicate(timeout=600)
+    assert driver.returncode == 0, err[-3000:]
+    try:
+        outcome = json.loads(out)
+    except ValueError:
+        pytest.fail(f"`hangar run --json` printed something else: {out[-2000:]!r}")
+    assert outcome["verdicts"] == {"pass": 8}
+    finals = final_rows(store, "nodes")
+    assert len(finals) == 8 and set(finals.values()) == {1}, "a trial was lost or duplicated"
+    nodes = {r.node.split("/")[-1] for r in store.results("nodes")}
+    assert nodes and worker not in nodes, "results came from the dead worker"
+    leftovers = docker_client.containers.list(all=True, filters={"label": "hangar.sweep=nodes"})
+    assert leftovers, "the kill left no orphan: it did not hit a running trial"
+    gc = CliRunner().invoke(app, ["gc", "--sweep", "nodes", "--all"])
+    assert gc.exit_code == 0 and f"removed {len(leftovers)} sandbox" in gc.output
+    assert not docker_client.containers.list(all=True, filters={"label": "hangar.sweep=nodes"})
+
+
+def _node_label(node_id_prefix: str) -> str:
+    import socket
+
+    return f"{socket.gethostname()}/{node_id_prefix}"
+
+
+@pytest.mark.s3
+def test_local_evidence_is_refused_on_a_cluster(ray_cluster: RayCluster, tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "sweep.yaml",
+        {
+            "id": "refuse",
+            "scenarios": [str(TINY)],
+            "backend": "local",
+            "agents": {"ok": {"command": "true"}},
+            "store": f"sqlite:///{tmp_path}/r.db",
+            "evidence": (tmp_path / "ev").as_uri(),
+        },
+    )
+    proc = subprocess.run(
+        [HANGAR, "run", str(path), "--address", ray_cluster.address],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert "use an s3:// evidence store" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_driver_killed_then_resumed(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    path = write(
+        tmp_path / "sweep.yaml",
+        {
+            "id": "kill",
+            "scenarios": [str(TINY)],
+            "backend": "local",
+            "repeats": 10,
+            "agents": {"ok": {"command": f"echo $(pwd) >> {log}; sleep 1"}},
+            "store": f"sqlite:///{tmp_path}/r.db",
+            "evidence": (tmp_path / "ev").as_uri(),
+            "concurrency": {"sandbox_slots": 2},
+        },
+    )
+    ray_tmp = tempfile.mkdtemp(prefix="hrk-")
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp}
+    store = ResultsStore(f"sqlite:///{tmp_path}/r.db")
+    first = subprocess.Popen(
+        [HANGAR, "run", str(path)], env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    )
+    try:
+        wait_for(lambda: len(list(store.results("kill"))) >= 3, 240, "three finished trials")
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    finally:
+        kill_processes(ray_tmp)  # the embedded Ray the killed driver left behind
+    done_before = {r.trial_key for r in store.results("kill")}
+    assert 3 <= len(done_before) < 10
+    second = subprocess.run(
+        [HANGAR, "run", str(path), "--json"], env=env, capture_output=True, text=True, timeout=600
+    )
+    kill_processes(ray_tmp)
+    assert second.returncode == 0, second.stderr[-3000:]
+    outcome = json.loads(second.stdout)
+    assert outcome["skipped"] == len(done_before) and outcome["done"] == 10 - len(done_before)
+    runs = Counter(Path(line).parent.name[:20] for line in log.read_text().split())
+    for key in done_before:
+        assert runs[key[:20]] == 1, "a trial finished before the kill ran again"
+    assert len(final_rows(store, "kill")) == 10
