@@ -7,7 +7,7 @@ HANGAR  := $(VENV)/bin/hangar
 BASE_IMAGE ?= hangar/base:bookworm
 EXTRAS  ?= dev,s3,postgres,k8s
 
-.PHONY: demo test check fmt venv docker base-image clean
+.PHONY: demo test check fmt venv docker services base-image clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,13 +20,16 @@ venv: $(VENV)/.installed
 docker:
 	scripts/ensure-docker
 
+services:
+	scripts/ensure-services
+
 base-image: venv docker
 	$(HANGAR) image build-base --tag $(BASE_IMAGE)
 
 demo: base-image
 	$(PY) examples/demo.py
 
-test: base-image
+test: base-image services
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 check: venv

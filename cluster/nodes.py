@@ -62,8 +62,13 @@ def start_argv(
 
 
 def ray_env() -> dict[str, str]:
-    """The environment of ``ray`` commands: ours, with token authentication on."""
-    return {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")}
+    """The environment of ``ray`` commands: token authentication, normal worker priority."""
+    return {
+        **os.environ,
+        "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token"),
+        # Trial workers drive the container engine; Ray's default nice 15 starves them.
+        "RAY_worker_niceness": os.environ.get("RAY_worker_niceness", "0"),  # noqa: SIM112
+    }
 
 
 def run_ray(argv: list[str]) -> str:

@@ -19,10 +19,12 @@ import shutil
 import socket
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -37,6 +39,7 @@ from hangar.sandbox.workspace import (
     hand_over,
     make_workspace,
     remove_escaping_links,
+    workspace_state,
 )
 from hangar.scenario import LoadedScenario, PinnedFile, tree_digest
 from hangar.scheduler.keys import Arm, trial_key
@@ -45,14 +48,15 @@ from hangar.verifiers import junit
 from hangar.verifiers.admission import Judgement, fixture_problems, judge
 from hangar.verifiers.bundle import build_bundle
 from hangar.verifiers.commands import (
+    final_state,
     git_state,
-    kill_user_processes,
     place_hidden_files,
     run_verifier_commands,
 )
 from hangar.verifiers.protocol import CommandRecord, VerificationRequest, run_host_script
 from hangar.verifiers.store import bundle_key, open_store
 
+T = TypeVar("T")
 WORKDIR = "/workspace"
 #: uid of the sandbox user in hangar's base image; workspaces are handed to it.
 SANDBOX_UID = 1000
@@ -167,8 +171,38 @@ class _Trial:
         self.trace: TraceWriter | None = None
         self.agent_run = AgentRun()
         self.judgement: Judgement | None = None
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hangar-trial")
+        self.pending: list[Future[Any]] = []
+        self.closing: list[Future[Any]] = []
         self.deadline = time.monotonic() + spec.scenario.scenario.limits.time_s
         self.mirrors = MirrorCache((spec.cache_root or cache_dir()) / "mirrors")
+
+    def background(self, work: Callable[[], T]) -> Future[T]:
+        """Run `work` on the trial's thread pool."""
+        future = self.pool.submit(work)
+        self.pending.append(future)
+        return future
+
+    def tear_down(self, *, wait: bool) -> None:
+        """Stop and remove every sandbox; with `wait`, return only once all are gone.
+
+        Without `wait` the removals finish on the pool's threads after the trial has
+        returned (a Ray worker lives on; the reaper covers one that does not).
+        """
+        starting = [f for f in self.pending if f not in self.closing]
+        for future in starting:  # a sandbox still starting joins self.sandboxes when done
+            with suppress(Exception):
+                future.result()
+        for sandbox in self.sandboxes:
+            with suppress(Exception):
+                sandbox.stop()
+            self.closing.append(self.background(sandbox.close))
+        self.sandboxes.clear()
+        if wait:
+            for future in self.closing:
+                with suppress(Exception):
+                    future.result()
+        self.pool.shutdown(wait=wait)
 
     def remaining(self) -> float:
         """Seconds left of the setup+run budget."""
@@ -242,26 +276,34 @@ class _Trial:
         self.deadline = time.monotonic() + self.scenario.limits.time_s
         with self.phase("prepare"):
             self.prepare()  # on the host, before the workspace is handed to the sandbox user
-            if sandbox_class(self.spec.backend).isolated:  # local commands run as we do
-                hand_over(self.workspace, SANDBOX_UID)
+        with self.phase("initial_status"):
+            if not self.spec.plugins:  # nothing else will touch it before the agent
+                self.write("status-initial.json", workspace_state(self.workspace))
+        if sandbox_class(self.spec.backend).isolated:  # local commands run as we do
+            hand_over(self.workspace, SANDBOX_UID)
         with self.phase("sandbox_up"):
             sandbox = self.start_sandbox()
+        # The verification sandbox starts while the agent works; it runs nothing until
+        # the agent sandbox is gone, and sees only the workspace, as before.
+        verifier_start = self.background(self.start_sandbox)
         with self.phase("plugins"):
             self.install_plugins(sandbox)
-        with self.phase("initial_status"):
-            self.write("status-initial.json", git_state(sandbox, diff=False))
+        if self.spec.plugins:  # plugins may have landed in the workspace
+            with self.phase("initial_status"):
+                self.write("status-initial.json", git_state(sandbox, diff=False))
         with self.phase("agent"):
             self.run_agent(sandbox, self.remaining())
         with self.phase("agent_teardown"):
+            # Kill first (nothing of the agent may run on), remove in the background.
             self.sandboxes.remove(sandbox)
-            sandbox.close()
+            sandbox.stop()
+            self.closing.append(self.background(sandbox.close))
         with self.phase("verifier_sandbox_up"):
-            verifier_box = self.start_sandbox()
+            verifier_box = verifier_start.result()
         with self.phase("final_status"):
-            final = git_state(verifier_box, diff=True)
+            final = final_state(verifier_box)
             self.write("diff.patch", final.pop("diff"))
             self.write("status-final.json", final)
-            kill_user_processes(verifier_box)
         with self.phase("verifier_files"):
             self.write("verifier/hidden-files.json", place_hidden_files(verifier_box, self.loaded))
         with self.phase("verifier_commands"):
@@ -269,7 +311,8 @@ class _Trial:
         with self.phase("verifier_teardown"):
             # Nothing may still write the workspace while the host reads it.
             self.sandboxes.remove(verifier_box)
-            verifier_box.close()
+            verifier_box.stop()
+            self.closing.append(self.background(verifier_box.close))
             self.write("workspace-links-removed.json", remove_escaping_links(self.workspace))
         with self.phase("host_verifier"):
             raw, verifier_error = self.host_verify(commands)
@@ -402,8 +445,13 @@ class _Trial:
         return run.stdout, None
 
 
-def run_trial(spec: TrialSpec) -> TrialResult:
-    """Run one trial attempt and return its result (never raises for a trial's outcome)."""
+def run_trial(spec: TrialSpec, *, wait_teardown: bool = True) -> TrialResult:
+    """Run one trial attempt and return its result (never raises for a trial's outcome).
+
+    With `wait_teardown` (the default) every sandbox is gone when it returns; a Ray
+    worker passes False so that removing containers overlaps the next trial's start.
+    Either way every process in them has been killed before the result exists.
+    """
     started = datetime.now(UTC)
     trial = _Trial(spec)
     shutil.rmtree(trial.folder, ignore_errors=True)
@@ -423,9 +471,8 @@ def run_trial(spec: TrialSpec) -> TrialResult:
     finally:
         if trial.trace is not None and not trial.trace.closed:
             trial.trace.close(completed=False, reason=reason)
-        for sandbox in trial.sandboxes:
-            with trial.phase("teardown_sandbox"), suppress(Exception):
-                sandbox.close()
+        with trial.phase("teardown_sandbox"):
+            trial.tear_down(wait=wait_teardown)
         finished = datetime.now(UTC)
         result = TrialResult(
             sweep=spec.sweep,

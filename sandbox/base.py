@@ -356,6 +356,14 @@ class Sandbox(ABC):
         total size is capped by `spec.read_limit`.
         """
 
+    def stop(self) -> None:
+        """End every process in the sandbox now; `close()` still removes it.
+
+        The default closes the sandbox outright; backends with a faster kill than their
+        removal override it, so a caller can kill at once and remove in the background.
+        """
+        self.close()
+
     @abstractmethod
     def close(self) -> None:
         """Remove the sandbox and everything it made. Safe to call more than once."""

@@ -52,6 +52,8 @@ from hangar.sandbox.base import (
 HOST_MARGIN_S = 15.0
 #: Exit code of a process killed by SIGKILL, as the exec API reports it.
 SIGKILL_EXIT = 137
+#: (image id, user) -> (uid, gid), shared by the sandboxes of this process.
+_USER_IDS: dict[tuple[str, str], tuple[int, int]] = {}
 
 _OOM_COUNT = (
     # cgroup v2, then v1: the kernel's count of OOM kills in this container's cgroup.
@@ -308,13 +310,19 @@ class DockerSandbox(Sandbox):
     # -- files ----------------------------------------------------------------------------
 
     def _sandbox_ids(self) -> tuple[int, int]:
-        """Numeric uid and gid of the sandbox user (archives carry numbers, not names)."""
+        """Numeric uid and gid of the sandbox user (archives carry numbers, not names).
+
+        Looked up once per image and user: an image's users never change.
+        """
         if self._ids is None:
-            res = self.exec(["id", "-u"])
-            res_g = self.exec(["id", "-g"])
-            if not (res.ok and res_g.ok):
-                raise SandboxError(f"cannot resolve user {self.spec.user!r}: {res.stderr}")
-            self._ids = (int(res.stdout), int(res_g.stdout))
+            key = (str(self.container.attrs.get("Image", self.spec.image)), self.spec.user)
+            if key not in _USER_IDS:
+                res = self.exec("id -u; id -g")
+                if not res.ok:
+                    raise SandboxError(f"cannot resolve user {self.spec.user!r}: {res.stderr}")
+                uid, gid = res.stdout.split()
+                _USER_IDS[key] = (int(uid), int(gid))
+            self._ids = _USER_IDS[key]
         return self._ids
 
     def _mkdir(self, path: str) -> None:
@@ -415,6 +423,19 @@ class DockerSandbox(Sandbox):
             extract_untrusted(spool, target, strip=1, limit=self.spec.read_limit)
 
     # -- teardown -------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Kill the container (every process in it dies with its init); keep it to remove."""
+        container = self._container
+        if container is None:
+            return
+        try:
+            container.kill()
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if "is not running" not in str(exc):
+                raise _unavailable(f"kill container {container.id}", exc) from exc
 
     def close(self) -> None:
         """Remove the container (force) and its anonymous volumes; idempotent."""

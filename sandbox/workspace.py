@@ -128,6 +128,13 @@ def make_workspace(cache: MirrorCache, url: str, revision: str, dest: Path) -> N
     (dest / ".git" / "FETCH_HEAD").unlink(missing_ok=True)  # it names the mirror's path
 
 
+def workspace_state(dest: Path) -> dict[str, str]:
+    """HEAD and ``git status --porcelain`` of a workspace nobody but hangar touched yet."""
+    head = _git("rev-parse", "HEAD", cwd=dest).strip()
+    status = _git("status", "--porcelain", "--untracked-files=all", cwd=dest)
+    return {"head": head, "status": status}
+
+
 def remove_escaping_links(root: Path) -> list[dict[str, str]]:
     """Remove every symlink under `root` that points outside it; returns what was removed.
 

@@ -51,7 +51,8 @@ def run_trial_task(spec: TrialSpec) -> TrialResult:
     gauge.set(1, tags={"node": node})
     node_id = ray.get_runtime_context().get_node_id()
     try:
-        return run_trial(spec.model_copy(update={"node": f"{node}/{node_id[:12]}"}))
+        spec = spec.model_copy(update={"node": f"{node}/{node_id[:12]}"})
+        return run_trial(spec, wait_teardown=False)
     finally:
         gauge.set(0, tags={"node": node})
 
@@ -67,6 +68,10 @@ def connect(address: str | None, slots: int) -> int:
         # mode when it is imported, so this must come first. (Embedded Ray uses a token
         # by default already.)
         os.environ.setdefault("RAY_AUTH_MODE", "token")
+    else:
+        # Ray runs workers at nice 15 by default; a trial worker drives the container
+        # engine and should not queue behind it (hangar cluster nodes do the same).
+        os.environ.setdefault("RAY_worker_niceness", "0")
     import ray
 
     if ray.is_initialized():
@@ -92,7 +97,7 @@ def connect(address: str | None, slots: int) -> int:
                 address=address,
                 logging_level=logging.WARNING,
                 log_to_driver=False,
-                **({"_node_ip_address": "127.0.0.1"} if local else {}),
+                _node_ip_address="127.0.0.1" if local else None,
             )
     except Exception as exc:
         where = address or "an embedded node"

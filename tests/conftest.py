@@ -15,8 +15,11 @@ from tests.services import postgres_url, ray_cluster, ray_local, s3_endpoint
 
 # Credentials for the local S3 server, set before any Ray worker starts: workers keep the
 # environment they were started with. They are fake, and only ever sent to loopback.
-for _name, _value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                      ("AWS_DEFAULT_REGION", "us-east-1")):
+for _name, _value in (
+    ("AWS_ACCESS_KEY_ID", "testing"),
+    ("AWS_SECRET_ACCESS_KEY", "testing"),
+    ("AWS_DEFAULT_REGION", "us-east-1"),
+):
     os.environ.setdefault(_name, _value)
 
 

@@ -11,6 +11,7 @@ the service is named in HANGAR_REQUIRE.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -183,10 +184,8 @@ def kill_processes(match: str) -> int:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     for proc in victims:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(victims, timeout=10)
     return len(victims)
 

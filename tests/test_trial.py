@@ -115,6 +115,10 @@ def test_gold_passes_and_noop_fails(run: Runner) -> None:
     assert gold.completed and gold.agent_exit_code == 0
     assert [c.status for c in gold.checks] == ["pass", "pass", "pass"]
     assert "median" in bundle(gold, "diff.patch")
+    final = json.loads(bundle(gold, "status-final.json"))
+    assert final["status"] == " M statkit/stats.py\n"
+    assert final["head"] == "1a6dc25e2e61b7f41b02576bc56b0eadd895cbb2"
+    assert json.loads(bundle(gold, "status-initial.json"))["status"] == ""
     noop = run(AGENTS["noop"].command)
     assert noop.verdict is Verdict.FAIL
     assert "verifier command failed" in noop.reason

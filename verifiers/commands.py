@@ -29,36 +29,48 @@ _GIT = (
 )
 
 
-def git_state(sandbox: Sandbox, *, diff: bool) -> dict[str, str]:
-    """HEAD and ``git status --porcelain`` of the workspace (and the diff, if asked)."""
-    script = f"{_GIT} rev-parse HEAD && {_GIT} status --porcelain --untracked-files=all"
-    head_status = sandbox.exec(script, timeout=120)
-    if not head_status.ok:
-        raise SandboxError(f"git status failed in the sandbox: {head_status.stderr.strip()}")
-    head, _, status = head_status.stdout.partition("\n")
-    state = {"head": head.strip(), "status": status}
+def git_state(sandbox: Sandbox, *, diff: bool, then: str = "") -> dict[str, str]:
+    """HEAD and ``git status --porcelain`` of the workspace, and the diff if asked.
+
+    One exec for all of it (each exec is a round trip to the engine); `then` is shell
+    run after git, in the same exec.
+    """
+    parts = [f"{_GIT} rev-parse HEAD", f"{_GIT} status --porcelain --untracked-files=all"]
     if diff:
-        # A throwaway index, so the workspace's own index is not touched.
-        patch = sandbox.exec(
-            f"export GIT_INDEX_FILE=/tmp/hangar-diff-index.$$; {_GIT} read-tree HEAD && "
-            f"{_GIT} add -A && {_GIT} diff --cached --binary --no-ext-diff --no-textconv HEAD; "
-            "rc=$?; rm -f $GIT_INDEX_FILE; exit $rc",
-            timeout=300,
+        # A throwaway index (in a subshell), so the workspace's own index is not touched.
+        parts.append(
+            "( export GIT_INDEX_FILE=/tmp/hangar-diff-index.$$; "
+            f"{_GIT} read-tree HEAD && {_GIT} add -A && "
+            f"{_GIT} diff --cached --binary --no-ext-diff --no-textconv HEAD; "
+            "rc=$?; rm -f $GIT_INDEX_FILE; exit $rc )"
         )
-        if not patch.ok:
-            raise SandboxError(f"git diff failed in the sandbox: {patch.stderr.strip()}")
-        state["diff"] = patch.stdout
-        state["diff_truncated"] = str(patch.stdout_truncated).lower()
+    script = (
+        "; printf '\\0'; ".join(f"{{ {p} || exit 90; }}" for p in parts)
+        + "; rc=$?; "
+        + (f"{then}; " if then else "")
+        + "exit $rc"
+    )
+    res = sandbox.exec(script, timeout=300)
+    if res.returncode == 90 or (not res.ok and not then):
+        raise SandboxError(f"git failed in the sandbox: {res.stderr.strip()}")
+    fields = res.stdout.split("\0")
+    state = {"head": fields[0].strip(), "status": fields[1] if len(fields) > 1 else ""}
+    if diff:
+        state["diff"] = fields[2] if len(fields) > 2 else ""
+        state["diff_truncated"] = str(res.stdout_truncated).lower()
     return state
 
 
-def kill_user_processes(sandbox: Sandbox) -> None:
-    """Kill every process of the sandbox user (the keeper runs as root and survives).
+def final_state(sandbox: Sandbox) -> dict[str, str]:
+    """Status and diff after the agent; then every process of the sandbox user is killed
+    (git may have run filters an agent declared) and the verifier output folder is made.
 
-    Only in an isolated sandbox: on the local backend it would kill the host's processes.
+    The kill runs only in an isolated sandbox: on the local backend it would kill the
+    host's processes. The keeper of a docker sandbox runs as root and survives it.
     """
-    if sandbox.isolated:
-        sandbox.exec("kill -9 -1 2>/dev/null; true", timeout=30)
+    out = sandbox.command_path(VERIFIER_OUT)
+    then = f"mkdir -p {out}" + ("; kill -9 -1 2>/dev/null; true" if sandbox.isolated else "")
+    return git_state(sandbox, diff=True, then=then)
 
 
 def place_hidden_files(sandbox: Sandbox, loaded: LoadedScenario) -> list[str]:
@@ -86,7 +98,6 @@ def run_verifier_commands(
     spec = loaded.scenario.verifier
     out_dir = artifacts / "verifier" / "commands"
     out_dir.mkdir(parents=True, exist_ok=True)
-    sandbox.exec(["mkdir", "-p", sandbox.command_path(VERIFIER_OUT)], timeout=30)
     records = []
     for i, command in enumerate(spec.commands):
         res = sandbox.exec(

@@ -1,0 +1,128 @@
+"""hangar's overhead per trial against a plain docker + git loop, measured in one run.
+
+N trivial trials (clone a pinned revision, a one-line agent, one verifier command,
+bundle the evidence) through `hangar run` on the docker backend, against a plain script
+doing the same docker and git steps at the same concurrency. Prints both wall times
+and the ratio (target: hangar / plain <= 1.15 at N=100), and hangar's time with Ray's
+one-off start-up taken out (measured by an empty `ray.init`), since a long sweep pays
+that once.
+
+    python benchmarks/overhead.py [--trials 100] [--concurrency 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import docker
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLE = ROOT / "examples" / "repos" / "statkit.bundle"
+REVISION = "1a6dc25e2e61b7f41b02576bc56b0eadd895cbb2"
+IMAGE = "hangar/base:bookworm"
+AGENT = "echo hello > out.txt"
+VERIFY = "test -f statkit/stats.py"
+
+
+def plain_trial(client: docker.DockerClient, work: Path, i: int) -> None:
+    """One trial done by hand: clone, container, agent, verifier, bundle, teardown."""
+    ws = work / f"t{i}" / "workspace"
+    ws.parent.mkdir(parents=True)
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(BUNDLE), str(ws)], check=True)
+    subprocess.run(["git", "-C", str(ws), "checkout", "-q", REVISION], check=True)
+    subprocess.run(["git", "-C", str(ws), "remote", "remove", "origin"], check=True)
+    subprocess.run(["chown", "-R", "1000:1000", str(ws)], check=True)
+    container = client.containers.run(
+        IMAGE,
+        ["sleep", "infinity"],
+        detach=True,
+        network_mode="none",
+        user="agent",
+        working_dir="/workspace",
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        mem_limit="2g",
+        pids_limit=512,
+        init=True,
+        volumes={str(ws): {"bind": "/workspace", "mode": "rw"}},
+    )
+    try:
+        agent = container.exec_run(["bash", "-c", AGENT])
+        verify = container.exec_run(["bash", "-c", VERIFY])
+        (ws.parent / "out.txt").write_bytes(agent.output + verify.output)
+        with tarfile.open(ws.parent / "bundle.tar.gz", "w:gz") as tar:
+            tar.add(ws.parent / "out.txt", arcname="out.txt")
+    finally:
+        container.remove(force=True)
+        shutil.rmtree(ws.parent)
+
+
+def run_plain(trials: int, concurrency: int) -> float:
+    client = docker.from_env(version="auto")
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.monotonic()
+        with ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(lambda i: plain_trial(client, Path(tmp), i), range(trials)))
+        return time.monotonic() - started
+
+
+def run_hangar(trials: int, concurrency: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario = Path(tmp) / "scenario.yaml"
+        shutil.copy(BUNDLE, Path(tmp) / "repo.bundle")
+        scenario.write_text(
+            f"id: bench\nrepository: repo.bundle\nrevision: {REVISION}\nimage: {IMAGE}\n"
+            "context: Write out.txt.\nverifier:\n  host: {builtin: junit}\n"
+            f"  commands: [{VERIFY!r}]\n"
+        )
+        sweep = Path(tmp) / "sweep.yaml"
+        sweep.write_text(
+            f"id: overhead\nscenarios: [scenario.yaml]\nagents: {{a: {{command: {AGENT!r}}}}}\n"
+            f"repeats: {trials}\nbackend: docker\nstore: sqlite:///{tmp}/r.db\n"
+            f"evidence: file://{tmp}/evidence\n"
+            f"concurrency: {{sandbox_slots: {concurrency}}}\n"
+        )
+        started = time.monotonic()
+        subprocess.run(
+            [str(Path(sys.executable).parent / "hangar"), "run", str(sweep), "--json"],
+            check=True,
+            capture_output=True,
+        )
+        return time.monotonic() - started
+
+
+def ray_startup() -> float:
+    code = (
+        "import time, ray; t = time.monotonic(); ray.init(include_dashboard=False, "
+        "_node_ip_address='127.0.0.1'); ray.shutdown(); print(time.monotonic() - t)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--concurrency", type=int, default=2)
+    args = parser.parse_args()
+    plain = run_plain(args.trials, args.concurrency)
+    hangar = run_hangar(args.trials, args.concurrency)
+    startup = ray_startup()
+    print(f"trials={args.trials} concurrency={args.concurrency}")
+    print(f"plain docker+git loop : {plain:7.1f} s  ({args.trials / plain:.2f} trials/s)")
+    print(f"hangar run            : {hangar:7.1f} s  ({args.trials / hangar:.2f} trials/s)")
+    print(f"  of which Ray start-up: {startup:6.1f} s")
+    print(f"ratio hangar/plain    : {hangar / plain:.2f}")
+    print(f"ratio without start-up: {(hangar - startup) / plain:.2f}  (target <= 1.15)")
+
+
+if __name__ == "__main__":
+    main()
