@@ -1,9 +1,12 @@
-"""`make demo`: the example scenario run by two agents, end to end, in real sandboxes.
+"""`make demo`: a real sweep on the embedded defaults.
 
-`gold` applies the known fix and must pass; `noop` changes nothing and must fail. Each
-trial clones the pinned revision, runs the agent in a docker sandbox with the network
-off, runs the hidden tests in a fresh sandbox, judges with the pinned host verifier,
-and stores an evidence bundle. Exits non-zero if either verdict is not the expected one.
+Runs `examples/sweep.yaml` (the statkit scenario, agents `gold` and `noop`, two repeats)
+through the real driver on an embedded Ray: each trial clones the pinned revision, runs
+the agent in a docker sandbox with the network off, runs the hidden tests in a fresh
+sandbox, is judged by the pinned host verifier, and stores its evidence bundle; results
+go to SQLite under ./runs. Prints every result (gold -> pass, noop -> fail) with its
+bundle, and exits non-zero if a verdict is not the expected one. Run it again and the
+sweep resumes: nothing runs twice.
 """
 
 from __future__ import annotations
@@ -11,32 +14,32 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hangar.agents import load_agents
 from hangar.cli import console, print_result
-from hangar.scenario import load_scenario
-from hangar.scheduler.keys import Arm
-from hangar.trial import run_trial, single_trial
+from hangar.scheduler.driver import SweepRunner
+from hangar.scheduler.sweep import load_sweep
+from hangar.store import ResultsStore
 
 HERE = Path(__file__).resolve().parent
 EXPECTED = {"gold": "pass", "noop": "fail"}
 
 
 def main() -> int:
-    """Run gold and noop on the example scenario; 0 when both verdicts are as expected."""
-    loaded = load_scenario(HERE / "median" / "scenario.yaml")
-    agents = load_agents(HERE / "agents.yaml")
-    console.print(f"scenario {loaded.scenario.id} (sha256:{loaded.digest[:16]}...)\n")
-    summary = []
-    for name, want in EXPECTED.items():
-        result = run_trial(single_trial(loaded, agents[name], Arm(name="control")))
+    """Run the example sweep and check every verdict."""
+    sweep = load_sweep(HERE / "sweep.yaml")
+    store = ResultsStore(sweep.config.store)
+    console.print(f"sweep {sweep.id}: {sweep.size} trials, results in {store.url}\n")
+    tally = SweepRunner(sweep, store).run()
+    results = list(store.results(sweep.id))
+    for result in results:
         print_result(result)
-        summary.append((name, result.verdict.value, want))
-    console.print()
-    for name, got, want in summary:
-        mark = "[green]as expected[/]" if got == want else f"[red]expected {want}[/]"
-        console.print(f"{name} -> {got}  {mark}")
+    console.print(f"\n{tally.done} trial(s) ran now, {tally.skipped} were already final (resume)")
+    wrong = [r for r in results if r.verdict.value != EXPECTED[r.agent]]
+    for name, want in EXPECTED.items():
+        got = sorted({r.verdict.value for r in results if r.agent == name})
+        mark = "[green]as expected[/]" if got == [want] else f"[red]expected {want}[/]"
+        console.print(f"{name} -> {', '.join(got)}  {mark}")
     console.print("check a bundle with: hangar evidence verify URI")
-    return 0 if all(got == want for _, got, want in summary) else 1
+    return 1 if wrong or len(results) != sweep.size else 0
 
 
 if __name__ == "__main__":
