@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ class TraceWriter:
         self.path = path
         self.limit = limit
         self._file = path.open("w", encoding="utf-8")
+        # The agent's output and the model relay's calls arrive on different threads.
+        self._lock = threading.RLock()
         self._seq = 0
         self._size = 0
         self._dropped = 0
@@ -43,6 +46,10 @@ class TraceWriter:
 
     def event(self, kind: str, **fields: Any) -> None:
         """Record one event (`ts` is Unix time in seconds, `seq` counts from 0)."""
+        with self._lock:
+            self._event(kind, fields)
+
+    def _event(self, kind: str, fields: dict[str, Any]) -> None:
         if self.closed:
             raise ValueError("the trace is closed")
         line = json.dumps(
@@ -73,12 +80,17 @@ class TraceWriter:
 
     def output(self, stream: Stream, chunk: bytes) -> None:
         """Record a chunk of a command's output (an `OutputCallback`)."""
-        text = self._decoders[stream].decode(chunk)
-        if text:
-            self.event(stream, text=text)
+        with self._lock:
+            text = self._decoders[stream].decode(chunk)
+            if text:
+                self._event(stream, {"text": text})
 
     def close(self, *, completed: bool, reason: str = "") -> str:
         """Write ``trace_end``, close the file and return its sha256 (idempotent)."""
+        with self._lock:
+            return self._close(completed, reason)
+
+    def _close(self, completed: bool, reason: str) -> str:
         if self.sha256 is not None:
             return self.sha256
         for stream, decoder in self._decoders.items():

@@ -29,7 +29,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from hangar.agents import AgentRun, AgentSpec, run_command_agent
-from hangar.errors import ImageNotFound, SandboxError
+from hangar.errors import ConfigError, ImageNotFound, SandboxError
+from hangar.models import ModelSpec
+from hangar.models.relay import FORWARDER, ModelRelay
 from hangar.paths import cache_dir, default_evidence_url
 from hangar.results import TrialResult, Usage, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, sandbox_class
@@ -58,6 +60,10 @@ from hangar.verifiers.store import bundle_key, open_store
 
 T = TypeVar("T")
 WORKDIR = "/workspace"
+#: Where the relay's folder (socket and forwarder) is mounted in the agent sandbox.
+RELAY_MOUNT = "/run/hangar"
+#: The loopback port the forwarder listens on inside a container.
+RELAY_PORT = 4000
 #: uid of the sandbox user in hangar's base image; workspaces are handed to it.
 SANDBOX_UID = 1000
 
@@ -77,6 +83,8 @@ class TrialSpec(BaseModel):
     """The agent."""
     model: str = "none"
     """Model id."""
+    model_spec: ModelSpec | None = None
+    """How to reach the model (None: an agent that calls none)."""
     arm: str = "control"
     """Arm name."""
     plugins: tuple[str, ...] = ()
@@ -122,7 +130,7 @@ def single_trial(
     agent: AgentSpec,
     arm: Arm,
     *,
-    model: str = "none",
+    model: ModelSpec | str = "none",
     repeat: int = 0,
     sweep: str | None = None,
     backend: str = "docker",
@@ -133,12 +141,14 @@ def single_trial(
     Without a sweep id each call gets its own (``adhoc-<UTC time>``), so running the
     same trial again never overwrites the evidence of an earlier run.
     """
+    spec = ModelSpec.model_validate(model)
     return TrialSpec(
         sweep=sweep or datetime.now(UTC).strftime("adhoc-%Y%m%dT%H%M%S.%fZ"),
-        trial_key=trial_key(loaded, agent, model, arm, repeat),
+        trial_key=trial_key(loaded, agent, spec.id, arm, repeat),
         scenario=loaded,
         agent=agent,
-        model=model,
+        model=spec.id,
+        model_spec=spec,
         arm=arm.name,
         plugins=arm.plugins,
         repeat=repeat,
@@ -171,6 +181,9 @@ class _Trial:
         self.trace: TraceWriter | None = None
         self.agent_run = AgentRun()
         self.judgement: Judgement | None = None
+        self.relay: ModelRelay | None = None
+        self.relay_port = RELAY_PORT
+        self.usage = Usage()
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hangar-trial")
         self.pending: list[Future[Any]] = []
         self.closing: list[Future[Any]] = []
@@ -238,8 +251,49 @@ class _Trial:
             ttl_s=budget + verifier.host_timeout_s + 900,
         )
 
-    def start_sandbox(self) -> Sandbox:
-        sandbox = sandbox_class(self.spec.backend)(self.sandbox_spec())
+    def open_relay(self) -> None:
+        """Start the model relay when the trial's model calls a provider (phase 7)."""
+        model = self.spec.model_spec
+        if model is None or model.provider == "none":
+            return
+        relay_dir = self.folder / "relay"
+        relay_dir.mkdir(mode=0o755)
+        shutil.copy(FORWARDER, relay_dir / "forwarder.py")
+        try:
+            self.relay = ModelRelay(relay_dir / "relay.sock", model, timeout_s=model.timeout_s)
+            self.relay.start()
+        except ConfigError as exc:  # the key is missing on this node
+            raise _Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
+
+    def start_forwarder(self, sandbox: Sandbox) -> None:
+        """Start the relay's forwarder in the sandbox; refuse an image that cannot run it."""
+        isolated = sandbox.isolated
+        self.relay_port = RELAY_PORT if isolated else _free_port()
+        res = sandbox.exec(
+            [
+                "python3",
+                sandbox.command_path(f"{RELAY_MOUNT}/forwarder.py"),
+                str(self.relay_port),
+                sandbox.command_path(f"{RELAY_MOUNT}/relay.sock"),
+            ],
+            timeout=30,
+            user="root" if isolated else None,  # root: the agent cannot kill it
+        )
+        if res.returncode in (126, 127):
+            raise _Outcome(
+                Verdict.BLOCKED_SETUP,
+                f"image {self.scenario.image!r} has no python3, which the model relay's "
+                "forwarder needs: add python3 to the image",
+            )
+        if not res.ok:
+            raise SandboxError(f"the relay forwarder did not start: {res.stderr.strip()}")
+
+    def start_sandbox(self, relay: bool = False) -> Sandbox:
+        spec = self.sandbox_spec()
+        if relay:  # the agent sandbox only: verification never talks to a model
+            mount = Mount(source=self.folder / "relay", target=RELAY_MOUNT, read_only=True)
+            spec = spec.model_copy(update={"mounts": (*spec.mounts, mount)})
+        sandbox = sandbox_class(self.spec.backend)(spec)
         self.sandboxes.append(sandbox)
         try:
             sandbox.start()
@@ -281,8 +335,12 @@ class _Trial:
                 self.write("status-initial.json", workspace_state(self.workspace))
         if sandbox_class(self.spec.backend).isolated:  # local commands run as we do
             hand_over(self.workspace, SANDBOX_UID)
+        with self.phase("relay_up"):
+            self.open_relay()
         with self.phase("sandbox_up"):
-            sandbox = self.start_sandbox()
+            sandbox = self.start_sandbox(relay=self.relay is not None)
+            if self.relay is not None:
+                self.start_forwarder(sandbox)
         # The verification sandbox starts while the agent works; it runs nothing until
         # the agent sandbox is gone, and sees only the workspace, as before.
         verifier_start = self.background(self.start_sandbox)
@@ -324,6 +382,7 @@ class _Trial:
                 case=self.scenario.id,
                 trace_sha256=self.trace.sha256,
                 completed=self.agent_run.completed,
+                incomplete_reason=self.agent_run.reason,
                 checklist=self.scenario.verifier.checklist,
                 artifacts=self.artifacts,
                 commands=commands,
@@ -396,18 +455,45 @@ class _Trial:
 
     def run_agent(self, sandbox: Sandbox, budget: float) -> None:
         self.trace = TraceWriter(self.artifacts / "trace.jsonl")
-        if budget <= 0:
-            self.agent_run = AgentRun(reason="setup used the whole time budget")
-        else:
-            self.agent_run = run_command_agent(
-                self.spec.agent,
-                sandbox,
-                self.scenario.context,
-                self.trace,
-                budget,
-                model=self.spec.model,
-            )
+        env: dict[str, str] = {}
+        if self.relay is not None:
+            self.relay.trace = self.trace
+            env = self.relay.agent_env(self.relay_port)
+        try:
+            if budget <= 0:
+                self.agent_run = AgentRun(reason="setup used the whole time budget")
+            else:
+                self.agent_run = run_command_agent(
+                    self.spec.agent,
+                    sandbox,
+                    self.scenario.context,
+                    self.trace,
+                    budget,
+                    model=self.spec.model,
+                    env=env,
+                )
+        finally:
+            self.close_relay()
         self.trace.close(completed=self.agent_run.completed, reason=self.agent_run.reason)
+
+    def close_relay(self) -> None:
+        """Stop the relay; its metered usage is the trial's; its errors join the reason."""
+        relay, self.relay = self.relay, None
+        if relay is None:
+            return
+        relay.stop()
+        self.usage = relay.usage
+        self.write(
+            "relay.json",
+            {
+                "calls": relay.calls,
+                "refused": relay.refused,
+                "errors": relay.errors,
+                "usage": relay.usage.model_dump(),
+            },
+        )
+        if relay.errors and not self.agent_run.completed:
+            self.agent_run.reason += f"; model relay: {relay.errors[-1]}"
 
     def host_verify(self, commands: list[CommandRecord]) -> tuple[str, str | None]:
         """Run the host verifier: its printed output, and what went wrong running it."""
@@ -490,7 +576,7 @@ def run_trial(spec: TrialSpec, *, wait_teardown: bool = True) -> TrialResult:
             agent_exit_code=trial.agent_run.exit_code,
             checks=trial.judgement.checks if trial.judgement else (),
             timings=trial.timings,
-            usage=Usage(),
+            usage=trial.usage,
             node=spec.node or socket.gethostname(),
             started_at=started,
             finished_at=finished,
@@ -516,6 +602,12 @@ def run_trial(spec: TrialSpec, *, wait_teardown: bool = True) -> TrialResult:
             "timings": dict(trial.timings),
         }
     )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _store_bundle(trial: _Trial) -> tuple[str, str]:

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hangar.agents import AgentSpec, load_agents, parse_agent
 from hangar.errors import ConfigError, HangarError
+from hangar.models import ModelSpec
 from hangar.scenario import LoadedScenario, load_scenario, read_yaml
 from hangar.scheduler.keys import Arm, trial_key
 from hangar.trial import TrialSpec
@@ -83,8 +84,10 @@ class SweepFile(BaseModel):
     """Inline agents: name -> config."""
     agents_file: str | None = None
     """A YAML file of agents (name -> config)."""
-    models: list[str] = Field(default_factory=lambda: ["none"])
-    """Model ids (``none`` for agents that call no model)."""
+    models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec(id="none")])
+    """Models: ids, or full specs (see `hangar.models`); ``none`` for no model."""
+    budget_usd: float | None = Field(default=None, gt=0)
+    """Stop scheduling new trials once this much has been spent (this run and earlier)."""
     arms: dict[str, list[str]] = Field(default_factory=lambda: {"control": list[str]()})
     """Arm name -> the scenario plugins it installs."""
     repeats: int = Field(default=1, gt=0)
@@ -146,10 +149,11 @@ class Sweep(BaseModel):
                         for model in c.models:
                             yield TrialSpec(
                                 sweep=self.id,
-                                trial_key=trial_key(loaded, agent, model, arm, repeat),
+                                trial_key=trial_key(loaded, agent, model.id, arm, repeat),
                                 scenario=loaded,
                                 agent=agent,
-                                model=model,
+                                model=model.id,
+                                model_spec=model,
                                 arm=arm.name,
                                 plugins=arm.plugins,
                                 repeat=repeat,

@@ -17,5 +17,6 @@ for package, folder in sorted(mapping.items()):
     dest = tree.joinpath(*package.split("."))
     dest.mkdir(parents=True, exist_ok=True)
     for source in (root / folder).iterdir():
-        if source.suffix in (".py", ".pyi") or source.name == "py.typed":
+        nested = source.is_dir() and (source / "__init__.py").exists()
+        if nested or source.suffix in (".py", ".pyi") or source.name == "py.typed":
             (dest / source.name).symlink_to(source)

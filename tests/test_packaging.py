@@ -69,3 +69,16 @@ def test_wheel_install_imports_everything(wheel: Path, tmp_path: Path) -> None:
         [str(venv / "bin" / "hangar"), "version"], capture_output=True, text=True, timeout=120
     )
     assert cli.returncode == 0 and "hangar" in cli.stdout
+
+
+def test_every_package_folder_is_listed() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed, mapping = set(config["packages"]), config["package-dir"]
+    found = set()
+    for package, folder in mapping.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((package, *rel)))
+    assert found <= listed, f"packages missing from pyproject.toml: {sorted(found - listed)}"

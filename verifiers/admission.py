@@ -146,6 +146,7 @@ def judge(
     raw: str,
     *,
     verifier_error: str | None = None,
+    incomplete_reason: str = "",
     case: str,
     trace_sha256: str,
     completed: bool,
@@ -157,6 +158,7 @@ def judge(
     """Admit a host verifier's printed output (see the module docstring).
 
     `verifier_error` says the verifier crashed or hung; its output is then not read.
+    `incomplete_reason` says why the agent's run did not complete.
     """
     if canaries_found:
         return Judgement(
@@ -173,7 +175,8 @@ def judge(
         )
         reasons += _verification_problems(verification, case, trace_sha256, checklist, artifacts)
     if not completed:
-        reasons.append("incomplete run: the agent did not finish, so the trial cannot pass")
+        why = f" ({incomplete_reason})" if incomplete_reason else ""
+        reasons.append(f"incomplete run{why}: the agent did not finish, so the trial cannot pass")
     for record in commands:
         if record.exit_code != 0 or record.timed_out:
             how = "timed out" if record.timed_out else f"exited {record.exit_code}"

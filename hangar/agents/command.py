@@ -69,6 +69,7 @@ def run_command_agent(
     trace: TraceWriter,
     timeout: float,
     model: str = "none",
+    env: dict[str, str] | None = None,
 ) -> AgentRun:
     """Run the agent's command in `sandbox`, recording its output into `trace`."""
     context_file = f"{sandbox.spec.home}/.hangar/task.md"
@@ -80,6 +81,7 @@ def run_command_agent(
             timeout=timeout,
             env={
                 **agent.env,
+                **(env or {}),
                 "HANGAR_CONTEXT": context,
                 "HANGAR_MODEL": model,
                 "HANGAR_CONTEXT_FILE": sandbox.command_path(context_file),

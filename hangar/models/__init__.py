@@ -1,0 +1,108 @@
+"""Models: what a trial calls, where its key comes from, what it costs.
+
+A sweep names models by id (``gpt-4o-mini``) or in full:
+
+```yaml
+models:
+  - none                          # agents that call no model
+  - gpt-4o-mini                   # provider guessed: claude-* is anthropic, the rest openai
+  - id: my-model
+    provider: openai              # openai (any OpenAI-compatible endpoint) | anthropic
+    base_url: http://127.0.0.1:8000/v1   # vLLM, Ollama, a gateway, the scripted server
+    api_key_env: MY_GATEWAY_KEY   # the host variable holding the key
+    api: chat                     # chat | responses | messages (what chat agents use)
+    price: {input: 0.15, output: 0.60, cached_input: 0.075}   # USD per 1M tokens
+```
+
+Keys come only from the host environment, on every node that runs trials: they never
+enter a sandbox, a result, a bundle or a log. A missing key is an error before any trial
+starts.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from hangar.errors import ConfigError
+from hangar.models.pricing import Price
+
+NO_MODEL = "none"
+_DEFAULT_BASE = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
+_DEFAULT_KEY = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+_DEFAULT_API = {"openai": "chat", "anthropic": "messages"}
+
+
+class ModelSpec(BaseModel):
+    """One model a sweep runs against."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    """Model id as the provider knows it (``none``: no model)."""
+    provider: Literal["openai", "anthropic", "none"] = "openai"
+    """API family; ``openai`` covers every OpenAI-compatible endpoint."""
+    base_url: str | None = None
+    """Endpoint (default: the provider's public API)."""
+    api_key_env: str | None = None
+    """Host environment variable with the key (default OPENAI_API_KEY / ANTHROPIC_API_KEY)."""
+    api: Literal["chat", "responses", "messages"] | None = None
+    """The API chat agents use (default: chat for openai, messages for anthropic)."""
+    price: Price | None = None
+    """USD per 1M tokens; default: the genai-prices table."""
+    price_provider: str | None = None
+    """Provider id for the price table, when it differs from `provider` (e.g. a gateway)."""
+    timeout_s: float = Field(default=600.0, gt=0)
+    """Longest wait for one model call before the agent gets a 504."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            data = {"id": data}
+        if isinstance(data, dict) and "provider" not in data:
+            mid = str(data.get("id", ""))
+            data = {
+                **data,
+                "provider": "none"
+                if mid == NO_MODEL
+                else "anthropic"
+                if mid.startswith("claude")
+                else "openai",
+            }
+        return data
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL requests go to."""
+        return (self.base_url or _DEFAULT_BASE.get(self.provider, "")).rstrip("/")
+
+    @property
+    def key_env(self) -> str:
+        """The environment variable holding the key."""
+        return self.api_key_env or _DEFAULT_KEY.get(self.provider, "")
+
+    @property
+    def chat_api(self) -> str:
+        """The API a chat agent uses."""
+        return self.api or _DEFAULT_API.get(self.provider, "chat")
+
+    def api_key(self) -> str:
+        """The key, from this host's environment; a clear error when it is not set."""
+        key = os.environ.get(self.key_env, "")
+        if not key:
+            raise ConfigError(
+                f"model {self.id!r} needs its API key in the environment variable "
+                f"{self.key_env}, which is not set on this machine (set it, or name another "
+                "variable with `api_key_env` in the sweep)"
+            )
+        return key
+
+
+def check_keys(models: list[ModelSpec]) -> None:
+    """Every model that calls a provider has its key here (before any trial starts)."""
+    for model in models:
+        if model.provider != "none":
+            model.api_key()

@@ -1,0 +1,467 @@
+"""A scripted model server for tests and the demo: no model API is needed.
+
+It speaks OpenAI Chat Completions (``/v1/chat/completions``), OpenAI Responses
+(``/v1/responses``) and Anthropic Messages (``/v1/messages``), streaming and not, and
+answers from a script file:
+
+```yaml
+conversations:
+  - match: statkit          # a substring of the conversation's first user message (optional)
+    model: scripted-gold    # only for this model id (optional)
+    replies:                # reply N answers a conversation with N earlier replies
+      - tool_calls: [{name: bash, arguments: {command: "cat statkit/stats.py"}}]
+        usage: {input: 120, output: 30, cached: 20, reasoning: 5}
+      - content: "Fixed."
+        usage: {input: 300, output: 12}
+      - status: 429           # or fail once with an HTTP status
+      - delay_s: 5            # or answer slowly
+        content: "..."
+      - drop: true            # or cut the stream off half way
+```
+
+The server is stateless: which reply comes next is read off the request's own history
+(the number of assistant turns in it), so any number of trials can share it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hangar.scenario import read_yaml
+
+
+class ScriptedUsage(BaseModel):
+    """Token counts a scripted reply reports."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: int = 10
+    """Prompt tokens (cached included)."""
+    output: int = 5
+    """Completion tokens (reasoning included)."""
+    cached: int = 0
+    """Prompt tokens from the cache."""
+    reasoning: int = 0
+    """Reasoning tokens."""
+
+
+class ToolCall(BaseModel):
+    """A tool call the scripted model makes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    """Tool name."""
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    """Its arguments."""
+
+
+class Reply(BaseModel):
+    """One scripted answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = ""
+    """Text of the answer."""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    """Tool calls of the answer."""
+    usage: ScriptedUsage = Field(default_factory=ScriptedUsage)
+    """What it reports as usage."""
+    status: int = 200
+    """An HTTP error status instead of an answer."""
+    delay_s: float = 0.0
+    """Wait this long before answering."""
+    drop: bool = False
+    """Close the connection half way through a streamed answer."""
+
+
+class Conversation(BaseModel):
+    """A scripted conversation and which requests it answers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    match: str = ""
+    """A substring of the first user message ('' matches every conversation)."""
+    model: str | None = None
+    """Only requests for this model id."""
+    replies: list[Reply]
+    """Replies in order; past the end, the last one repeats."""
+
+
+class Script(BaseModel):
+    """A script file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conversations: list[Conversation]
+    """Tried in order; the first that matches answers."""
+
+    @classmethod
+    def load(cls, path: Path) -> Script:
+        """Read a script YAML file."""
+        return cls.model_validate(read_yaml(path))
+
+    def reply(self, model: str, first_user: str, turn: int) -> Reply:
+        """The reply to a request (see the module docstring)."""
+        for conv in self.conversations:
+            if conv.model not in (None, model) or conv.match not in first_user:
+                continue
+            return conv.replies[min(turn, len(conv.replies) - 1)]
+        return Reply(content=f"(no scripted conversation for model {model!r})")
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def _conversation(path: str, body: dict[str, Any]) -> tuple[str, int]:
+    """(first user text, number of earlier assistant turns) of a request."""
+    if path.endswith("/responses"):
+        items = body.get("input")
+        if isinstance(items, str):
+            return items, 0
+        items = items or []
+        first = next(
+            (
+                _text(i.get("content"))
+                for i in items
+                if isinstance(i, dict) and i.get("role") == "user"
+            ),
+            "",
+        )
+        turns, previous = 0, None
+        for item in items:
+            kind = item.get("type") or ("message" if "role" in item else None)
+            is_model = item.get("role") == "assistant" or kind in ("function_call", "reasoning")
+            if is_model and previous != "model":
+                turns += 1
+            previous = "model" if is_model else "other"
+        return (first or str(body.get("instructions", ""))), turns
+    messages = body.get("messages") or []
+    first = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+    return first, sum(1 for m in messages if m.get("role") == "assistant")
+
+
+# -- rendering in each API's shape -----------------------------------------------------------
+
+
+def _chat(reply: Reply, model: str) -> dict[str, Any]:
+    u = reply.usage
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {"name": t.name, "arguments": json.dumps(t.arguments)},
+            }
+            for t in reply.tool_calls
+        ]
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:16]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": u.input,
+            "completion_tokens": u.output,
+            "total_tokens": u.input + u.output,
+            "prompt_tokens_details": {"cached_tokens": u.cached},
+            "completion_tokens_details": {"reasoning_tokens": u.reasoning},
+        },
+    }
+
+
+def _chat_stream(reply: Reply, model: str, include_usage: bool) -> Iterator[dict[str, Any]]:
+    full = _chat(reply, model)
+    base = {k: full[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    yield base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+    for piece in _pieces(reply.content):
+        yield base | {"choices": [{"index": 0, "delta": {"content": piece}}]}
+    for i, call in enumerate(full["choices"][0]["message"].get("tool_calls", [])):
+        yield base | {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": i,
+                                "id": call["id"],
+                                "type": "function",
+                                "function": {
+                                    "name": call["function"]["name"],
+                                    "arguments": call["function"]["arguments"],
+                                },
+                            }
+                        ]
+                    },
+                }
+            ]
+        }
+    yield base | {
+        "choices": [{"index": 0, "delta": {}, "finish_reason": full["choices"][0]["finish_reason"]}]
+    }
+    if include_usage:
+        yield base | {"choices": [], "usage": full["usage"]}
+
+
+def _responses(reply: Reply, model: str) -> dict[str, Any]:
+    u = reply.usage
+    output: list[dict[str, Any]] = []
+    if reply.content:
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{uuid.uuid4().hex[:12]}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": reply.content, "annotations": []}],
+            }
+        )
+    for t in reply.tool_calls:
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{uuid.uuid4().hex[:12]}",
+                "call_id": f"call_{uuid.uuid4().hex[:12]}",
+                "name": t.name,
+                "arguments": json.dumps(t.arguments),
+                "status": "completed",
+            }
+        )
+    return {
+        "id": f"resp_{uuid.uuid4().hex[:16]}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": model,
+        "status": "completed",
+        "output": output,
+        "usage": {
+            "input_tokens": u.input,
+            "output_tokens": u.output,
+            "total_tokens": u.input + u.output,
+            "input_tokens_details": {"cached_tokens": u.cached},
+            "output_tokens_details": {"reasoning_tokens": u.reasoning},
+        },
+    }
+
+
+def _responses_stream(reply: Reply, model: str) -> Iterator[dict[str, Any]]:
+    full = _responses(reply, model)
+    pending = full | {"status": "in_progress", "output": [], "usage": None}
+    yield {"type": "response.created", "response": pending}
+    for index, item in enumerate(full["output"]):
+        yield {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": item | ({"content": []} if item["type"] == "message" else {}),
+        }
+        if item["type"] == "message":
+            for piece in _pieces(reply.content):
+                yield {
+                    "type": "response.output_text.delta",
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "content_index": 0,
+                    "delta": piece,
+                }
+        yield {"type": "response.output_item.done", "output_index": index, "item": item}
+    yield {"type": "response.completed", "response": full}
+
+
+def _anthropic(reply: Reply, model: str) -> dict[str, Any]:
+    u = reply.usage
+    content: list[dict[str, Any]] = []
+    if reply.content:
+        content.append({"type": "text", "text": reply.content})
+    for t in reply.tool_calls:
+        content.append(
+            {
+                "type": "tool_use",
+                "id": f"toolu_{uuid.uuid4().hex[:12]}",
+                "name": t.name,
+                "input": t.arguments,
+            }
+        )
+    return {
+        "id": f"msg_{uuid.uuid4().hex[:16]}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": u.input - u.cached,
+            "output_tokens": u.output,
+            "cache_read_input_tokens": u.cached,
+            "cache_creation_input_tokens": 0,
+        },
+    }
+
+
+def _anthropic_stream(reply: Reply, model: str) -> Iterator[dict[str, Any]]:
+    full = _anthropic(reply, model)
+    start_usage = full["usage"] | {"output_tokens": 0}
+    yield {
+        "type": "message_start",
+        "message": full | {"content": [], "stop_reason": None, "usage": start_usage},
+    }
+    for index, block in enumerate(full["content"]):
+        if block["type"] == "text":
+            yield {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {"type": "text", "text": ""},
+            }
+            for piece in _pieces(block["text"]):
+                yield {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "text_delta", "text": piece},
+                }
+        else:
+            yield {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": block | {"input": {}},
+            }
+            yield {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
+            }
+        yield {"type": "content_block_stop", "index": index}
+    yield {
+        "type": "message_delta",
+        "delta": {"stop_reason": full["stop_reason"], "stop_sequence": None},
+        "usage": {"output_tokens": full["usage"]["output_tokens"]},
+    }
+    yield {"type": "message_stop"}
+
+
+def _pieces(text: str, size: int = 16) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+# -- the server ------------------------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ScriptedServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            self._json(200, {"object": "list", "data": []})
+        else:
+            self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        path = self.path.split("?")[0].rstrip("/")
+        model = str(body.get("model", ""))
+        first, turn = _conversation(path, body)
+        self.server.requests.append(
+            {
+                "path": path,
+                "model": model,
+                "turn": turn,
+                "stream": bool(body.get("stream")),
+                "body": body,
+                "headers": dict(self.headers),
+            }
+        )
+        reply = self.server.script.reply(model, first, turn)
+        time.sleep(reply.delay_s)
+        if reply.status != 200:
+            self._json(
+                reply.status,
+                {"error": {"type": "scripted", "message": f"scripted HTTP {reply.status}"}},
+            )
+            return
+        render: Callable[[Reply, str], dict[str, Any]]
+        stream: Callable[[Reply, str], Iterator[dict[str, Any]]]
+        if path.endswith("/messages"):
+            render, stream = _anthropic, _anthropic_stream
+        elif path.endswith("/responses"):
+            render, stream = _responses, _responses_stream
+        elif path.endswith("/chat/completions"):
+            include = bool((body.get("stream_options") or {}).get("include_usage"))
+            render, stream = _chat, functools.partial(_chat_stream, include_usage=include)
+        else:
+            self._json(404, {"error": {"message": f"no route {path}"}})
+            return
+        if not body.get("stream"):
+            self._json(200, render(reply, model))
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        events = list(stream(reply, model))
+        for i, event in enumerate(events):
+            if reply.drop and i >= len(events) // 2:
+                self.wfile.flush()
+                self.connection.shutdown(2)
+                return
+            name = f"event: {event['type']}\n" if "type" in event else ""
+            self.wfile.write(f"{name}data: {json.dumps(event)}\n\n".encode())
+            self.wfile.flush()
+        if path.endswith("/chat/completions"):
+            self.wfile.write(b"data: [DONE]\n\n")
+        self.close_connection = True
+
+    def _json(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class ScriptedServer(ThreadingHTTPServer):
+    """The scripted model server; `url` is its base (``http://127.0.0.1:PORT``)."""
+
+    daemon_threads = True
+
+    def __init__(self, script: Script, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.script = script
+        self.requests: list[dict[str, Any]] = []
+
+    @property
+    def url(self) -> str:
+        """Base URL (append ``/v1`` for OpenAI clients)."""
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def start(self) -> ScriptedServer:
+        """Serve in a background thread."""
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
