@@ -1,5 +1,7 @@
 """The model relay end to end: a command agent with no network fixes the bug through it."""
 
+# ruff: noqa: E501 - the agents' shell and Python scripts are kept verbatim, one per line
+
 from __future__ import annotations
 
 import json
