@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from hangar.agents import AgentRun, AgentSpec, run_command_agent
+from hangar.agents import AgentRun, AgentSpec, ChatAgent, run_chat_agent, run_command_agent
 from hangar.errors import ConfigError, ImageNotFound, SandboxError
 from hangar.models import ModelSpec
 from hangar.models.relay import FORWARDER, ModelRelay
@@ -254,8 +254,8 @@ class _Trial:
     def open_relay(self) -> None:
         """Start the model relay when the trial's model calls a provider (phase 7)."""
         model = self.spec.model_spec
-        if model is None or model.provider == "none":
-            return
+        if model is None or model.provider == "none" or isinstance(self.spec.agent, ChatAgent):
+            return  # no model, or a chat agent (its loop calls the model from the host)
         relay_dir = self.folder / "relay"
         relay_dir.mkdir(mode=0o755)
         shutil.copy(FORWARDER, relay_dir / "forwarder.py")
@@ -462,6 +462,17 @@ class _Trial:
         try:
             if budget <= 0:
                 self.agent_run = AgentRun(reason="setup used the whole time budget")
+            elif isinstance(self.spec.agent, ChatAgent):
+                if self.spec.model_spec is None or self.spec.model_spec.provider == "none":
+                    raise _Outcome(Verdict.BLOCKED_SETUP, "a chat agent needs a model")
+                self.agent_run, self.usage = run_chat_agent(
+                    self.spec.agent,
+                    sandbox,
+                    self.scenario.context,
+                    self.trace,
+                    budget,
+                    self.spec.model_spec,
+                )
             else:
                 self.agent_run = run_command_agent(
                     self.spec.agent,

@@ -1,22 +1,26 @@
 """How an agent's turns run.
 
-A `command` agent runs a CLI inside the sandbox (Codex, Claude Code, a script). Agent
-configs are pydantic models tagged by `kind`; more kinds (``chat``) join the union.
-An agents file is a YAML mapping of name -> config (``kind`` defaults to ``command``).
+A `command` agent runs a CLI inside the sandbox (Codex, Claude Code, a script); it
+reaches its model through the relay. A `chat` agent is a loop on the host whose tool
+calls run in the sandbox. Agent configs are pydantic models tagged by `kind`. An agents
+file is a YAML mapping of name -> config (``kind`` defaults to ``command``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
+from hangar.agents.chat import ChatAgent, run_chat_agent
 from hangar.agents.command import AgentRun, CommandAgent, run_command_agent
 from hangar.errors import ConfigError
 from hangar.scenario import read_yaml
 
-#: Every kind of agent config (a tagged union as more kinds arrive).
-AgentSpec = CommandAgent
+#: Every kind of agent config, told apart by `kind`.
+AgentSpec = Annotated[CommandAgent | ChatAgent, Field(discriminator="kind")]
+_AGENT: TypeAdapter[CommandAgent | ChatAgent] = TypeAdapter(AgentSpec)
 
 
 def parse_agent(name: str, data: object, where: str) -> AgentSpec:
@@ -24,7 +28,7 @@ def parse_agent(name: str, data: object, where: str) -> AgentSpec:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: agent {name!r} must be a mapping with a `command`")
     try:
-        return CommandAgent.model_validate({"name": name, **data})
+        return _AGENT.validate_python({"kind": "command", "name": name, **data})
     except ValidationError as exc:
         lines = [f"{where}: agent {name!r} is not valid"]
         for err in exc.errors():
@@ -44,8 +48,10 @@ def load_agents(path: Path) -> dict[str, AgentSpec]:
 __all__ = [
     "AgentRun",
     "AgentSpec",
+    "ChatAgent",
     "CommandAgent",
     "load_agents",
     "parse_agent",
+    "run_chat_agent",
     "run_command_agent",
 ]

@@ -92,13 +92,13 @@ def trial_run(
     as_json: Annotated[bool, typer.Option("--json", help="Print the TrialResult as JSON.")] = False,
 ) -> None:
     """Run one trial and print its verdict, reason, timings and evidence bundle."""
-    from hangar.agents import CommandAgent, load_agents
+    from hangar.agents import AgentSpec, CommandAgent, load_agents
     from hangar.scenario import load_scenario
     from hangar.scheduler.keys import Arm
     from hangar.trial import run_trial, single_trial
 
     if agent_command is not None:
-        spec_agent = CommandAgent(name=agent or "command", command=agent_command)
+        spec_agent: AgentSpec = CommandAgent(name=agent or "command", command=agent_command)
     elif agent is not None and agents_file is not None:
         agents = load_agents(agents_file)
         if agent not in agents:

@@ -1,0 +1,318 @@
+"""Chat agents: a host-side loop whose tool calls run in the sandbox.
+
+Each turn: the model is called (official SDKs: OpenAI Chat Completions or Responses,
+Anthropic Messages; retries with backoff on rate limits and transient errors), its
+tool calls run in the sandbox (`bash`, and `edit` to view, create or change a file),
+their results go back. The loop stops when the model answers without a tool call
+(completed), or at the turn, token, cost or time limit (not completed). The key is
+used on the host only; the sandbox never sees it. Every request, response and tool
+call is a trace event; usage comes from the provider's responses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hangar.agents.command import AgentRun
+from hangar.models import ModelSpec
+from hangar.models.pricing import cost_of
+from hangar.models.usage import add, from_anthropic, from_openai_chat, from_openai_responses
+from hangar.results import Usage
+from hangar.sandbox.base import Sandbox
+from hangar.trace import TraceWriter
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+DEFAULT_SYSTEM = (
+    "You are a software engineer working in a git repository (your working directory). "
+    "Use the tools to inspect and change files and to run commands. There is no network. "
+    "When the task is done, answer with a short summary and no tool call."
+)
+TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "bash",
+        "description": "Run a bash command in the repository; returns its output.",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"],
+        },
+    },
+    {
+        "name": "edit",
+        "description": (
+            "View, create or change a file. command=view shows it; create writes file_text; "
+            "str_replace replaces old_str (which must occur exactly once) with new_str."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "enum": ["view", "create", "str_replace"]},
+                "path": {"type": "string"},
+                "file_text": {"type": "string"},
+                "old_str": {"type": "string"},
+                "new_str": {"type": "string"},
+            },
+            "required": ["command", "path"],
+        },
+    },
+]
+
+
+class ChatAgent(BaseModel):
+    """An agent whose loop runs on the host and whose tools run in the sandbox."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["chat"] = "chat"
+    """Agent kind tag."""
+    name: str
+    """Name in results and reports."""
+    system_prompt: str = DEFAULT_SYSTEM
+    """The system prompt; the task text is the first user message."""
+    max_turns: int = Field(default=30, gt=0)
+    """Model calls at most."""
+    max_tokens: int | None = Field(default=None, gt=0)
+    """Tokens (input + output, all calls) at most."""
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    """Cost of this trial's calls at most."""
+    max_output_tokens: int = Field(default=4096, gt=0)
+    """Completion tokens per call."""
+    tool_timeout_s: float = Field(default=120, gt=0)
+    """Time limit of one tool call (the trial's budget still applies)."""
+    tool_output_chars: int = Field(default=16_000, gt=0)
+    """The tail of a tool's output the model sees."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"expected letters, digits, '_', '.', '-', got {value!r}")
+        return value
+
+    def digest(self) -> str:
+        """sha256 of the agent's config (part of the trial key)."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+
+
+def _tools_for(api: str) -> Any:
+    """The tool definitions in one API's shape (the SDKs' typed dicts, built as data)."""
+    if api == "messages":
+        return [
+            {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+            for t in TOOLS
+        ]
+    if api == "responses":
+        return [{"type": "function", **t} for t in TOOLS]
+    return [{"type": "function", "function": t} for t in TOOLS]
+
+
+class _Call(BaseModel):
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+def run_tool(agent: ChatAgent, sandbox: Sandbox, call: _Call, timeout: float) -> str:
+    """Run one tool call in the sandbox; its result as the model will see it."""
+    args = call.arguments
+    try:
+        if call.name == "bash":
+            res = sandbox.exec(["bash", "-c", str(args["command"])], timeout=timeout)
+            out = res.stdout + res.stderr
+            note = " (timed out)" if res.timed_out else ""
+            return f"exit {res.returncode}{note}\n{out[-agent.tool_output_chars :]}"
+        if call.name == "edit":
+            path, command = str(args["path"]), args.get("command")
+            if command == "view":
+                return sandbox.read_file(path)[-agent.tool_output_chars :]
+            if command == "create":
+                sandbox.write_file(path, str(args.get("file_text", "")))
+                return f"created {path}"
+            if command == "str_replace":
+                text = sandbox.read_file(path)
+                old = str(args.get("old_str", ""))
+                if not old or text.count(old) != 1:
+                    return f"error: old_str occurs {text.count(old) if old else 0} times in {path}"
+                sandbox.write_file(path, text.replace(old, str(args.get("new_str", ""))))
+                return f"edited {path}"
+            return f"error: unknown edit command {command!r}"
+        return f"error: unknown tool {call.name!r}"
+    except (KeyError, TypeError) as exc:
+        return f"error: bad arguments for {call.name}: {exc}"
+    except (FileNotFoundError, IsADirectoryError, UnicodeDecodeError) as exc:
+        return f"error: {exc}"
+
+
+class _Conversation:
+    """One conversation in the shape of one API: call the model, add tool results."""
+
+    def __init__(self, agent: ChatAgent, model: ModelSpec, context: str) -> None:
+        self.agent, self.model, self.api = agent, model, model.chat_api
+        key, base = model.api_key(), model.endpoint
+        if self.api == "messages":
+            import anthropic
+
+            self.anthropic = anthropic.Anthropic(api_key=key, base_url=base, max_retries=5)
+            self.messages: list[Any] = [{"role": "user", "content": context}]
+        else:
+            import openai
+
+            self.openai = openai.OpenAI(api_key=key, base_url=base, max_retries=5)
+            if self.api == "responses":
+                self.messages = [{"role": "user", "content": context}]
+            else:
+                self.messages = [
+                    {"role": "system", "content": agent.system_prompt},
+                    {"role": "user", "content": context},
+                ]
+
+    def call(self, timeout: float) -> tuple[str, list[_Call], Usage]:
+        """One model call: its text, its tool calls, its usage."""
+        a = self.agent
+        if self.api == "messages":
+            reply = self.anthropic.messages.create(
+                model=self.model.id,
+                system=a.system_prompt,
+                messages=self.messages,
+                max_tokens=a.max_output_tokens,
+                timeout=timeout,
+                tools=_tools_for("messages"),
+            )
+            self.messages.append(
+                {
+                    "role": "assistant",
+                    "content": [b.model_dump(exclude_none=True) for b in reply.content],
+                }
+            )
+            text = "".join(b.text for b in reply.content if b.type == "text")
+            calls = [
+                _Call(id=b.id, name=b.name, arguments=dict(b.input))
+                for b in reply.content
+                if b.type == "tool_use"
+            ]
+            return text, calls, from_anthropic(reply.usage.model_dump())
+        if self.api == "responses":
+            response = self.openai.responses.create(
+                model=self.model.id,
+                instructions=a.system_prompt,
+                input=self.messages,
+                max_output_tokens=a.max_output_tokens,
+                timeout=timeout,
+                tools=_tools_for("responses"),
+            )
+            items = [i.model_dump(exclude_none=True) for i in response.output]
+            self.messages += [i for i in items if i.get("type") in ("message", "function_call")]
+            calls = [
+                _Call(id=i["call_id"], name=i["name"], arguments=json.loads(i["arguments"]))
+                for i in items
+                if i.get("type") == "function_call"
+            ]
+            usage = response.usage.model_dump() if response.usage else {}
+            return response.output_text, calls, from_openai_responses(usage)
+        completion = self.openai.chat.completions.create(
+            model=self.model.id,
+            messages=self.messages,
+            max_tokens=a.max_output_tokens,
+            timeout=timeout,
+            tools=_tools_for("chat"),
+        )
+        message = completion.choices[0].message
+        self.messages.append(message.model_dump(exclude_none=True))
+        calls = [
+            _Call(id=c.id, name=c.function.name, arguments=json.loads(c.function.arguments))
+            for c in message.tool_calls or []
+            if c.type == "function"
+        ]
+        usage = completion.usage.model_dump() if completion.usage else {}
+        return message.content or "", calls, from_openai_chat(usage)
+
+    def results(self, calls: list[_Call], outputs: list[str]) -> None:
+        """Give the tool results back to the model."""
+        if self.api == "messages":
+            self.messages.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": c.id, "content": out}
+                        for c, out in zip(calls, outputs, strict=True)
+                    ],
+                }
+            )
+        elif self.api == "responses":
+            self.messages += [
+                {"type": "function_call_output", "call_id": c.id, "output": out}
+                for c, out in zip(calls, outputs, strict=True)
+            ]
+        else:
+            self.messages += [
+                {"role": "tool", "tool_call_id": c.id, "content": out}
+                for c, out in zip(calls, outputs, strict=True)
+            ]
+
+
+def run_chat_agent(
+    agent: ChatAgent,
+    sandbox: Sandbox,
+    context: str,
+    trace: TraceWriter,
+    timeout: float,
+    model: ModelSpec,
+) -> tuple[AgentRun, Usage]:
+    """Run the loop until the model is done or a limit is reached."""
+    deadline = time.monotonic() + timeout
+    usage = Usage()
+    trace.event(
+        "agent_start", agent=agent.name, agent_kind="chat", model=model.id, api=model.chat_api
+    )
+    try:
+        conversation = _Conversation(agent, model, context)
+    except Exception as exc:  # a missing SDK or key: the run cannot start
+        trace.event("agent_end", error=str(exc))
+        return AgentRun(reason=f"the chat agent could not start: {exc}"), usage
+    provider = model.price_provider or model.provider
+    for turn in range(1, agent.max_turns + 1):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return _stop(trace, "the agent ran out of its time budget"), usage
+        trace.event("model_request", turn=turn, messages=len(conversation.messages))
+        try:
+            text, calls, call_usage = conversation.call(timeout=max(left, 1.0))
+        except Exception as exc:  # the SDK already retried what can be retried
+            return _stop(trace, f"model call failed: {type(exc).__name__}: {exc}"), usage
+        call_usage = cost_of(call_usage, model.id, provider, model.price)
+        usage = add(usage, call_usage)
+        trace.event(
+            "model_response",
+            turn=turn,
+            text=text,
+            tool_calls=[c.model_dump() for c in calls],
+            usage=call_usage.model_dump(),
+        )
+        if not calls:
+            trace.event("agent_end", completed=True, turns=turn)
+            return AgentRun(exit_code=0, completed=True), usage
+        outputs = []
+        for call in calls:
+            left = deadline - time.monotonic()
+            trace.event("tool_call", id=call.id, name=call.name, arguments=call.arguments)
+            output = run_tool(agent, sandbox, call, max(min(agent.tool_timeout_s, left), 1.0))
+            trace.event("tool_result", id=call.id, output=output)
+            outputs.append(output)
+        conversation.results(calls, outputs)
+        tokens = usage.input_tokens + usage.output_tokens
+        if agent.max_tokens is not None and tokens >= agent.max_tokens:
+            return _stop(trace, f"token limit reached ({tokens} >= {agent.max_tokens})"), usage
+        if agent.max_cost_usd is not None and usage.cost_usd >= agent.max_cost_usd:
+            return _stop(trace, f"cost limit reached (${usage.cost_usd:.4f})"), usage
+    return _stop(trace, f"turn limit reached ({agent.max_turns})"), usage
+
+
+def _stop(trace: TraceWriter, reason: str) -> AgentRun:
+    trace.event("agent_end", completed=False, reason=reason)
+    return AgentRun(reason=reason)
