@@ -290,6 +290,16 @@ class ResultsStore:
                     final.add(key)
         return final, last
 
+    def cost(self, sweep_id: str) -> float:
+        """What every attempt of the sweep cost, in USD."""
+        with self.engine.connect() as conn:
+            total = conn.execute(
+                select(func.coalesce(func.sum(trials.c.cost_usd), 0.0)).where(
+                    trials.c.sweep_id == sweep_id
+                )
+            ).scalar_one()
+        return float(total)
+
     def counts(self, sweep_id: str) -> list[tuple[str, str, str, int]]:
         """(verdict, model, arm, trials) of each trial's latest attempt."""
         latest = self._latest(sweep_id)

@@ -11,6 +11,9 @@
 - Results are written after every wait, in one transaction for all that finished, so a
   fast sweep is not slowed by commits and a crash loses nothing already reported.
 - Ctrl-C once: stop submitting and let running trials finish; twice: cancel them.
+- A sweep budget (``budget_usd``): once this run's and earlier runs' cost reach it, no
+  new trial is scheduled; running ones finish. A model's missing API key is an error
+  before any trial starts.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from urllib.parse import urlparse
 
 from hangar.cluster.reaper import ensure_reapers
 from hangar.errors import ConfigError, HangarError
+from hangar.models import check_keys
 from hangar.paths import default_evidence_url
 from hangar.results import TrialResult, Verdict
 from hangar.scheduler.metrics import metric
@@ -158,6 +162,10 @@ class SweepTally:
     """Ctrl-C stopped the run before the end."""
     peak_in_flight: int = 0
     """Most trials submitted to Ray at once (never above the window)."""
+    spent_before: float = 0.0
+    """Cost of the sweep's attempts in earlier runs."""
+    budget_exhausted: bool = False
+    """The sweep's budget was spent and no new trial was scheduled after that."""
 
     @property
     def finished(self) -> int:
@@ -210,7 +218,9 @@ class SweepRunner:
     def run(self) -> SweepTally:
         """Run the sweep; returns the tally."""
         config = self.sweep.config
+        check_keys([m for m in config.models if m.provider != "none"])
         self.store.ensure_sweep(self.sweep.id, config.model_dump(mode="json"), self.sweep.size)
+        self.tally.spent_before = self.store.cost(self.sweep.id)
         final, last_attempt = self.store.resume_state(self.sweep.id)
         if len(final) >= self.sweep.size:  # nothing to do: do not start Ray at all
             self.tally.skipped = self.sweep.size
@@ -270,7 +280,13 @@ class SweepRunner:
         try:
             self.listener(self.tally, None)
             while True:
-                while self._stop == 0 and len(in_flight) < window:
+                if self._over_budget():
+                    self.tally.budget_exhausted = True
+                while (
+                    self._stop == 0
+                    and not self.tally.budget_exhausted
+                    and (len(in_flight) < window)
+                ):
                     spec = next_spec()
                     if spec is None:
                         break
@@ -279,7 +295,8 @@ class SweepRunner:
                     per_model[spec.model] += 1
                     metric("in_flight").set(per_model[spec.model], tags={"model": spec.model})
                 idle = not any(deferred.values()) and not retries and exhausted
-                if not in_flight and (idle or self._stop):
+                stopped = self._stop or self.tally.budget_exhausted
+                if not in_flight and (idle or stopped):
                     break
                 if self._stop >= 2:
                     for ref in in_flight:
@@ -314,6 +331,10 @@ class SweepRunner:
             signal.signal(signal.SIGINT, previous)
         self.tally.interrupted = self._stop > 0
         return self.tally
+
+    def _over_budget(self) -> bool:
+        budget = self.sweep.config.budget_usd
+        return budget is not None and self.tally.spent_before + self.tally.cost_usd >= budget
 
     def _collect(self, ref: Any, spec: TrialSpec, submitted: float) -> TrialResult:
         from datetime import UTC, datetime

@@ -19,6 +19,7 @@ for _name, _value in (
     ("AWS_ACCESS_KEY_ID", "testing"),
     ("AWS_SECRET_ACCESS_KEY", "testing"),
     ("AWS_DEFAULT_REGION", "us-east-1"),
+    ("HANGAR_SCRIPTED_KEY", "scripted"),  # the scripted model's fake key, sent to loopback only
 ):
     os.environ.setdefault(_name, _value)
 

@@ -79,6 +79,7 @@ def run(
         "retries": tally.retries,
         "infra_errors_left": tally.lost,
         "interrupted": tally.interrupted,
+        "budget_exhausted": tally.budget_exhausted,
         "store": store._safe_url,
     }
     if as_json:
@@ -89,6 +90,13 @@ def run(
             f"runs), verdicts {dict(tally.verdicts)}, ${tally.cost_usd:.2f}",
             highlight=False,
         )
+        if tally.budget_exhausted:
+            spent = tally.spent_before + tally.cost_usd
+            console.print(
+                f"budget of ${sweep.config.budget_usd:.2f} spent (${spent:.2f} so far): stopped "
+                f"scheduling new trials; {tally.total - tally.finished} not run",
+                highlight=False,
+            )
         if tally.lost:
             console.print(
                 f"{tally.lost} trial(s) still infra_error: run the sweep again to retry them",

@@ -36,14 +36,25 @@ def server() -> Iterator[ScriptedServer]:
 def spec(server: ScriptedServer, api: str) -> ModelSpec:
     provider = "anthropic" if api == "messages" else "openai"
     base = server.url if provider == "anthropic" else f"{server.url}/v1"
-    return ModelSpec(id=f"scripted-{api}", provider=provider, base_url=base, api=api,
-                     api_key_env="HANGAR_TEST_CHAT_KEY", price=PRICE)
+    return ModelSpec(
+        id=f"scripted-{api}",
+        provider=provider,
+        base_url=base,
+        api=api,
+        api_key_env="HANGAR_TEST_CHAT_KEY",
+        price=PRICE,
+    )
 
 
 def run(server: ScriptedServer, api: str, tmp_path: Path, **agent: Any) -> TrialResult:
     loaded = load_scenario(EXAMPLES / "median" / "scenario.yaml")
-    trial = single_trial(loaded, ChatAgent(name="chat", **agent), Arm(name="control"),
-                         model=spec(server, api), evidence_url=(tmp_path / "ev").as_uri())
+    trial = single_trial(
+        loaded,
+        ChatAgent(name="chat", **agent),
+        Arm(name="control"),
+        model=spec(server, api),
+        evidence_url=(tmp_path / "ev").as_uri(),
+    )
     return run_trial(trial)
 
 
@@ -57,7 +68,10 @@ def kinds(result: TrialResult) -> list[str]:
 
 @pytest.mark.parametrize("api", ["chat", "responses", "messages"])
 def test_chat_agent_fixes_the_bug(
-    docker_client: docker.DockerClient, server: ScriptedServer, tmp_path: Path, api: str,
+    docker_client: docker.DockerClient,
+    server: ScriptedServer,
+    tmp_path: Path,
+    api: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("HANGAR_TEST_CHAT_KEY", "sk-chat-test")
@@ -71,8 +85,10 @@ def test_chat_agent_fixes_the_bug(
     assert trace.count("model_request") == 3 and trace.count("tool_call") == 2
     assert trace[-1] == "trace_end"
     assert [r["path"] for r in server.requests] == [
-        {"chat": "/v1/chat/completions", "responses": "/v1/responses",
-         "messages": "/v1/messages"}[api]] * 3
+        {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}[
+            api
+        ]
+    ] * 3
 
 
 @pytest.mark.parametrize(
@@ -80,8 +96,12 @@ def test_chat_agent_fixes_the_bug(
     [({"max_turns": 2}, "turn limit reached"), ({"max_cost_usd": 0.001}, "cost limit reached")],
 )
 def test_limits_stop_the_loop(
-    docker_client: docker.DockerClient, server: ScriptedServer, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, limits: dict[str, Any], words: str,
+    docker_client: docker.DockerClient,
+    server: ScriptedServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    limits: dict[str, Any],
+    words: str,
 ) -> None:
     monkeypatch.setenv("HANGAR_TEST_CHAT_KEY", "sk-chat-test")
     result = run(server, "chat", tmp_path, **limits)

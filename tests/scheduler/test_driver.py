@@ -163,3 +163,50 @@ def test_ctrl_c_stops_submitting_and_keeps_what_finished(ray_local: None, tmp_pa
     assert rest.skipped == recorded and rest.done == 8 - recorded
     starts = [r[2] for r in runs(tmp_path) if r[0] == "start"]
     assert len(starts) == 8 and len(set(starts)) == 8, "a trial ran twice"
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_budget_stops_scheduling(ray_local: None, tmp_path: Path) -> None:
+    from hangar.models.scripted import Script, ScriptedServer
+
+    server = ScriptedServer(Script.load(EXAMPLES / "scripted-model.yaml")).start()
+    try:
+        path = write_sweep(
+            tmp_path,
+            scenarios=[str(EXAMPLES / "median" / "scenario.yaml")],
+            repeats=6,
+            arms={"control": []},
+            agents={"chat": {"kind": "chat"}},
+            models=[
+                {
+                    "id": "scripted",
+                    "base_url": f"{server.url}/v1",
+                    "api_key_env": "HANGAR_SCRIPTED_KEY",
+                    "price": {"input": 3.0, "output": 15.0, "cached_input": 0.3},
+                }
+            ],
+            budget_usd=0.015,
+            concurrency={"sandbox_slots": 1, "max_in_flight": 1},
+        )
+        tally, store = go(path)
+    finally:
+        server.shutdown()
+    per_trial = ((4500 - 2400) * 3.0 + 2400 * 0.3 + 190 * 15.0) / 1e6
+    assert tally.budget_exhausted and tally.done == 2
+    assert tally.cost_usd == pytest.approx(2 * per_trial)
+    assert store.cost("drv") == pytest.approx(2 * per_trial)
+    again, _ = go(path)  # the budget counts earlier runs too
+    assert again.budget_exhausted and again.done == 0
+
+
+def test_missing_model_key_is_an_error_before_any_trial(tmp_path: Path) -> None:
+    from hangar.errors import ConfigError
+
+    path = write_sweep(
+        tmp_path, models=[{"id": "gpt-4o-mini", "api_key_env": "HANGAR_NO_SUCH_KEY"}]
+    )
+    with pytest.raises(ConfigError, match="HANGAR_NO_SUCH_KEY, which is not set"):
+        go(path)
+    assert runs(tmp_path) == []
