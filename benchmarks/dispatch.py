@@ -83,14 +83,13 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=2000)
     parser.add_argument("--large", type=int, default=20000)
     args = parser.parse_args()
-    small_rate, small_peak = measure(args.small)
-    large_rate, large_peak = measure(args.large)
     mib = 1024 * 1024
-    for n, rate, peak in (
-        (args.small, small_rate, small_peak),
-        (args.large, large_rate, large_peak),
-    ):
-        print(f"{n:6d} trials: {rate:6.1f} trials/s, driver peak {peak / mib:6.0f} MiB")
+    peaks = []
+    for n in (args.small, args.large):
+        rate, peak = measure(n)
+        peaks.append(peak)
+        print(f"{n:6d} trials: {rate:6.1f} trials/s, driver peak {peak / mib:6.0f} MiB", flush=True)
+    small_peak, large_peak = peaks
     print(f"peak ratio large/small: {large_peak / small_peak:.2f}  (target <= 1.20)")
 
 
