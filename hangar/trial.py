@@ -482,6 +482,7 @@ class _Trial:
                     budget,
                     model=self.spec.model,
                     env=env,
+                    artifacts=self.artifacts,
                 )
         finally:
             self.close_relay()

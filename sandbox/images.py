@@ -258,3 +258,96 @@ def build_dockerfile_image(
     return ImageBuildOutcome(
         tag=tag, image_id=image_id, built=True, seconds=time.monotonic() - started
     )
+
+
+class AgentCli(BaseModel):
+    """An agent CLI fetched from the npm registry on the host and copied into an image."""
+
+    package: str
+    """npm package."""
+    version: str
+    """Pinned version."""
+    vendor: str
+    """Folder of the native build inside node_modules, copied to /opt/<name>."""
+    binary: str
+    """The executable inside `vendor`, linked into /usr/local/bin."""
+
+
+AGENT_CLIS: dict[str, AgentCli] = {
+    "codex": AgentCli(
+        package="@openai/codex",
+        version="0.171.0",
+        vendor="@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl",
+        binary="bin/codex",
+    ),
+}
+LABEL_CLI = "hangar.cli"
+
+
+def build_agent_image(
+    name: str,
+    base_tag: str = DEFAULT_BASE_TAG,
+    *,
+    force: bool = False,
+    progress: Progress = _quiet,
+) -> ImageBuildOutcome:
+    """``<base_tag>-<name>``: the base image plus an agent CLI, built offline.
+
+    The CLI comes from the npm registry through the host's npm (cached per version);
+    the image build itself needs no network. Up to date when the image carries the same
+    CLI version on the same base image.
+    """
+    if name not in AGENT_CLIS:
+        raise ImageBuildError(f"unknown agent CLI {name!r} (known: {', '.join(AGENT_CLIS)})")
+    cli = AGENT_CLIS[name]
+    tag = f"{base_tag}-{name}"
+    try:
+        base_id = str(docker_client().images.get(base_tag).id)
+    except docker.errors.ImageNotFound as exc:
+        raise ImageBuildError(f"build the base image {base_tag} first") from exc
+    stamp = f"{cli.package}@{cli.version} on {base_id}"
+    if not force:
+        try:
+            if (docker_client().images.get(tag).labels or {}).get(LABEL_CLI) == stamp:
+                return ImageBuildOutcome(
+                    tag=tag,
+                    image_id=str(docker_client().images.get(tag).id),
+                    built=False,
+                    seconds=0.0,
+                )
+        except docker.errors.ImageNotFound:
+            pass
+    started = time.monotonic()
+    npm_dir = cache_dir() / "npm" / f"{name}-{cli.version}"
+    vendor = npm_dir / "node_modules" / cli.vendor
+    if not (vendor / cli.binary).is_file():
+        if shutil.which("npm") is None:
+            raise ImageBuildError(f"npm is needed to fetch {cli.package}: install Node.js and npm")
+        progress(f"npm install {cli.package}@{cli.version}")
+        npm_dir.mkdir(parents=True, exist_ok=True)
+        _run(
+            [
+                "npm",
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+                str(npm_dir),
+                f"{cli.package}@{cli.version}",
+            ],
+            "npm install",
+            npm_dir / "npm.log",
+        )
+    context = cache_dir() / "images" / f"context-{name}"
+    shutil.rmtree(context, ignore_errors=True)
+    shutil.copytree(vendor, context / name, copy_function=os.link)
+    (context / "Dockerfile").write_text(
+        f"FROM {base_tag}\nUSER root\nCOPY {name} /opt/{name}\n"
+        f"RUN ln -s /opt/{name}/{cli.binary} /usr/local/bin/{name}\n"
+        f'LABEL {LABEL_CLI}="{stamp}"\nUSER agent\n'
+    )
+    try:
+        outcome = build_dockerfile_image(context, tag, progress=progress)
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+    return outcome.model_copy(update={"seconds": time.monotonic() - started})

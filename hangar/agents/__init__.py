@@ -15,6 +15,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from hangar.agents.chat import ChatAgent, run_chat_agent
 from hangar.agents.command import AgentRun, CommandAgent, run_command_agent
+from hangar.agents.presets import expand_preset
 from hangar.errors import ConfigError
 from hangar.scenario import read_yaml
 
@@ -28,6 +29,7 @@ def parse_agent(name: str, data: object, where: str) -> AgentSpec:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: agent {name!r} must be a mapping with a `command`")
     try:
+        data = expand_preset(data, where)
         return _AGENT.validate_python({"kind": "command", "name": name, **data})
     except ValidationError as exc:
         lines = [f"{where}: agent {name!r} is not valid"]

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from hangar.errors import SandboxUnavailable
+from hangar.errors import SandboxError, SandboxUnavailable
 from hangar.sandbox.base import Sandbox
 from hangar.trace import TraceWriter
 
@@ -34,6 +35,9 @@ class CommandAgent(BaseModel):
     """Shell command line, run by bash in the workspace as the sandbox user."""
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment (never a secret: keys reach agents only through the relay)."""
+    collect: list[str] = Field(default_factory=list)
+    """Sandbox folders (``~`` is the sandbox HOME) copied into the evidence after the run,
+    e.g. an agent CLI's session files; what is missing is skipped."""
 
     @field_validator("name")
     @classmethod
@@ -62,6 +66,23 @@ class AgentRun(BaseModel):
     """Why the run is not complete, when it is not."""
 
 
+def collect_outputs(
+    agent: CommandAgent, sandbox: Sandbox, artifacts: Path | None, trace: TraceWriter
+) -> None:
+    """Copy the agent's `collect` folders into ``artifacts/agent/`` (as untrusted files)."""
+    if artifacts is None:
+        return
+    for path in agent.collect:
+        inside = sandbox.spec.home + path[1:] if path.startswith("~") else path
+        target = artifacts / "agent" / inside.strip("/").replace("/", "_")
+        try:
+            sandbox.copy_out(inside, target)
+        except SandboxUnavailable:
+            raise
+        except (SandboxError, OSError) as exc:
+            trace.event("collect_skipped", path=path, reason=str(exc))
+
+
 def run_command_agent(
     agent: CommandAgent,
     sandbox: Sandbox,
@@ -70,6 +91,7 @@ def run_command_agent(
     timeout: float,
     model: str = "none",
     env: dict[str, str] | None = None,
+    artifacts: Path | None = None,
 ) -> AgentRun:
     """Run the agent's command in `sandbox`, recording its output into `trace`."""
     context_file = f"{sandbox.spec.home}/.hangar/task.md"
@@ -103,6 +125,7 @@ def run_command_agent(
         run.reason = "the agent was killed for exceeding the memory limit"
     elif res.returncode != 0:
         run.reason = f"the agent exited with code {res.returncode}"
+    collect_outputs(agent, sandbox, artifacts, trace)
     trace.event(
         "agent_end",
         exit_code=res.returncode,

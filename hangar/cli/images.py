@@ -28,6 +28,10 @@ def image_build_base(
         list[str] | None, typer.Option("--package", "-p", help="Extra Debian package (repeatable).")
     ] = None,
     force: Annotated[bool, typer.Option(help="Rebuild even when the image is up to date.")] = False,
+    with_cli: Annotated[
+        list[str] | None,
+        typer.Option("--with", help="Also build <tag>-<cli> with an agent CLI (codex)."),
+    ] = None,
 ) -> None:
     """Build the base sandbox image from Debian's packages, with no registry."""
     from hangar.sandbox.images import BaseImageRecipe, build_base_image
@@ -42,6 +46,14 @@ def image_build_base(
         console.print(f"built {outcome.tag} ({outcome.image_id[:19]}) in {outcome.seconds:.0f} s")
     else:
         console.print(f"{outcome.tag} is up to date (recipe {recipe.digest()[:12]}); nothing to do")
+    for cli in with_cli or []:
+        from hangar.sandbox.images import build_agent_image
+
+        built = build_agent_image(
+            cli, tag, force=force, progress=lambda line: err_console.print(f"[dim]{line}[/]")
+        )
+        verb = f"built in {built.seconds:.0f} s" if built.built else "is up to date; nothing to do"
+        console.print(f"{built.tag} {verb}")
 
 
 @image_app.command("build")

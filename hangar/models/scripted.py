@@ -6,7 +6,7 @@ answers from a script file:
 
 ```yaml
 conversations:
-  - match: statkit          # a substring of the conversation's first user message (optional)
+  - match: statkit          # a substring of the conversation's user messages (optional)
     model: scripted-gold    # only for this model id (optional)
     replies:                # reply N answers a conversation with N earlier replies
       - tool_calls: [{name: bash, arguments: {command: "cat statkit/stats.py"}}]
@@ -91,7 +91,7 @@ class Conversation(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     match: str = ""
-    """A substring of the first user message ('' matches every conversation)."""
+    """A substring of the user messages ('' matches every conversation)."""
     model: str | None = None
     """Only requests for this model id."""
     replies: list[Reply]
@@ -111,10 +111,10 @@ class Script(BaseModel):
         """Read a script YAML file."""
         return cls.model_validate(read_yaml(path))
 
-    def reply(self, model: str, first_user: str, turn: int) -> Reply:
+    def reply(self, model: str, user_text: str, turn: int) -> Reply:
         """The reply to a request (see the module docstring)."""
         for conv in self.conversations:
-            if conv.model not in (None, model) or conv.match not in first_user:
+            if conv.model not in (None, model) or conv.match not in user_text:
                 continue
             return conv.replies[min(turn, len(conv.replies) - 1)]
         return Reply(content=f"(no scripted conversation for model {model!r})")
@@ -129,20 +129,14 @@ def _text(content: Any) -> str:
 
 
 def _conversation(path: str, body: dict[str, Any]) -> tuple[str, int]:
-    """(first user text, number of earlier assistant turns) of a request."""
+    """(all user text, number of earlier assistant turns) of a request."""
     if path.endswith("/responses"):
         items = body.get("input")
         if isinstance(items, str):
             return items, 0
         items = items or []
-        first = next(
-            (
-                _text(i.get("content"))
-                for i in items
-                if isinstance(i, dict) and i.get("role") == "user"
-            ),
-            "",
-        )
+        users = [i for i in items if isinstance(i, dict) and i.get("role") == "user"]
+        first = "\n".join(_text(i.get("content")) for i in users)
         turns, previous = 0, None
         for item in items:
             kind = item.get("type") or ("message" if "role" in item else None)
@@ -152,7 +146,7 @@ def _conversation(path: str, body: dict[str, Any]) -> tuple[str, int]:
             previous = "model" if is_model else "other"
         return (first or str(body.get("instructions", ""))), turns
     messages = body.get("messages") or []
-    first = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+    first = "\n".join(_text(m.get("content")) for m in messages if m.get("role") == "user")
     return first, sum(1 for m in messages if m.get("role") == "assistant")
 
 
