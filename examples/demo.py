@@ -1,45 +1,84 @@
-"""`make demo`: a real sweep on the embedded defaults.
+"""`make demo`: real sweeps on the embedded defaults.
 
-Runs `examples/sweep.yaml` (the statkit scenario, agents `gold` and `noop`, two repeats)
-through the real driver on an embedded Ray: each trial clones the pinned revision, runs
-the agent in a docker sandbox with the network off, runs the hidden tests in a fresh
-sandbox, is judged by the pinned host verifier, and stores its evidence bundle; results
-go to SQLite under ./runs. Prints every result (gold -> pass, noop -> fail) with its
-bundle, and exits non-zero if a verdict is not the expected one. Run it again and the
-sweep resumes: nothing runs twice.
+1. `examples/sweep.yaml`: the statkit scenario with agents `gold` (applies the fix) and
+   `noop` (changes nothing), two repeats each.
+2. `examples/sweep-models.yaml`: the same scenario solved by model-driven agents: a
+   command agent (`toolloop`, a script in the sandbox whose model calls go through the
+   relay) and a chat agent (`chat`, a loop on the host whose tools run in the sandbox).
+   With no API key set, the model is the scripted server (`examples/scripted-model.yaml`)
+   on 127.0.0.1:8765; with OPENAI_API_KEY set, a real provider (HANGAR_DEMO_MODEL,
+   default gpt-4o-mini).
+
+Each trial clones the pinned revision, runs its agent in a docker sandbox with the
+network off, runs the hidden tests in a fresh sandbox, is judged by the pinned host
+verifier and stores its evidence bundle; results go to SQLite under ./runs. Prints every
+result with its bundle, tokens and cost; exits non-zero if a verdict is not the expected
+one. Run it again and both sweeps resume: nothing runs twice.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from hangar.cli import console, print_result
+from hangar.models import ModelSpec
+from hangar.models.scripted import Script, ScriptedServer
 from hangar.scheduler.driver import SweepRunner
-from hangar.scheduler.sweep import load_sweep
+from hangar.scheduler.sweep import Sweep, load_sweep
 from hangar.store import ResultsStore
 
 HERE = Path(__file__).resolve().parent
-EXPECTED = {"gold": "pass", "noop": "fail"}
 
 
-def main() -> int:
-    """Run the example sweep and check every verdict."""
-    sweep = load_sweep(HERE / "sweep.yaml")
+def run(sweep: Sweep, expected: dict[str, str] | None) -> bool:
+    """Run a sweep, print its results; whether every verdict is the expected one."""
     store = ResultsStore(sweep.config.store)
-    console.print(f"sweep {sweep.id}: {sweep.size} trials, results in {store.url}\n")
+    console.rule(f"sweep {sweep.id}: {sweep.size} trials")
     tally = SweepRunner(sweep, store).run()
     results = list(store.results(sweep.id))
     for result in results:
         print_result(result)
-    console.print(f"\n{tally.done} trial(s) ran now, {tally.skipped} were already final (resume)")
-    wrong = [r for r in results if r.verdict.value != EXPECTED[r.agent]]
-    for name, want in EXPECTED.items():
+        if result.usage.input_tokens:
+            u = result.usage
+            console.print(
+                f"  usage: {u.input_tokens} in ({u.cached_input_tokens} cached), "
+                f"{u.output_tokens} out, ${u.cost_usd:.5f}",
+                highlight=False,
+            )
+    console.print(f"{tally.done} trial(s) ran now, {tally.skipped} were final already (resume)")
+    ok = len(results) == sweep.size
+    for name in sweep.agents:
         got = sorted({r.verdict.value for r in results if r.agent == name})
-        mark = "[green]as expected[/]" if got == [want] else f"[red]expected {want}[/]"
+        want = (expected or {}).get(name)
+        good = want is None or got == [want]
+        ok &= good
+        mark = (
+            "" if want is None else "[green]as expected[/]" if good else f"[red]expected {want}[/]"
+        )
         console.print(f"{name} -> {', '.join(got)}  {mark}")
+    return ok
+
+
+def main() -> int:
+    """Run both example sweeps."""
+    ok = run(load_sweep(HERE / "sweep.yaml"), {"gold": "pass", "noop": "fail"})
+    models = load_sweep(HERE / "sweep-models.yaml")
+    if os.environ.get("OPENAI_API_KEY"):
+        real = ModelSpec(id=os.environ.get("HANGAR_DEMO_MODEL", "gpt-4o-mini"))
+        config = models.config.model_copy(update={"models": [real]})
+        models = models.model_copy(update={"config": config, "id": f"{models.id}-{real.id}"})
+        ok &= run(models, None)  # a real model's verdict is its own
+    else:
+        os.environ.setdefault("HANGAR_SCRIPTED_KEY", "scripted")  # a fake key, for loopback
+        server = ScriptedServer(Script.load(HERE / "scripted-model.yaml"), port=8765).start()
+        try:
+            ok &= run(models, {"toolloop": "pass", "chat": "pass"})
+        finally:
+            server.shutdown()
     console.print("check a bundle with: hangar evidence verify URI")
-    return 1 if wrong or len(results) != sweep.size else 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -196,7 +196,7 @@ def load_sweep(path: Path) -> Sweep:
     if config.agents_file:
         agents.update(load_agents(base / config.agents_file))
     for name, cfg in config.agents.items():
-        agents[name] = parse_agent(name, cfg, str(path))
+        agents[name] = parse_agent(name, cfg, str(path), base)
     if not agents:
         raise ConfigError(f"{path}: no agents: give `agents` or `agents_file`")
     if not config.models:

@@ -24,12 +24,33 @@ AgentSpec = Annotated[CommandAgent | ChatAgent, Field(discriminator="kind")]
 _AGENT: TypeAdapter[CommandAgent | ChatAgent] = TypeAdapter(AgentSpec)
 
 
-def parse_agent(name: str, data: object, where: str) -> AgentSpec:
-    """Validate one agent config; errors name where it came from and the field."""
+_RUNNERS = {".py": "python3", ".sh": "bash"}
+
+
+def _script_command(data: dict[str, object], base: Path | None, where: str) -> dict[str, object]:
+    """Turn ``script: FILE`` into a command that runs the file's text (its bytes count
+    in the trial key, like any command)."""
+    script = data.get("script")
+    if script is None:
+        return data
+    path = (base / str(script)) if base is not None else Path(str(script))
+    runner = _RUNNERS.get(path.suffix)
+    if runner is None or not path.is_file():
+        raise ConfigError(f"{where}: agent script {path} must be an existing .py or .sh file")
+    text = path.read_text()
+    rest = {k: v for k, v in data.items() if k != "script"}
+    return {**rest, "command": f"{runner} - <<'HANGAR_AGENT_SCRIPT'\n{text}\nHANGAR_AGENT_SCRIPT"}
+
+
+def parse_agent(name: str, data: object, where: str, base: Path | None = None) -> AgentSpec:
+    """Validate one agent config; errors name where it came from and the field.
+
+    `base` is the folder a ``script:`` path is relative to.
+    """
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: agent {name!r} must be a mapping with a `command`")
     try:
-        data = expand_preset(data, where)
+        data = _script_command(expand_preset(data, where), base, where)
         return _AGENT.validate_python({"kind": "command", "name": name, **data})
     except ValidationError as exc:
         lines = [f"{where}: agent {name!r} is not valid"]
@@ -44,7 +65,9 @@ def load_agents(path: Path) -> dict[str, AgentSpec]:
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: an agents file must map agent names to configs")
-    return {str(name): parse_agent(str(name), cfg, str(path)) for name, cfg in data.items()}
+    return {
+        str(name): parse_agent(str(name), cfg, str(path), path.parent) for name, cfg in data.items()
+    }
 
 
 __all__ = [

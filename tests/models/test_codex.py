@@ -52,12 +52,23 @@ def test_codex_fixes_the_bug_through_the_relay(
     shutil.copytree(EXAMPLES / "repos", tmp_path / "repos")
     path = tmp_path / "median" / "scenario.yaml"
     path.write_text(path.read_text().replace(f"image: {BASE_IMAGE}", f"image: {codex_image}"))
-    model = ModelSpec(id="scripted-codex", provider="openai", base_url=f"{server.url}/v1",
-                      api_key_env="HANGAR_TEST_CODEX_KEY",
-                      price=Price(input=1.25, output=10.0, cached_input=0.125))
+    model = ModelSpec(
+        id="scripted-codex",
+        provider="openai",
+        base_url=f"{server.url}/v1",
+        api_key_env="HANGAR_TEST_CODEX_KEY",
+        price=Price(input=1.25, output=10.0, cached_input=0.125),
+    )
     agent = parse_agent("codex", {"preset": "codex"}, "test")
-    result = run_trial(single_trial(load_scenario(path), agent, Arm(name="control"),
-                                    model=model, evidence_url=(tmp_path / "ev").as_uri()))
+    result = run_trial(
+        single_trial(
+            load_scenario(path),
+            agent,
+            Arm(name="control"),
+            model=model,
+            evidence_url=(tmp_path / "ev").as_uri(),
+        )
+    )
     assert result.verdict is Verdict.PASS, result.reason
     assert [r["path"] for r in server.requests] == ["/v1/responses"] * 3
     assert all(r["stream"] for r in server.requests)
