@@ -34,7 +34,7 @@ def wilson(passes: int, n: int, z: float = Z95) -> Interval:
     """Pass rate with its Wilson score interval.
 
     p̂ = k/n; centre = (p̂ + z²/2n) / (1 + z²/n);
-    half-width = z / (1 + z²/n) · sqrt(p̂(1−p̂)/n + z²/4n²).
+    half-width = z / (1 + z²/n) · sqrt(p̂(1-p̂)/n + z²/4n²).
     Wilson, E. B. (1927), JASA 22:209; recommended over the normal ("Wald") interval by
     Brown, Cai & DasGupta (2001), Statistical Science 16:101. It stays inside [0, 1] and
     is sensible at 0 of n and n of n. With n = 0 the rate is unknown: 0 in [0, 1].
@@ -53,7 +53,7 @@ def wilson(passes: int, n: int, z: float = Z95) -> Interval:
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k for one problem with `c` passes among `n` samples.
 
-    pass@k = 1 − C(n−c, k) / C(n, k), computed as 1 − Π_{i=n−c+1..n} (1 − k/i) for
+    pass@k = 1 - C(n-c, k) / C(n, k), computed as 1 - Π_{i=n-c+1..n} (1 - k/i) for
     numerical stability. Chen et al. (2021), "Evaluating Large Language Models Trained
     on Code", arXiv:2107.03374, eq. 1 and fig. 3. Needs k <= n.
     """
@@ -88,7 +88,7 @@ def clustered_se(outcomes: Mapping[str, Sequence[bool]]) -> float:
     """Standard error of the overall pass rate, clustered by scenario.
 
     With ȳ the mean of all N outcomes and G scenarios (clusters):
-    SE = sqrt( G/(G−1) · Σ_g (Σ_{i∈g} (y_i − ȳ))² ) / N, the cluster-robust (CR1)
+    SE = sqrt( G/(G-1) · Σ_g (Σ_{i∈g} (y_i - ȳ))² ) / N, the cluster-robust (CR1)
     sandwich estimator of a mean. Cameron & Miller (2015), "A Practitioner's Guide to
     Cluster-Robust Inference", J. Human Resources 50:317, eq. 11; its use for evals:
     Miller (2024), "Adding Error Bars to Evals", arXiv:2411.00640, section 2.3. Repeats
@@ -115,7 +115,7 @@ class PairedDifference(BaseModel):
     scenarios: int
     """Scenarios in common."""
     difference: float
-    """Mean over scenarios of (A's pass rate − B's), repeats averaged first."""
+    """Mean over scenarios of (A's pass rate - B's), repeats averaged first."""
     se: float
     """Paired standard error: sd of the per-scenario differences / sqrt(scenarios)."""
     low: float
@@ -144,7 +144,7 @@ def paired_difference(
 ) -> PairedDifference | None:
     """A vs B over the scenarios both ran (None when they share none).
 
-    d_s = rate_A(s) − rate_B(s) per shared scenario; the difference is mean(d); its
+    d_s = rate_A(s) - rate_B(s) per shared scenario; the difference is mean(d); its
     paired SE is sd(d)/√S; the interval is the 2.5th and 97.5th percentiles of mean(d*)
     over `resamples` resamples of the scenarios with replacement, from a seeded
     generator (the same inputs always give the same interval). Efron & Tibshirani
@@ -176,7 +176,7 @@ def bootstrap_interval(
     values: Sequence[float], *, resamples: int = 10_000, seed: int = 0, level: float = 0.95
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of `values` (seeded)."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - a seeded statistical resampler, not crypto
     n = len(values)
     means = sorted(fmean(rng.choices(values, k=n)) for _ in range(resamples))
     tail = (1 - level) / 2
