@@ -34,6 +34,8 @@ from hangar.errors import ConfigError, HangarError
 from hangar.models import ModelSpec
 from hangar.scenario import LoadedScenario, load_scenario, read_yaml
 from hangar.scheduler.keys import Arm, trial_key
+from hangar.suite import sealed_suite_of
+from hangar.suite import verify as verify_suite
 from hangar.trial import TrialSpec
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -210,7 +212,17 @@ def load_sweep(path: Path) -> Sweep:
     scenarios: list[LoadedScenario] = []
     problems: list[str] = []
     seen: dict[str, Path] = {}
-    for file in _scenario_files(base, config.scenarios):
+    files = _scenario_files(base, config.scenarios)
+    checked: set[Path] = set()
+    for file in files:  # a sealed suite that no longer matches is refused outright
+        suite = sealed_suite_of(file, base)
+        if suite is not None and suite not in checked:
+            checked.add(suite)
+            if broken := verify_suite(suite):
+                raise ConfigError(
+                    f"sealed suite {suite} does not match its manifest:\n  " + "\n  ".join(broken)
+                )
+    for file in files:
         try:
             loaded = load_scenario(file)
         except HangarError as exc:

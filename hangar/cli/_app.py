@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -15,6 +16,7 @@ from rich.console import Console
 from hangar import __version__
 from hangar.errors import HangarError
 from hangar.results import TrialResult
+from hangar.store import ResultsStore
 
 app = typer.Typer(
     name="hangar",
@@ -48,6 +50,16 @@ def print_result(result: TrialResult) -> None:
     console.print(
         f"  evidence: {result.evidence_uri} (sha256 {result.evidence_sha256})", highlight=False
     )
+
+
+def resolve_sweep(sweep: str, store: str | None) -> tuple[str, int | None, ResultsStore]:
+    """SWEEP given as a sweep file or as an id: (sweep id, its size if known, the store)."""
+    from hangar.scheduler.sweep import load_sweep
+
+    if Path(sweep).is_file():
+        loaded = load_sweep(Path(sweep))
+        return loaded.id, loaded.size, ResultsStore(store or loaded.config.store)
+    return sweep, None, ResultsStore(store)
 
 
 def main() -> None:

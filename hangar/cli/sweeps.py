@@ -19,7 +19,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from hangar.cli._app import app, console, err_console
+from hangar.cli._app import app, console, err_console, resolve_sweep
 
 sweep_app = typer.Typer(help="Check sweep files.")
 cluster_app = typer.Typer(help="Start, join and stop Ray nodes with sandbox slots.")
@@ -151,15 +151,7 @@ def status(
     ] = None,
 ) -> None:
     """Counts by verdict, model and arm of a sweep's latest attempts."""
-    from hangar.scheduler.sweep import load_sweep
-    from hangar.store import ResultsStore
-
-    total = None
-    sweep_id = sweep
-    if Path(sweep).is_file():
-        loaded = load_sweep(Path(sweep))
-        sweep_id, total, store = loaded.id, loaded.size, store or loaded.config.store
-    results = ResultsStore(store)
+    sweep_id, total, results = resolve_sweep(sweep, store)
     counts = results.counts(sweep_id)
     if not counts and total is None:
         known = ", ".join(results.sweep_ids()[:10]) or "none"

@@ -1,0 +1,162 @@
+"""`hangar report`, `hangar export`, `hangar baseline`, `hangar compare`, `hangar suite`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from hangar.cli._app import app, console, err_console, resolve_sweep
+from hangar.errors import ConfigError
+
+baseline_app = typer.Typer(help="Immutable snapshots of a sweep's scores.")
+suite_app = typer.Typer(help="Seal and check suites of scenarios.")
+app.add_typer(baseline_app, name="baseline")
+app.add_typer(suite_app, name="suite")
+
+StoreOption = Annotated[
+    str | None, typer.Option(help="Results store URL (default: the sweep's, or local).")
+]
+
+
+@app.command("report")
+def report(
+    sweep: Annotated[str, typer.Argument(help="Sweep file, or a sweep id in --store.")],
+    fmt: Annotated[str, typer.Option("--format", help="text, md, html or json.")] = "text",
+    out: Annotated[Path | None, typer.Option(help="Write to this file.")] = None,
+    margin: Annotated[
+        float, typer.Option(help="Points a decision sentence is about (5 = 5 points).")
+    ] = 5.0,
+    store: StoreOption = None,
+) -> None:
+    """Scores per agent, model and arm, the pass matrix, requirements and comparisons."""
+    from hangar.report import build_report
+    from hangar.report_render import render_html, render_markdown, render_text
+
+    renderers = {"text": render_text, "md": render_markdown, "html": render_html}
+    if fmt not in (*renderers, "json"):
+        raise ConfigError(f"unknown format {fmt!r}: use text, md, html or json")
+    sweep_id, _, results = resolve_sweep(sweep, store)
+    built = build_report(sweep_id, results.results(sweep_id), margin=margin / 100)
+    if not built.groups:
+        raise ConfigError(f"no results for sweep {sweep_id!r} in {results._safe_url}")
+    text = built.model_dump_json(indent=1) if fmt == "json" else renderers[fmt](built)
+    if out is not None:
+        out.write_text(text)
+        console.print(f"wrote {out}")
+    else:
+        console.out(text, highlight=False)
+
+
+@app.command("export")
+def export(
+    sweep: Annotated[str, typer.Argument(help="Sweep file, or a sweep id in --store.")],
+    out: Annotated[Path, typer.Option(help="JSONL file, one trial per line.")],
+    all_attempts: Annotated[bool, typer.Option(help="Every attempt, not just the latest.")] = False,
+    store: StoreOption = None,
+) -> None:
+    """Every trial of a sweep as JSON lines (pandas: pd.read_json(FILE, lines=True))."""
+    sweep_id, _, results = resolve_sweep(sweep, store)
+    n = 0
+    with out.open("w") as f:
+        for r in results.results(sweep_id, all_attempts=all_attempts):
+            f.write(r.model_dump_json() + "\n")
+            n += 1
+    console.print(f"wrote {n} trial(s) to {out}")
+
+
+@baseline_app.command("create")
+def baseline_create(
+    name: Annotated[str, typer.Argument(help="Baseline name (never reused).")],
+    from_sweep: Annotated[str, typer.Option("--from", help="Sweep file or id.")],
+    store: StoreOption = None,
+) -> None:
+    """Snapshot a sweep's scores under NAME (an existing name is refused)."""
+    from hangar.baseline import create_baseline
+
+    sweep_id, _, results = resolve_sweep(from_sweep, store)
+    snap = create_baseline(results, name, sweep_id)
+    console.print(f"baseline {name}: {len(snap.groups)} group(s) from sweep {sweep_id}")
+
+
+@baseline_app.command("list")
+def baseline_list(store: StoreOption = None) -> None:
+    """Every baseline in the store."""
+    from hangar.baseline import baseline_names
+    from hangar.store import ResultsStore
+
+    for name, sweep, created in baseline_names(ResultsStore(store)):
+        console.print(f"{name}  sweep={sweep}  {created:%Y-%m-%d %H:%M}")
+
+
+@app.command("compare")
+def compare(
+    baseline: Annotated[str, typer.Option(help="Baseline name.")],
+    candidate: Annotated[str, typer.Option(help="Candidate sweep file or id.")],
+    group_drop: Annotated[float, typer.Option(help="Pass-rate drop of a group.")] = 0.3,
+    scenario_drop: Annotated[float, typer.Option(help="Passing trials a scenario loses.")] = 1.0,
+    requirement_drop: Annotated[float, typer.Option(help="Pass-rate drop of a requirement.")] = 0.5,
+    store: StoreOption = None,
+) -> None:
+    """Flag regressions of a candidate sweep against a baseline; exit 1 when any."""
+    from hangar.baseline import Thresholds, load_baseline, snapshot
+    from hangar.baseline import compare as find
+
+    sweep_id, _, results = resolve_sweep(candidate, store)
+    before = load_baseline(results, baseline)
+    after = snapshot("candidate", sweep_id, results.results(sweep_id))
+    found = find(
+        before,
+        after,
+        Thresholds(
+            group_drop=group_drop, scenario_drop=scenario_drop, requirement_drop=requirement_drop
+        ),
+    )
+    if not found:
+        console.print(f"no regression of {sweep_id} against baseline {baseline}")
+        raise typer.Exit(0)
+    table = Table(
+        "kind",
+        "group",
+        "subject",
+        "before",
+        "after",
+        "drop",
+        "threshold",
+        title=f"{len(found)} regression(s) of {sweep_id} against {baseline}",
+    )
+    for r in found:
+        table.add_row(
+            r.kind,
+            r.group,
+            r.subject,
+            f"{r.before:.2f}",
+            f"{r.after:.2f}",
+            f"{r.drop:.2f}",
+            f"{r.threshold:g}",
+        )
+    console.print(table)
+    raise typer.Exit(1)
+
+
+@suite_app.command("seal")
+def suite_seal(folder: Annotated[Path, typer.Argument(help="Suite folder.")]) -> None:
+    """Write manifest.json with the sha256 of every file (an existing seal is refused)."""
+    from hangar.suite import seal
+
+    console.print(f"sealed {folder}: {seal(folder)} file(s) pinned")
+
+
+@suite_app.command("verify")
+def suite_verify(folder: Annotated[Path, typer.Argument(help="Suite folder.")]) -> None:
+    """Check a sealed suite against its manifest; exit 1 naming what differs."""
+    from hangar.suite import verify
+
+    problems = verify(folder)
+    for problem in problems:
+        err_console.print(f"[red]x[/] {problem}", highlight=False)
+    if not problems:
+        console.print(f"{folder} matches its manifest")
+    raise typer.Exit(1 if problems else 0)

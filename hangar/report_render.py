@@ -1,0 +1,329 @@
+"""`Report` as text (Rich tables), Markdown, or one self-contained HTML file.
+
+The HTML has no script and loads nothing: its plots are inline SVG drawn here (pass
+rate with interval bars per group; cost per trial against pass rate; per-scenario
+differences of each comparison).
+"""
+
+from __future__ import annotations
+
+import html
+from io import StringIO
+
+from rich.console import Console
+from rich.table import Table
+
+from hangar.report import Report
+
+VERDICTS = ("pass", "fail", "blocked_setup", "infra_error", "void")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def _usd(x: float | None) -> str:
+    return "-" if x is None else f"${x:.4f}"
+
+
+def _secs(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}s"
+
+
+def _group_rows(report: Report) -> list[list[str]]:
+    rows = []
+    for g in report.groups:
+        k = ", ".join(f"@{n} {_pct(v)}" for n, v in g.pass_at_k.items()) or "-"
+        rows.append(
+            [
+                g.agent,
+                g.model,
+                g.arm,
+                str(g.trials),
+                f"{_pct(g.pass_rate.estimate)} [{_pct(g.pass_rate.low)}, {_pct(g.pass_rate.high)}]",
+                k,
+                _usd(g.cost_usd),
+                _usd(g.cost_per_trial),
+                _usd(g.cost_per_pass),
+                f"{g.tokens['input']}/{g.tokens['output']}",
+                f"{_secs(g.duration_p50_s)}/{_secs(g.duration_p95_s)}",
+                " ".join(f"{v}:{g.verdicts[v]}" for v in VERDICTS if g.verdicts.get(v)),
+            ]
+        )
+    return rows
+
+
+GROUP_HEAD = [
+    "agent",
+    "model",
+    "arm",
+    "trials",
+    "pass rate [95% CI]",
+    "pass@k",
+    "cost",
+    "cost/trial",
+    "cost/pass",
+    "tokens in/out",
+    "p50/p95",
+    "verdicts",
+]
+
+
+def render_text(report: Report, width: int = 160) -> str:
+    """The report as terminal tables."""
+    buf = StringIO()
+    console = Console(file=buf, width=width, force_terminal=False)
+    console.print(
+        f"[bold]sweep {report.sweep}[/]  (only pass and fail count; other verdicts shown apart)"
+    )
+    table = Table(*GROUP_HEAD, title="groups")
+    for row in _group_rows(report):
+        table.add_row(*row)
+    console.print(table)
+    labels = [g.label for g in report.groups]
+    matrix = Table("scenario", *labels, title="pass matrix (passes/trials)")
+    for s in report.scenarios:
+        matrix.add_row(
+            s.scenario,
+            *(
+                f"{p}/{n}" if (p, n) != (0, 0) else "-"
+                for p, n in (s.cells.get(x, (0, 0)) for x in labels)
+            ),
+        )
+    console.print(matrix)
+    if report.requirements:
+        req = Table("requirement", "group", "pass rate", title="checklist requirements")
+        for r in report.requirements:
+            req.add_row(r.requirement, r.group, f"{r.passes}/{r.assessed}")
+        console.print(req)
+    for c in report.comparisons:
+        d = c.result
+        console.print(
+            f"[bold]{c.factor}[/] {d.a} vs {d.b} ({c.within}, {d.scenarios} scenarios): "
+            f"{d.difference * 100:+.1f} points [{d.low * 100:+.1f}, {d.high * 100:+.1f}], "
+            f"SE {d.se * 100:.1f}\n  {d.decision}"
+        )
+    for v in report.voided:
+        console.print(f"[magenta]void[/] {v.scenario} {v.group} {v.trial_key[:12]}: {v.reason}")
+    for note in report.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    return buf.getvalue()
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def render_markdown(report: Report) -> str:
+    """The report as Markdown."""
+    labels = [g.label for g in report.groups]
+    parts = [
+        f"# Sweep {report.sweep}",
+        "",
+        "Only `pass` and `fail` count; other verdicts are shown apart.",
+        "",
+        "## Groups",
+        "",
+        _md_table(GROUP_HEAD, _group_rows(report)),
+        "",
+        "## Pass matrix",
+        "",
+        _md_table(
+            ["scenario", *labels],
+            [
+                [s.scenario, *(f"{p}/{n}" for p, n in (s.cells.get(x, (0, 0)) for x in labels))]
+                for s in report.scenarios
+            ],
+        ),
+        "",
+    ]
+    if report.requirements:
+        parts += [
+            "## Checklist requirements",
+            "",
+            _md_table(
+                ["requirement", "group", "pass rate"],
+                [[r.requirement, r.group, f"{r.passes}/{r.assessed}"] for r in report.requirements],
+            ),
+            "",
+        ]
+    if report.comparisons:
+        parts += ["## Comparisons", ""]
+        for c in report.comparisons:
+            d = c.result
+            parts.append(
+                f"- **{c.factor}** {d.a} vs {d.b} ({c.within}, {d.scenarios} scenarios): "
+                f"{d.difference * 100:+.1f} points, 95% CI [{d.low * 100:+.1f}, "
+                f"{d.high * 100:+.1f}], SE {d.se * 100:.1f}. **{d.decision}.**"
+            )
+        parts.append("")
+    if report.voided:
+        parts += (
+            ["## Voided trials", ""]
+            + [
+                f"- {v.scenario} ({v.group}) `{v.trial_key[:12]}`: {v.reason}"
+                for v in report.voided
+            ]
+            + [""]
+        )
+    parts += [f"> note: {n}" for n in report.notes]
+    return "\n".join(parts) + "\n"
+
+
+# -- HTML with inline SVG ----------------------------------------------------------------------
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2rem;color:#222;max-width:1200px}
+table{border-collapse:collapse;margin:1rem 0;font-size:.9rem}
+td,th{border:1px solid #ccc;padding:.3rem .5rem;text-align:left}
+th{background:#f3f3f3} .decision{font-weight:600} .note{color:#8a5a00}
+svg{background:#fafafa;border:1px solid #ddd;margin:.5rem 0} .v{color:#8b008b}
+"""
+_PALETTE = ["#3b6fb6", "#d9822b", "#2f9e44", "#c92a2a", "#7048e8", "#0b7285"]
+
+
+def _svg_intervals(report: Report) -> str:
+    """Pass rate per group: a bar and the Wilson interval as a whisker."""
+    rows = report.groups
+    h, left, width = 28 * len(rows) + 40, 260, 480
+    out = [
+        f'<svg id="plot-pass-rate" width="{left + width + 60}" height="{h}" '
+        'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="pass rate by group">'
+    ]
+    for tick in (0, 25, 50, 75, 100):
+        x = left + width * tick / 100
+        out.append(
+            f'<line x1="{x}" y1="10" x2="{x}" y2="{h - 20}" stroke="#ddd"/>'
+            f'<text x="{x}" y="{h - 5}" font-size="10" text-anchor="middle">{tick}%</text>'
+        )
+    for i, g in enumerate(rows):
+        y = 20 + 28 * i
+        bar = width * g.pass_rate.estimate
+        lo, hi = left + width * g.pass_rate.low, left + width * g.pass_rate.high
+        color = _PALETTE[i % len(_PALETTE)]
+        out.append(
+            f'<text x="{left - 6}" y="{y + 12}" font-size="11" text-anchor="end">'
+            f"{html.escape(g.label)}</text>"
+            f'<rect class="bar" x="{left}" y="{y}" width="{bar:.1f}" height="16" fill="{color}"/>'
+            f'<line x1="{lo:.1f}" y1="{y + 8}" x2="{hi:.1f}" y2="{y + 8}" stroke="#111" '
+            'stroke-width="2"/>'
+            f'<line x1="{lo:.1f}" y1="{y + 2}" x2="{lo:.1f}" y2="{y + 14}" stroke="#111"/>'
+            f'<line x1="{hi:.1f}" y1="{y + 2}" x2="{hi:.1f}" y2="{y + 14}" stroke="#111"/>'
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _svg_cost(report: Report) -> str:
+    """Cost per trial (x) against pass rate (y), one point per group."""
+    w, h, pad = 520, 320, 50
+    costs = [g.cost_per_trial or 0.0 for g in report.groups]
+    top = max(costs) or 1.0
+    axis = f"cost per trial (max ${max(costs):.4f})" if max(costs) else "no cost recorded"
+    out = [
+        f'<svg id="plot-cost" width="{w}" height="{h}" xmlns="http://www.w3.org/2000/svg" '
+        'role="img" aria-label="cost per trial against pass rate">',
+        f'<line x1="{pad}" y1="{h - pad}" x2="{w - 10}" y2="{h - pad}" stroke="#888"/>',
+        f'<line x1="{pad}" y1="10" x2="{pad}" y2="{h - pad}" stroke="#888"/>',
+        f'<text x="{w / 2}" y="{h - 12}" font-size="11" text-anchor="middle">{axis}</text>',
+        f'<text x="14" y="{h / 2}" font-size="11" transform="rotate(-90 14 {h / 2})" '
+        'text-anchor="middle">pass rate</text>',
+    ]
+    for i, g in enumerate(report.groups):
+        x = pad + (w - pad - 20) * ((g.cost_per_trial or 0.0) / top)
+        y = (h - pad) - (h - pad - 20) * g.pass_rate.estimate
+        out.append(
+            f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="6" '
+            f'fill="{_PALETTE[i % len(_PALETTE)]}"/>'
+            f'<text x="{x + 8:.1f}" y="{y - 8:.1f}" font-size="10">{html.escape(g.label)}</text>'
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _svg_differences(report: Report) -> str:
+    """Per-scenario differences (A - B) of each comparison, as bars around zero."""
+    if not report.comparisons:
+        return "<p>No two groups differ in exactly one factor: nothing to compare.</p>"
+    blocks = []
+    for n, c in enumerate(report.comparisons):
+        items = list(c.per_scenario.items())
+        h, mid, half = 24 * len(items) + 30, 420, 200
+        out = [
+            f'<svg class="plot-diff" id="plot-diff-{n}" width="{mid + half + 40}" height="{h}" '
+            'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="per-scenario differences">',
+            f'<line x1="{mid}" y1="5" x2="{mid}" y2="{h - 5}" stroke="#888"/>',
+        ]
+        for i, (scenario, diff) in enumerate(items):
+            y = 12 + 24 * i
+            x, width = (mid, half * diff) if diff >= 0 else (mid + half * diff, -half * diff)
+            color = "#2f9e44" if diff >= 0 else "#c92a2a"
+            out.append(
+                f'<text x="{mid - half - 10}" y="{y + 12}" font-size="11" '
+                f'text-anchor="end">{html.escape(scenario)}</text>'
+                f'<rect class="bar" x="{x:.1f}" y="{y}" width="{max(width, 1):.1f}" '
+                f'height="16" fill="{color}"/>'
+                f'<text x="{mid + half + 5}" y="{y + 12}" font-size="10">{diff * 100:+.0f}</text>'
+            )
+        out.append("</svg>")
+        d = c.result
+        blocks.append(
+            f"<h3>{html.escape(c.factor)}: {html.escape(d.a)} - {html.escape(d.b)} "
+            f"({html.escape(c.within)})</h3>" + "".join(out)
+        )
+    return "".join(blocks)
+
+
+def render_html(report: Report) -> str:
+    """The report as one self-contained HTML page (inline CSS and SVG, no script)."""
+    esc = html.escape
+    md_rows = _group_rows(report)
+    groups = "".join(
+        "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in md_rows
+    )
+    labels = [g.label for g in report.groups]
+    matrix = "".join(
+        f"<tr><td>{esc(s.scenario)}</td>"
+        + "".join(f"<td>{p}/{n}</td>" for p, n in (s.cells.get(x, (0, 0)) for x in labels))
+        + "</tr>"
+        for s in report.scenarios
+    )
+    reqs = "".join(
+        f"<tr><td>{esc(r.requirement)}</td><td>{esc(r.group)}</td>"
+        f"<td>{r.passes}/{r.assessed}</td></tr>"
+        for r in report.requirements
+    )
+    comps = "".join(
+        f"<li>{esc(c.factor)} {esc(c.result.a)} vs {esc(c.result.b)} ({esc(c.within)}, "
+        f"{c.result.scenarios} scenarios): {c.result.difference * 100:+.1f} points, 95% CI "
+        f"[{c.result.low * 100:+.1f}, {c.result.high * 100:+.1f}] "
+        f'<span class="decision">{esc(c.result.decision)}</span></li>'
+        for c in report.comparisons
+    )
+    voided = "".join(
+        f'<li class="v">{esc(v.scenario)} ({esc(v.group)}): {esc(v.reason)}</li>'
+        for v in report.voided
+    )
+    notes = "".join(f'<p class="note">note: {esc(n)}</p>' for n in report.notes)
+    head = "".join(f"<th>{esc(h)}</th>" for h in GROUP_HEAD)
+    label_heads = "".join(f"<th>{esc(x)}</th>" for x in labels)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>hangar report: {esc(report.sweep)}</title>
+<style>{_CSS}</style></head><body>
+<h1>Sweep {esc(report.sweep)}</h1>
+<p>Generated {report.generated_at:%Y-%m-%d %H:%M} UTC. Only <code>pass</code> and <code>fail</code>
+count in rates; other verdicts are shown apart. Intervals are 95% (Wilson for rates, a
+seeded paired bootstrap over scenarios for differences).</p>{notes}
+<h2>Groups</h2><table><tr>{head}</tr>{groups}</table>
+<h2>Pass rate with 95% interval</h2>{_svg_intervals(report)}
+<h2>Cost per trial against pass rate</h2>{_svg_cost(report)}
+<h2>Comparisons</h2><ul>{comps or "<li>none</li>"}</ul>
+<h2>Per-scenario differences</h2>{_svg_differences(report)}
+<h2>Pass matrix</h2><table><tr><th>scenario</th>{label_heads}</tr>{matrix}</table>
+<h2>Checklist requirements</h2>
+<table><tr><th>requirement</th><th>group</th><th>pass rate</th></tr>{reqs}</table>
+<h2>Voided trials</h2><ul>{voided or "<li>none</li>"}</ul>
+</body></html>
+"""

@@ -1,0 +1,244 @@
+"""Reports, baselines, regressions, sealed suites and exports on a synthetic sweep."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hangar import stats
+from hangar.cli import app
+from hangar.errors import ConfigError
+from hangar.report import Report, build_report
+from hangar.report_render import render_html, render_markdown, render_text
+from hangar.results import CheckOutcome, TrialResult, Usage, Verdict
+from hangar.scheduler.sweep import load_sweep
+from hangar.store import ResultsStore
+from tests.require import skip_or_fail
+
+runner = CliRunner()
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def trial(
+    sweep: str,
+    scenario: str,
+    arm: str,
+    repeat: int,
+    verdict: Verdict,
+    *,
+    agent: str = "codex",
+    cost: float = 0.01,
+) -> TrialResult:
+    start = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(minutes=repeat)
+    return TrialResult(
+        sweep=sweep,
+        trial_key=f"{sweep}-{scenario}-{arm}-{agent}-{repeat}".ljust(64, "0")[:64],
+        scenario_id=scenario,
+        scenario_digest="d" * 64,
+        agent=agent,
+        model="m1",
+        arm=arm,
+        repeat=repeat,
+        verdict=verdict,
+        reason="r",
+        completed=True,
+        checks=(
+            CheckOutcome(
+                requirement="tests pass",
+                status="pass" if verdict is Verdict.PASS else "fail",
+                evidence=("e",),
+            ),
+        ),
+        usage=Usage(input_tokens=100, output_tokens=10, cost_usd=cost),
+        started_at=start,
+        finished_at=start + timedelta(seconds=10 + repeat),
+    )
+
+
+def skill_sweep(sweep: str = "sw", skill_fails: bool = False) -> list[TrialResult]:
+    """Six scenarios x two repeats x arms skill/control; skill passes far more."""
+    rows = []
+    for s in range(6):
+        for rep in range(2):
+            skill_pass = not skill_fails and (s, rep) != (5, 1)
+            rows.append(
+                trial(sweep, f"s{s}", "skill", rep, Verdict.PASS if skill_pass else Verdict.FAIL)
+            )
+            rows.append(
+                trial(sweep, f"s{s}", "control", rep, Verdict.PASS if s == 0 else Verdict.FAIL)
+            )
+    rows.append(trial(sweep, "s6", "skill", 0, Verdict.VOID))
+    rows.append(trial(sweep, "s6", "control", 0, Verdict.BLOCKED_SETUP))
+    rows.append(trial(sweep, "s7", "control", 0, Verdict.INFRA_ERROR))
+    return rows
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ResultsStore:
+    s = ResultsStore(f"sqlite:///{tmp_path}/r.db")
+    s.record(skill_sweep("sw"))
+    return s
+
+
+def test_group_scores(store: ResultsStore) -> None:
+    report = build_report("sw", store.results("sw"))
+    groups = {g.arm: g for g in report.groups}
+    skill, control = groups["skill"], groups["control"]
+    assert (skill.passes, skill.trials) == (11, 12) and (control.passes, control.trials) == (2, 12)
+    assert skill.pass_rate == stats.wilson(11, 12)
+    assert skill.verdicts == {"pass": 11, "fail": 1, "void": 1}
+    assert control.verdicts == {"pass": 2, "fail": 10, "blocked_setup": 1, "infra_error": 1}
+    assert skill.pass_at_k[2] == pytest.approx(1.0)  # every scenario passed at least once
+    assert skill.pass_hat_k[2] == pytest.approx(5 / 6)
+    assert skill.cost_per_pass == pytest.approx(13 * 0.01 / 11)  # uncounted attempts cost too
+    assert skill.duration_p50_s == pytest.approx(10.5)
+
+
+def test_comparison_and_decision(store: ResultsStore) -> None:
+    report = build_report("sw", store.results("sw"), margin=0.2)
+    (c,) = report.comparisons
+    assert (c.factor, c.result.a, c.result.b, c.result.scenarios) == ("arm", "skill", "control", 6)
+    assert c.result.difference == pytest.approx((11 / 2 - 2 / 2) / 6)
+    assert c.result.decision == "skill is shown to beat control by at least 20 points on pass rate"
+    strict = build_report("sw", store.results("sw"), margin=0.9)
+    assert (
+        strict.comparisons[0].result.decision == "skill is not shown to beat control by 90 points"
+    )
+
+
+def test_voided_trials_are_listed(store: ResultsStore) -> None:
+    report = build_report("sw", store.results("sw"))
+    assert [v.scenario for v in report.voided] == ["s6"]
+    assert "void" in render_text(report) and "Voided trials" in render_markdown(report)
+
+
+def test_json_form_round_trips(store: ResultsStore, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    result = runner.invoke(
+        app, ["report", "sw", "--format", "json", "--out", str(out), "--store", store.url]
+    )
+    assert result.exit_code == 0, result.output
+    report = Report.model_validate_json(out.read_text())
+    assert {g.arm for g in report.groups} == {"skill", "control"}
+
+
+def test_text_report_names_the_decision(store: ResultsStore) -> None:
+    result = runner.invoke(app, ["report", "sw", "--store", store.url, "--margin", "20"])
+    assert result.exit_code == 0
+    assert "skill is shown to beat control by at least 20 points on pass rate" in result.output
+
+
+def test_export_jsonl(store: ResultsStore, tmp_path: Path) -> None:
+    out = tmp_path / "x.jsonl"
+    assert (
+        runner.invoke(app, ["export", "sw", "--out", str(out), "--store", store.url]).exit_code == 0
+    )
+    lines = out.read_text().splitlines()
+    assert len(lines) == 27 and TrialResult.model_validate(json.loads(lines[0]))
+
+
+def test_baseline_is_immutable_and_compare_gates(store: ResultsStore) -> None:
+    url = store.url
+    assert (
+        runner.invoke(app, ["baseline", "create", "v1", "--from", "sw", "--store", url]).exit_code
+        == 0
+    )
+    again = runner.invoke(app, ["baseline", "create", "v1", "--from", "sw", "--store", url])
+    assert isinstance(again.exception, ConfigError) and "immutable" in str(again.exception)
+    same = runner.invoke(app, ["compare", "--baseline", "v1", "--candidate", "sw", "--store", url])
+    assert same.exit_code == 0 and "no regression" in same.output
+    store.record(skill_sweep("worse", skill_fails=True))
+    worse = runner.invoke(
+        app, ["compare", "--baseline", "v1", "--candidate", "worse", "--store", url]
+    )
+    assert worse.exit_code == 1
+    assert "group" in worse.output and "scenario" in worse.output and "requirement" in worse.output
+    loose = runner.invoke(
+        app,
+        [
+            "compare",
+            "--baseline",
+            "v1",
+            "--candidate",
+            "worse",
+            "--store",
+            url,
+            "--group-drop",
+            "1",
+            "--scenario-drop",
+            "2",
+            "--requirement-drop",
+            "1",
+        ],
+    )
+    assert loose.exit_code == 0
+
+
+def test_sealed_suite(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    shutil.copytree(EXAMPLES / "median", suite / "median")
+    shutil.copytree(EXAMPLES / "repos", tmp_path / "repos")
+    path = suite / "median" / "scenario.yaml"
+    path.write_text(path.read_text().replace("../repos/", "../../repos/"))
+    assert runner.invoke(app, ["suite", "seal", str(suite)]).exit_code == 0
+    resealed = runner.invoke(app, ["suite", "seal", str(suite)])
+    assert isinstance(resealed.exception, ConfigError) and "already sealed" in str(
+        resealed.exception
+    )
+    assert runner.invoke(app, ["suite", "verify", str(suite)]).exit_code == 0
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"scenarios: [suite/]\nagents_file: {EXAMPLES}/agents.yaml\n")
+    assert load_sweep(sweep).size == 2
+    hidden = suite / "median" / "hidden" / "test_median_hidden.py"
+    hidden.write_bytes(hidden.read_bytes().replace(b"== 2.5", b"== 2.6"))
+    out = runner.invoke(app, ["suite", "verify", str(suite)])
+    assert (
+        out.exit_code == 1
+        and "test_median_hidden.py: changed since the suite was sealed" in out.output
+    )
+    with pytest.raises(ConfigError, match=r"test_median_hidden\.py: changed since"):
+        load_sweep(sweep)
+
+
+def test_html_report_renders_in_chromium(store: ResultsStore, tmp_path: Path) -> None:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        skip_or_fail("chromium", "Debian's chromium is not installed")
+    page = tmp_path / "report.html"
+    page.write_text(render_html(build_report("sw", store.results("sw"))))
+    flags = [
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
+    dom = subprocess.run(
+        [chromium, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
+    assert dom.returncode == 0 and 'id="plot-pass-rate"' in dom.stdout
+    assert dom.stdout.count('class="bar"') >= 2 + 6 and 'id="plot-cost"' in dom.stdout
+    assert "skill is shown to beat control" in dom.stdout
+    shot = tmp_path / "shot.png"
+    run = subprocess.run(
+        [chromium, *flags, "--window-size=1300,2600", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0 and "Uncaught" not in run.stderr
+    from PIL import Image
+
+    with Image.open(shot) as image:
+        colours = {c for _, c in image.convert("RGB").getcolors(maxcolors=1 << 20) or []}
+    # the bars and points were painted: the palette's blue and orange, and the green of a gain
+    assert {(0x3B, 0x6F, 0xB6), (0xD9, 0x82, 0x2B), (0x2F, 0x9E, 0x44)} <= colours
