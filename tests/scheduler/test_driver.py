@@ -33,7 +33,7 @@ def write_sweep(tmp_path: Path, **overrides: Any) -> Path:
                 f'; sleep 0.3; echo "end $HANGAR_MODEL $(date +%s.%N)" >> {log}'
             }
         },
-        "models": ["m1"],
+        "models": [{"id": "m1", "provider": "none"}],  # a label: the agent calls no model
         "arms": {"control": [], "noted": ["note"]},
         "repeats": 1,
         "backend": "local",
@@ -101,7 +101,7 @@ def test_arm_plugins_reach_the_sandbox(ray_local: None, tmp_path: Path) -> None:
 def test_per_model_caps_and_the_window(ray_local: None, tmp_path: Path) -> None:
     path = write_sweep(
         tmp_path,
-        models=["m1", "m2"],
+        models=[{"id": m, "provider": "none"} for m in ("m1", "m2")],
         repeats=3,
         concurrency={"sandbox_slots": 2, "max_in_flight": 3, "per_model": {"m1": 1}},
     )
