@@ -79,6 +79,8 @@ class TrialResult(BaseModel):
     """The scenario's id."""
     scenario_digest: str
     """The scenario version that ran."""
+    suite: str = ""
+    """The suite of the scenario ('' when it was named on its own)."""
     agent: str
     """Agent name."""
     model: str

@@ -239,6 +239,8 @@ class LoadedScenario(BaseModel):
     """Its content."""
     digest: str
     """sha256 of the scenario and the bytes of every file it references."""
+    suite: str = ""
+    """The suite it belongs to in a sweep (its sealed suite's or suite folder's name)."""
 
     @property
     def folder(self) -> Path:

@@ -41,7 +41,9 @@ from hangar.errors import ConfigError, HangarError
 from hangar.paths import runs_dir
 from hangar.results import CheckOutcome, TrialResult, Usage, Verdict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Bump when a view's definition changes; views are rebuilt when the store is opened.
+VIEWS_VERSION = 1
 
 metadata = MetaData()
 
@@ -63,6 +65,7 @@ trials = Table(
     Column("attempt", Integer, primary_key=True),
     Column("scenario_id", String(200), nullable=False),
     Column("scenario_digest", String(64), nullable=False),
+    Column("suite", String(200), nullable=False, server_default=""),
     Column("agent", String(200), nullable=False),
     Column("model", String(200), nullable=False),
     Column("arm", String(200), nullable=False),
@@ -173,16 +176,36 @@ class ResultsStore:
         )
 
     def _migrate(self) -> None:
+        """Create what is missing, upgrade an older schema step by step, rebuild views."""
         metadata.create_all(self.engine)
         with self.engine.begin() as conn:
-            row = conn.execute(select(meta.c.value).where(meta.c.key == "schema_version")).first()
-            if row is None:
-                conn.execute(meta.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
-            elif int(row.value) > SCHEMA_VERSION:
+            version = self._meta(conn, "schema_version")
+            if version is None:
+                self._set_meta(conn, "schema_version", str(SCHEMA_VERSION))
+            elif int(version) > SCHEMA_VERSION:
                 raise StoreError(
-                    f"the results store {self._safe_url} has schema {row.value}, newer than this "
+                    f"the results store {self._safe_url} has schema {version}, newer than this "
                     f"hangar's {SCHEMA_VERSION}: upgrade hangar"
                 )
+            elif int(version) < 2:  # v2 added trials.suite
+                conn.exec_driver_sql(
+                    "ALTER TABLE trials ADD COLUMN suite VARCHAR(200) NOT NULL DEFAULT ''"
+                )
+                self._set_meta(conn, "schema_version", str(SCHEMA_VERSION))
+            if self._meta(conn, "views_version") != str(VIEWS_VERSION):
+                for statement in views_sql(self.engine.dialect.name):
+                    conn.exec_driver_sql(statement)
+                self._set_meta(conn, "views_version", str(VIEWS_VERSION))
+
+    @staticmethod
+    def _meta(conn: Any, key: str) -> str | None:
+        row = conn.execute(select(meta.c.value).where(meta.c.key == key)).first()
+        return None if row is None else str(row.value)
+
+    @staticmethod
+    def _set_meta(conn: Any, key: str, value: str) -> None:
+        conn.execute(meta.delete().where(meta.c.key == key))
+        conn.execute(meta.insert().values(key=key, value=value))
 
     def _insert(self, table: Table) -> Any:
         insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
@@ -223,6 +246,7 @@ class ResultsStore:
                     "attempt": r.attempt,
                     "scenario_id": r.scenario_id,
                     "scenario_digest": r.scenario_digest,
+                    "suite": r.suite,
                     "agent": r.agent,
                     "model": r.model,
                     "arm": r.arm,
@@ -349,6 +373,55 @@ class ResultsStore:
                 yield _result(row, tuple(found.get((row.trial_key, row.attempt), [])))
 
 
+def views_sql(dialect: str) -> list[str]:
+    """The stable views dashboards query (the tables may change underneath them).
+
+    - ``v_attempts``: every attempt, with ``passed``/``counted`` flags and ``day``;
+    - ``v_trials``: each trial's latest attempt, the same columns;
+    - ``v_daily_model_scores``: per day, sweep, suite, agent, model and arm: counted
+      trials, passes, cost, tokens, of latest attempts.
+    """
+    day = "date_trunc('day', finished_at)" if dialect == "postgresql" else "date(finished_at)"
+    drop = " CASCADE" if dialect == "postgresql" else ""
+    attempts = f"""
+        SELECT t.*, {day} AS day,
+               CASE WHEN t.verdict = 'pass' THEN 1 ELSE 0 END AS passed,
+               CASE WHEN t.verdict IN ('pass', 'fail') THEN 1 ELSE 0 END AS counted
+        FROM trials t"""  # noqa: S608 - built from constants, no input
+    return [
+        f"DROP VIEW IF EXISTS v_daily_model_scores{drop}",
+        f"DROP VIEW IF EXISTS v_trials{drop}",
+        f"DROP VIEW IF EXISTS v_attempts{drop}",
+        f"CREATE VIEW v_attempts AS {attempts}",
+        """CREATE VIEW v_trials AS
+        SELECT a.* FROM v_attempts a
+        JOIN (SELECT sweep_id, trial_key, MAX(attempt) AS last_attempt
+              FROM trials GROUP BY sweep_id, trial_key) l
+          ON a.sweep_id = l.sweep_id AND a.trial_key = l.trial_key
+         AND a.attempt = l.last_attempt""",
+        """CREATE VIEW v_daily_model_scores AS
+        SELECT day, sweep_id, suite, agent, model, arm,
+               SUM(counted) AS trials, SUM(passed) AS passes, SUM(cost_usd) AS cost_usd,
+               SUM(tokens_in) AS tokens_in, SUM(tokens_out) AS tokens_out
+        FROM v_trials GROUP BY day, sweep_id, suite, agent, model, arm""",
+    ]
+
+
+def copy_store(source: ResultsStore, target: ResultsStore) -> dict[str, int]:
+    """Copy every row of `source` into `target` (rows already there are kept).
+
+    For people who ran locally on SQLite and want the dashboards on PostgreSQL.
+    """
+    copied = {}
+    with source.engine.connect() as src, target.engine.begin() as dst:
+        for table in (sweeps, trials, checks, baselines):
+            rows = [dict(r._mapping) for r in src.execute(select(table))]
+            if rows:
+                dst.execute(target._insert(table).on_conflict_do_nothing(), rows)
+            copied[table.name] = len(rows)
+    return copied
+
+
 def _result(row: Any, found: tuple[CheckOutcome, ...]) -> TrialResult:
     timings = row.timings if isinstance(row.timings, dict) else json.loads(row.timings)
     return TrialResult(
@@ -357,6 +430,7 @@ def _result(row: Any, found: tuple[CheckOutcome, ...]) -> TrialResult:
         trial_key=row.trial_key,
         scenario_id=row.scenario_id,
         scenario_digest=row.scenario_digest,
+        suite=row.suite,
         agent=row.agent,
         model=row.model,
         arm=row.arm,

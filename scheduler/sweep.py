@@ -164,18 +164,22 @@ class Sweep(BaseModel):
                             )
 
 
-def _scenario_files(base: Path, patterns: list[str]) -> list[Path]:
-    files: list[Path] = []
+def _scenario_files(base: Path, patterns: list[str]) -> dict[Path, str]:
+    """Scenario files -> the suite folder's name they were found in ('' for files)."""
+    files: dict[Path, str] = {}
     for pattern in patterns:
         target = base / pattern
+        suite = ""
         if target.is_dir():  # a suite: its scenario.yaml and *.scenario.yaml files
+            suite = target.resolve().name
             found = sorted({*target.rglob("scenario.yaml"), *target.rglob("*.scenario.yaml")})
         else:
             # glob.glob, not Path.glob: a pattern may be absolute
             found = sorted(Path(p) for p in glob.glob(str(target), recursive=True))  # noqa: PTH207
         if not found:
             raise ConfigError(f"scenarios: {pattern!r} matches no file (relative to {base})")
-        files += [p.resolve() for p in found if p.resolve() not in files]
+        for p in found:
+            files.setdefault(p.resolve(), suite)
     return files
 
 
@@ -214,15 +218,18 @@ def load_sweep(path: Path) -> Sweep:
     seen: dict[str, Path] = {}
     files = _scenario_files(base, config.scenarios)
     checked: set[Path] = set()
-    for file in files:  # a sealed suite that no longer matches is refused outright
-        suite = sealed_suite_of(file, base)
-        if suite is not None and suite not in checked:
-            checked.add(suite)
-            if broken := verify_suite(suite):
+    for file in list(files):  # a sealed suite that no longer matches is refused outright
+        sealed = sealed_suite_of(file, base)
+        if sealed is None:
+            continue
+        files[file] = sealed.name
+        if sealed not in checked:
+            checked.add(sealed)
+            if broken := verify_suite(sealed):
                 raise ConfigError(
-                    f"sealed suite {suite} does not match its manifest:\n  " + "\n  ".join(broken)
+                    f"sealed suite {sealed} does not match its manifest:\n  " + "\n  ".join(broken)
                 )
-    for file in files:
+    for file, suite in files.items():
         try:
             loaded = load_scenario(file)
         except HangarError as exc:
@@ -233,7 +240,7 @@ def load_sweep(path: Path) -> Sweep:
             problems.append(f"duplicate scenario id {sid!r}: {seen[sid]} and {file}")
             continue
         seen[sid] = file
-        scenarios.append(loaded)
+        scenarios.append(loaded.model_copy(update={"suite": suite}))
     return Sweep(
         id=config.id or path.stem,
         path=path,

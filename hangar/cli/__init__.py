@@ -1,11 +1,12 @@
 """The `hangar` command line (Typer). Each submodule registers one group of commands."""
 
-from hangar.cli import images, scores, sweeps, trials
+from hangar.cli import dashboards, images, scores, sweeps, trials
 from hangar.cli._app import app, console, err_console, main, print_result
 
 __all__ = [
     "app",
     "console",
+    "dashboards",
     "err_console",
     "images",
     "main",
