@@ -270,22 +270,22 @@ def _comparisons(
     found = []
     keys = sorted(outcomes)
     factors = ("agent", "model", "arm")
-    for i, a in enumerate(keys):
-        for b in keys[i + 1 :]:
-            differ = [f for f, x, y in zip(factors, a, b, strict=True) if x != y]
+    for i, first in enumerate(keys):
+        for second in keys[i + 1 :]:
+            differ = [f for f, x, y in zip(factors, first, second, strict=True) if x != y]
             if len(differ) != 1:
                 continue
             factor = differ[0]
             at = factors.index(factor)
-            # Put the better group first, so the sentence reads "A is (not) shown to beat B".
+            # The better group goes first, so the sentence reads "A is (not) shown to beat B".
+            a, b = first, second
             rate_a = stats.per_scenario_rates(outcomes[a])
             rate_b = stats.per_scenario_rates(outcomes[b])
             shared = rate_a.keys() & rate_b.keys()
             if not shared:
                 continue
             if sum(rate_b[s] for s in shared) > sum(rate_a[s] for s in shared):
-                a, b = b, a
-                rate_a, rate_b = rate_b, rate_a
+                a, b, rate_a, rate_b = b, a, rate_b, rate_a
             result = stats.paired_difference(
                 outcomes[a], outcomes[b], labels=(a[at], b[at]), margin=margin, seed=seed
             )

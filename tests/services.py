@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import shutil
 import socket
@@ -247,3 +248,48 @@ def ray_cluster() -> Iterator[RayCluster]:
     finally:
         cluster.stop()
         shutil.rmtree(cluster.temp_dir, ignore_errors=True)
+
+
+class Prometheus:
+    """A real Prometheus (Debian's binary) scraping given targets every second."""
+
+    def __init__(self, folder: Path, targets: list[str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = folder / "prometheus.yml"
+        config.write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n  - job_name: ray\n    static_configs:\n"
+            f"      - targets: {json.dumps(targets)}\n"
+        )
+        self._proc = subprocess.Popen(
+            [
+                shutil.which("prometheus") or "prometheus",
+                f"--config.file={config}",
+                f"--storage.tsdb.path={folder / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(folder / "prometheus.log").open("w"),
+        )
+        wait_for(lambda: urllib.request.urlopen(f"{self.url}/-/ready", timeout=1), 60, "Prometheus")
+
+    def query(self, expr: str) -> list[dict[str, object]]:
+        """Instant query; the result vector."""
+        from urllib.parse import urlencode
+
+        with urllib.request.urlopen(
+            f"{self.url}/api/v1/query?{urlencode({'query': expr})}", timeout=30
+        ) as reply:
+            data = json.load(reply)
+        assert data["status"] == "success", data
+        return list(data["data"]["result"])
+
+    def stop(self) -> None:
+        self._proc.terminate()
+        self._proc.wait(30)
+
+
+def prometheus_binary() -> str | None:
+    """Debian's prometheus binary, if installed."""
+    return shutil.which("prometheus")

@@ -242,3 +242,23 @@ def test_html_report_renders_in_chromium(store: ResultsStore, tmp_path: Path) ->
         colours = {c for _, c in image.convert("RGB").getcolors(maxcolors=1 << 20) or []}
     # the bars and points were painted: the palette's blue and orange, and the green of a gain
     assert {(0x3B, 0x6F, 0xB6), (0xD9, 0x82, 0x2B), (0x2F, 0x9E, 0x44)} <= colours
+
+
+def test_every_pair_that_differs_in_one_factor_is_compared_once(tmp_path: Path) -> None:
+    rows = []
+    for agent in ("a1", "a2", "a3"):
+        for arm in ("control", "skill"):
+            for s in range(3):
+                rows.append(
+                    trial(
+                        "many",
+                        f"s{s}",
+                        arm,
+                        0,
+                        Verdict.PASS if (agent, arm) != ("a1", "control") else Verdict.FAIL,
+                        agent=agent,
+                    )
+                )
+    report = build_report("many", rows)
+    pairs = [(c.factor, c.within, frozenset((c.result.a, c.result.b))) for c in report.comparisons]
+    assert len(pairs) == len(set(pairs)) == 3 + 2 * 3  # 3 arm pairs, 3 agent pairs per arm
