@@ -115,3 +115,21 @@ def test_password_never_in_messages() -> None:
     with pytest.raises(StoreError) as info:
         ResultsStore("postgresql+psycopg://u:s3cret@127.0.0.1:1/db?connect_timeout=1")
     assert "s3cret" not in str(info.value)
+
+
+@pytest.mark.postgres
+def test_copy_sqlite_into_postgres(tmp_path: Path, postgres_url: str) -> None:
+    from hangar.store import copy_store
+
+    local = ResultsStore(f"sqlite:///{tmp_path}/local.db")
+    local.ensure_sweep("copied", {"id": "copied"}, 2)
+    local.record([result("c1", sweep="copied"), result("c2", sweep="copied", verdict=Verdict.FAIL)])
+    remote = ResultsStore(postgres_url)
+    with remote.engine.begin() as conn:
+        for table in ("checks", "trials", "sweeps", "baselines"):
+            conn.exec_driver_sql(f"DELETE FROM {table}")
+    counts = copy_store(local, remote)
+    assert counts["trials"] == 2 and counts["checks"] == 2 and counts["sweeps"] == 1
+    assert sorted(r.trial_key for r in remote.results("copied")) == ["c1", "c2"]
+    assert copy_store(local, remote)["trials"] == 2  # again: rows already there are kept
+    assert len(list(remote.results("copied"))) == 2
