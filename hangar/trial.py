@@ -257,6 +257,12 @@ class _Trial:
         model = self.spec.model_spec
         if model is None or model.provider == "none" or isinstance(self.spec.agent, ChatAgent):
             return  # no model, or a chat agent (its loop calls the model from the host)
+        if not sandbox_class(self.spec.backend).supports_relay:
+            raise _Outcome(
+                Verdict.BLOCKED_SETUP,
+                f"command agents reach their model through the relay's unix socket, which the "
+                f"{self.spec.backend} backend cannot mount: use a chat agent on this backend",
+            )
         relay_dir = self.folder / "relay"
         relay_dir.mkdir(mode=0o755)
         shutil.copy(FORWARDER, relay_dir / "forwarder.py")

@@ -22,6 +22,7 @@ from hangar.sandbox.base import (
 BACKENDS: dict[str, str] = {
     "docker": "hangar.sandbox.docker:DockerSandbox",
     "local": "hangar.sandbox.local:LocalSandbox",
+    "kubernetes": "hangar.sandbox.kubernetes:KubernetesSandbox",
 }
 
 

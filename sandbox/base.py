@@ -253,6 +253,8 @@ class Sandbox(ABC):
     backend: ClassVar[str]
     #: Whether the backend isolates the sandbox from the host (False only for "local").
     isolated: ClassVar[bool] = True
+    #: Whether the model relay's unix socket can be mounted into the sandbox.
+    supports_relay: ClassVar[bool] = True
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec

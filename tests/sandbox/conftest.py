@@ -38,15 +38,39 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "test_memory_hog_killed": ("skip", _UNSAFE_ON_HOST),
         "test_killed_from_outside_raises_unavailable": ("skip", "there is no container to kill"),
     },
-    "kubernetes": {},
+    "kubernetes": {
+        "test_exec_as_other_user": ("xfail", "a pod runs every command as its own user"),
+        "test_not_root_and_no_privileges": ("xfail", "a pod runs every command as its own user"),
+        "test_mounted_folder_is_shared": (
+            "xfail",
+            "a mount is copied in at start and back at stop, not shared live",
+        ),
+        "test_network_has_only_loopback": (
+            "xfail",
+            "a pod has its own interface; the NetworkPolicy cuts it off",
+        ),
+        "test_fork_bomb_hits_pids_limit": ("skip", "pids limits are the kubelet's, not the pod's"),
+        "test_memory_hog_killed": ("xfail", "OOM kills are not read back over the exec API"),
+        "test_killed_from_outside_raises_unavailable": ("skip", "uses the docker API"),
+    },
 }
 
-BACKENDS = ["local", "docker"]
+BACKENDS = ["local", "docker", "kubernetes"]
 
 MakeSandbox = Callable[..., Sandbox]
 
 
 def _backend_ready(backend: str) -> None:
+    if backend == "kubernetes":
+        from hangar.errors import HangarError
+        from hangar.sandbox.kubernetes import _api
+
+        try:
+            core, _ = _api()
+            core.list_namespace(limit=1, _request_timeout=10)
+        except (HangarError, Exception) as exc:
+            skip_or_fail("k8s", f"no Kubernetes cluster reachable through KUBECONFIG ({exc})")
+        return
     if backend == "docker":
         from hangar.errors import SandboxUnavailable
         from hangar.sandbox.docker import docker_client
