@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import re
 import shlex
 import shutil
@@ -69,10 +70,14 @@ _BROKEN = {"CreateContainerConfigError", "CreateContainerError", "RunContainerEr
 class KubernetesConfig(BaseModel):
     """Where and how sandbox pods run."""
 
-    namespace: str = "hangar-sandboxes"
-    """Namespace of sandbox pods (the NetworkPolicy is created there)."""
-    runtime_class: str | None = None
-    """runtimeClassName, e.g. ``gvisor`` for a user-space kernel."""
+    namespace: str = Field(
+        default_factory=lambda: os.environ.get("HANGAR_K8S_NAMESPACE") or "hangar-sandboxes"
+    )
+    """Namespace of sandbox pods (``$HANGAR_K8S_NAMESPACE``; the NetworkPolicy goes there)."""
+    runtime_class: str | None = Field(
+        default_factory=lambda: os.environ.get("HANGAR_K8S_RUNTIME_CLASS") or None
+    )
+    """runtimeClassName, e.g. ``gvisor`` (``$HANGAR_K8S_RUNTIME_CLASS``)."""
     image_pull_policy: str = "IfNotPresent"
     """imagePullPolicy of the sandbox container."""
     schedule_timeout_s: float = Field(default=300, gt=0)

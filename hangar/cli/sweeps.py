@@ -243,6 +243,24 @@ def cluster_join(
     )
 
 
+@cluster_app.command("k8s-manifests")
+def cluster_k8s_manifests(
+    values: Annotated[Path | None, typer.Option(help="A values file over the chart's.")] = None,
+) -> None:
+    """Print the Kubernetes objects the Helm chart installs, and a sandbox pod (no cluster)."""
+    import yaml
+
+    from hangar.cluster.k8s import CHART, default_values, merge, render_yaml
+    from hangar.errors import ConfigError
+
+    if not (CHART / "values.yaml").is_file():
+        raise ConfigError(f"the Helm chart is not at {CHART}: run this from a hangar checkout")
+    merged = default_values()
+    if values is not None:
+        merged = merge(merged, yaml.safe_load(values.read_text()) or {})
+    console.out(render_yaml(merged), highlight=False)
+
+
 @cluster_app.command("stop")
 def cluster_stop() -> None:
     """Stop this machine's Ray processes."""

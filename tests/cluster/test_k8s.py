@@ -1,0 +1,175 @@
+"""Kubernetes, offline: every manifest hangar builds validates against the Kubernetes
+schemas (kubernetes-validate) and the KubeRay CRD schema; the chart's values validate
+against values.schema.json; the chart's dashboards are the generated ones. `helm lint` and
+`helm template` run wherever helm is installed."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from hangar.cluster.k8s import CHART, default_values, merge, render
+from hangar.dashboards.provisioning import GENERATED
+from hangar.sandbox import Mount, SandboxLimits, SandboxSpec
+from hangar.sandbox.kubernetes import KubernetesConfig, network_policy, pod_manifest
+from tests.require import skip_or_fail
+
+K8S_VERSION = "1.30.0"
+KUBERAY = Path(__file__).resolve().parents[1] / "fixtures" / "kuberay"
+BUILTIN = {"ServiceAccount", "Role", "RoleBinding", "NetworkPolicy", "ConfigMap", "Pod"}
+
+
+def k8s_validate(obj: dict[str, Any]) -> None:
+    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def as_pod(template: dict[str, Any], name: str) -> dict[str, Any]:
+    """A pod template wrapped as a Pod, to validate it against the Pod schema."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, **template.get("metadata", {})},
+        "spec": template["spec"],
+    }
+
+
+def test_sandbox_pod_validates_and_is_locked_down(tmp_path: Path) -> None:
+    spec = SandboxSpec(
+        image="registry.example/hangar/base:bookworm",
+        sweep="sweep 1/2",
+        trial="ab" * 32,
+        limits=SandboxLimits(cpus=1.5, memory="3g", pids=256),
+        mounts=(Mount(source=tmp_path, target="/workspace"),),
+        ttl_s=1800,
+    )
+    pod = pod_manifest(spec, "hangar-abc", KubernetesConfig(namespace="sb", runtime_class="gvisor"))
+    k8s_validate(pod)
+    s = pod["spec"]
+    assert s["automountServiceAccountToken"] is False and s["runtimeClassName"] == "gvisor"
+    assert s["securityContext"]["runAsNonRoot"] and s["securityContext"]["runAsUser"] == 1000
+    assert s["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    c = s["containers"][0]
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert (
+        c["resources"]["requests"]
+        == c["resources"]["limits"]
+        == {"cpu": "1500m", "memory": str(3 * 1024**3)}
+    )
+    assert s["activeDeadlineSeconds"] == 1800
+    labels = pod["metadata"]["labels"]
+    assert labels["hangar.managed"] == "true" and len(labels["hangar.trial"]) <= 63
+    assert pod["metadata"]["annotations"]["hangar.trial"] == "ab" * 32  # the full key
+
+
+def test_network_policy_denies_everything() -> None:
+    policy = network_policy("sb")
+    k8s_validate(policy)
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["ingress"] == [] and policy["spec"]["egress"] == []
+
+
+def test_chart_objects_validate() -> None:
+    values = merge(
+        default_values(), {"rayJob": {"enabled": True}, "sandbox": {"runtimeClassName": "gvisor"}}
+    )
+    objects = render(values)
+    kinds = [o["kind"] for o in objects]
+    assert {"RayCluster", "RayJob", "PodMonitor", "NetworkPolicy", "Role"} <= set(kinds)
+    raycluster = json.loads((KUBERAY / "raycluster-v1.schema.json").read_text())
+    rayjob = json.loads((KUBERAY / "rayjob-v1.schema.json").read_text())
+    for obj in objects:
+        if obj["kind"] in BUILTIN:
+            k8s_validate(obj)
+        elif obj["kind"] == "RayCluster":
+            jsonschema.validate(obj, raycluster)
+            k8s_validate(as_pod(obj["spec"]["headGroupSpec"]["template"], "head"))
+            for group in obj["spec"]["workerGroupSpecs"]:
+                k8s_validate(as_pod(group["template"], group["groupName"]))
+                slots = json.loads(group["rayStartParams"]["resources"])
+                assert slots == {"hangar_sandbox": values["ray"]["worker"]["sandboxSlots"]}
+        elif obj["kind"] == "RayJob":
+            jsonschema.validate(obj, rayjob)
+            k8s_validate(as_pod(obj["spec"]["submitterPodTemplate"], "submit"))
+        elif obj["kind"] == "PodMonitor":
+            assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+            assert obj["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics"}]
+    role = next(o for o in objects if o["kind"] == "Role")
+    assert {(tuple(r["resources"]), tuple(r["verbs"])) for r in role["rules"]} == {
+        (("pods",), ("create", "get", "list", "watch", "delete")),
+        (("pods/exec",), ("create", "get")),
+        (("networkpolicies",), ("create", "get")),
+    }
+
+
+def test_secrets_are_references_only() -> None:
+    text = yaml.safe_dump_all(render(default_values()))
+    cluster = next(o for o in render(default_values()) if o["kind"] == "RayCluster")
+    env = cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["env"]
+    for var in env:
+        if var["name"].endswith(("KEY", "TOKEN", "_ID", "URL")) and var["name"].startswith(
+            ("OPENAI", "ANTHROPIC", "AWS", "RAY_AUTH_TOKEN", "HANGAR_STORE")
+        ):
+            assert "value" not in var and "secretKeyRef" in var["valueFrom"], var
+    assert "password" not in text.lower()
+
+
+def test_values_validate_against_the_schema() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    jsonschema.validate(default_values(), schema)
+    bad = copy.deepcopy(default_values())
+    bad["ray"]["worker"]["sandboxSlots"] = 0
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+    bad = merge(
+        default_values(),
+        {"secrets": {"env": [{"name": "K", "secret": "s", "key": "k", "value": "a secret value"}]}},
+    )
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+
+def test_chart_dashboards_are_the_generated_ones() -> None:
+    for generated in GENERATED.glob("*.json"):
+        assert (CHART / "dashboards" / generated.name).read_text() == generated.read_text()
+    assert sorted(p.name for p in (CHART / "dashboards").glob("*.json")) == sorted(
+        p.name for p in GENERATED.glob("*.json")
+    )
+
+
+def test_helm_lint_and_template(tmp_path: Path) -> None:
+    helm = shutil.which("helm")
+    if helm is None:
+        skip_or_fail("helm", "no helm binary on PATH (none can be installed on this machine)")
+    subprocess.run([helm, "lint", str(CHART)], check=True, capture_output=True)
+    out = subprocess.run(
+        [helm, "template", "hangar", str(CHART), "--set", "rayJob.enabled=true"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    rendered = [d for d in yaml.safe_load_all(out) if d]
+    raycluster = json.loads((KUBERAY / "raycluster-v1.schema.json").read_text())
+    for obj in rendered:
+        if obj["kind"] in BUILTIN:
+            k8s_validate(obj)
+        elif obj["kind"] == "RayCluster":
+            jsonschema.validate(obj, raycluster)
+    python = {
+        (o["kind"], o["metadata"]["name"])
+        for o in render(merge(default_values(), {"rayJob": {"enabled": True}}))
+        if o["kind"] != "Pod"
+    }
+    assert {(o["kind"], o["metadata"]["name"]) for o in rendered} == python
