@@ -348,9 +348,11 @@ class _Trial:
             sandbox = self.start_sandbox(relay=self.relay is not None)
             if self.relay is not None:
                 self.start_forwarder(sandbox)
-        # The verification sandbox starts while the agent works; it runs nothing until
-        # the agent sandbox is gone, and sees only the workspace, as before.
-        verifier_start = self.background(self.start_sandbox)
+        # The verification sandbox starts while the agent works (it runs nothing until the
+        # agent sandbox is gone); a backend that copies mounts must wait for the agent's
+        # workspace to be copied back first.
+        live = sandbox_class(self.spec.backend).live_mounts
+        verifier_start = self.background(self.start_sandbox) if live else None
         with self.phase("plugins"):
             self.install_plugins(sandbox)
         if self.spec.plugins:  # plugins may have landed in the workspace
@@ -364,7 +366,7 @@ class _Trial:
             sandbox.stop()
             self.closing.append(self.background(sandbox.close))
         with self.phase("verifier_sandbox_up"):
-            verifier_box = verifier_start.result()
+            verifier_box = verifier_start.result() if verifier_start else self.start_sandbox()
         with self.phase("final_status"):
             final = final_state(verifier_box)
             self.write("diff.patch", final.pop("diff"))

@@ -255,6 +255,9 @@ class Sandbox(ABC):
     isolated: ClassVar[bool] = True
     #: Whether the model relay's unix socket can be mounted into the sandbox.
     supports_relay: ClassVar[bool] = True
+    #: Whether mounts are live (both sides see each other's writes at once); when not,
+    #: a mount is copied in at start and back at `stop()`.
+    live_mounts: ClassVar[bool] = True
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec

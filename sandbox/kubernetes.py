@@ -204,6 +204,7 @@ class KubernetesSandbox(Sandbox):
 
     backend: ClassVar[str] = "kubernetes"
     supports_relay: ClassVar[bool] = False
+    live_mounts: ClassVar[bool] = False
 
     def __init__(self, spec: SandboxSpec, config: KubernetesConfig | None = None) -> None:
         super().__init__(spec)
