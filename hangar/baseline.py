@@ -15,7 +15,7 @@ The thresholds are configurable; the CLI exits non-zero when any regression is f
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
@@ -150,39 +150,48 @@ def compare(before: Snapshot, after: Snapshot, t: Thresholds) -> list[Regression
                     threshold=t.group_drop,
                 )
             )
-    for label, scenarios in before.scenarios.items():
-        for scenario, b in scenarios.items():
-            a = after.scenarios.get(label, {}).get(scenario)
+    found += _nested(
+        before.scenarios,
+        after.scenarios,
+        "scenario",
+        t.scenario_drop,
+        lambda b, a: (b.rate - a.rate) * b.trials,
+    )
+    found += _nested(
+        before.requirements,
+        after.requirements,
+        "requirement",
+        t.requirement_drop,
+        lambda b, a: b.rate - a.rate,
+    )
+    return found
+
+
+def _nested(
+    before: dict[str, dict[str, Rate]],
+    after: dict[str, dict[str, Rate]],
+    kind: str,
+    threshold: float,
+    measure: Callable[[Rate, Rate], float],
+) -> list[Regression]:
+    """Regressions of the subjects (scenarios, requirements) within each group."""
+    found = []
+    for label, subjects in before.items():
+        for subject, b in subjects.items():
+            a = after.get(label, {}).get(subject)
             if a is None or not a.trials or not b.trials:
                 continue
-            drop = (b.rate - a.rate) * b.trials
-            if drop > t.scenario_drop:
+            drop = measure(b, a)
+            if drop > threshold:
                 found.append(
                     Regression(
-                        kind="scenario",
+                        kind=kind,
                         group=label,
-                        subject=scenario,
+                        subject=subject,
                         before=b.rate,
                         after=a.rate,
                         drop=drop,
-                        threshold=t.scenario_drop,
-                    )
-                )
-    for label, reqs in before.requirements.items():
-        for req, b in reqs.items():
-            a = after.requirements.get(label, {}).get(req)
-            if a is None or not a.trials or not b.trials:
-                continue
-            if b.rate - a.rate > t.requirement_drop:
-                found.append(
-                    Regression(
-                        kind="requirement",
-                        group=label,
-                        subject=req,
-                        before=b.rate,
-                        after=a.rate,
-                        drop=b.rate - a.rate,
-                        threshold=t.requirement_drop,
+                        threshold=threshold,
                     )
                 )
     return found

@@ -29,11 +29,11 @@ from pydantic import (
 
 from hangar.errors import ConfigError
 from hangar.sandbox.base import parse_size
+from hangar.validation import Name, validation_message
 
 SCRIPT_SUFFIXES = (".py", ".js", ".mjs", ".mts")
 _SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
 _REVISION = re.compile(r"^[0-9a-f]{40}$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def _relative_inside(value: str, what: str) -> str:
@@ -75,7 +75,7 @@ class BuiltinVerifier(_Strict):
 class Plugin(_Strict):
     """A file or folder an arm may install into the sandbox (a skill, a config)."""
 
-    name: str
+    name: Name
     """Name arms select it by."""
     source: str
     """File or folder, relative to the scenario file."""
@@ -83,13 +83,6 @@ class Plugin(_Strict):
     """Where it goes in the sandbox; relative paths are under the workspace."""
     install: str | None = None
     """Optional command run in the sandbox after copying (its output is recorded)."""
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError(f"expected letters, digits, '_', '.', '-', got {value!r}")
-        return value
 
 
 class VerifierFile(_Strict):
@@ -112,8 +105,6 @@ def _host_kind(value: Any) -> str:
     return "pinned-file"
 
 
-#: Union tags, dropped from field paths in error messages.
-_TAGS = {"builtin-verifier", "pinned-file"}
 HostVerifier = Annotated[
     Annotated[PinnedFile, Tag("pinned-file")] | Annotated[BuiltinVerifier, Tag("builtin-verifier")],
     Discriminator(_host_kind),
@@ -168,7 +159,7 @@ class ScenarioLimits(_Strict):
 class Scenario(_Strict):
     """One task: a repository at a pinned revision, the task text, and how to judge it."""
 
-    id: str
+    id: Name
     """Unique id within a suite."""
     repository: str
     """Git repository or bundle: a path (relative to the scenario file), file:// or URL."""
@@ -190,13 +181,6 @@ class Scenario(_Strict):
     """Network of the sandbox; ``none`` is the only mode until an allow-list exists."""
     canaries: tuple[str, ...] = ()
     """Strings that must never appear in a trace; one that does voids the trial."""
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError(f"expected letters, digits, '_', '.', '-', got {value!r}")
-        return value
 
     @field_validator("revision", mode="before")
     @classmethod
@@ -257,19 +241,6 @@ class LoadedScenario(BaseModel):
         return repo if "://" in repo or repo.startswith("git@") else str(self.local(repo))
 
 
-def _format_errors(path: Path, exc: ValidationError) -> str:
-    lines = [f"{path}: not a valid scenario"]
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"] if p not in _TAGS) or "(top level)"
-        kind, msg = err["type"], err["msg"].removeprefix("Value error, ")
-        if kind == "extra_forbidden":
-            msg = "unknown field (check its spelling against DESIGN.md section 2)"
-        elif kind == "missing":
-            msg = "required field is missing"
-        lines.append(f"  field `{where}`: {msg}")
-    return "\n".join(lines)
-
-
 def parse_scenario(path: Path, data: Any) -> Scenario:
     """Validate parsed YAML as a scenario; errors name the file and each field."""
     if not isinstance(data, dict):
@@ -277,7 +248,7 @@ def parse_scenario(path: Path, data: Any) -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(path, exc)) from None
+        raise ConfigError(validation_message(str(path), "scenario", exc)) from None
 
 
 def read_yaml(path: Path) -> Any:

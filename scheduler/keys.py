@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict
 
 from hangar.agents import AgentSpec
 from hangar.scenario import LoadedScenario, tree_digest
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+from hangar.validation import Name
 
 
 class Arm(BaseModel):
@@ -25,17 +23,10 @@ class Arm(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str
+    name: Name
     """Arm name, e.g. ``skill`` or ``control``."""
     plugins: tuple[str, ...] = ()
     """Names of the scenario plugins this arm installs."""
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError(f"expected letters, digits, '_', '.', '-', got {value!r}")
-        return value
 
     @classmethod
     def parse(cls, text: str) -> Arm:

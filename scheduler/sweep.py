@@ -22,12 +22,11 @@ retry: {infra_retries: 2, backoff_s: 2, backoff_max_s: 60}
 from __future__ import annotations
 
 import glob
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hangar.agents import AgentSpec, load_agents, parse_agent
 from hangar.errors import ConfigError, HangarError
@@ -37,8 +36,7 @@ from hangar.scheduler.keys import Arm, trial_key
 from hangar.suite import sealed_suite_of
 from hangar.suite import verify as verify_suite
 from hangar.trial import TrialSpec
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+from hangar.validation import Name, validation_message
 
 
 class Concurrency(BaseModel):
@@ -78,7 +76,7 @@ class SweepFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str | None = None
+    id: Name | None = None
     """Sweep id; resume and the store key on it (default: the file's stem)."""
     scenarios: list[str]
     """Scenario files, globs or suite folders."""
@@ -106,13 +104,6 @@ class SweepFile(BaseModel):
     """Slots, window and caps."""
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     """Retries of infrastructure failures."""
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, value: str | None) -> str | None:
-        if value is not None and not _NAME.match(value):
-            raise ValueError(f"expected letters, digits, '_', '.', '-', got {value!r}")
-        return value
 
 
 class Sweep(BaseModel):
@@ -192,11 +183,7 @@ def load_sweep(path: Path) -> Sweep:
     try:
         config = SweepFile.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{path}: not a valid sweep"]
-        for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"])
-            lines.append(f"  field `{field}`: {err['msg'].removeprefix('Value error, ')}")
-        raise ConfigError("\n".join(lines)) from None
+        raise ConfigError(validation_message(str(path), "sweep", exc)) from None
     base = path.parent
     agents: dict[str, AgentSpec] = {}
     if config.agents_file:

@@ -18,6 +18,7 @@ from hangar.agents.command import AgentRun, CommandAgent, run_command_agent
 from hangar.agents.presets import expand_preset
 from hangar.errors import ConfigError
 from hangar.scenario import read_yaml
+from hangar.validation import validation_message
 
 #: Every kind of agent config, told apart by `kind`.
 AgentSpec = Annotated[CommandAgent | ChatAgent, Field(discriminator="kind")]
@@ -53,11 +54,7 @@ def parse_agent(name: str, data: object, where: str, base: Path | None = None) -
         data = _script_command(expand_preset(data, where), base, where)
         return _AGENT.validate_python({"kind": "command", "name": name, **data})
     except ValidationError as exc:
-        lines = [f"{where}: agent {name!r} is not valid"]
-        for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"])
-            lines.append(f"  field `{field}`: {err['msg'].removeprefix('Value error, ')}")
-        raise ConfigError("\n".join(lines)) from None
+        raise ConfigError(validation_message(where, f"agent ({name!r})", exc)) from None
 
 
 def load_agents(path: Path) -> dict[str, AgentSpec]:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from hangar.agents.command import AgentRun
 from hangar.models import ModelSpec
@@ -26,8 +25,8 @@ from hangar.models.usage import add, from_anthropic, from_openai_chat, from_open
 from hangar.results import Usage
 from hangar.sandbox.base import Sandbox
 from hangar.trace import TraceWriter
+from hangar.validation import Name
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DEFAULT_SYSTEM = (
     "You are a software engineer working in a git repository (your working directory). "
     "Use the tools to inspect and change files and to run commands. There is no network. "
@@ -71,7 +70,7 @@ class ChatAgent(BaseModel):
 
     kind: Literal["chat"] = "chat"
     """Agent kind tag."""
-    name: str
+    name: Name
     """Name in results and reports."""
     system_prompt: str = DEFAULT_SYSTEM
     """The system prompt; the task text is the first user message."""
@@ -87,13 +86,6 @@ class ChatAgent(BaseModel):
     """Time limit of one tool call (the trial's budget still applies)."""
     tool_output_chars: int = Field(default=16_000, gt=0)
     """The tail of a tool's output the model sees."""
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError(f"expected letters, digits, '_', '.', '-', got {value!r}")
-        return value
 
     def digest(self) -> str:
         """sha256 of the agent's config (part of the trial key)."""

@@ -9,17 +9,15 @@ itself with exit 0 in its time.
 from __future__ import annotations
 
 import hashlib
-import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from hangar.errors import SandboxError, SandboxUnavailable
 from hangar.sandbox.base import Sandbox
 from hangar.trace import TraceWriter
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+from hangar.validation import Name
 
 
 class CommandAgent(BaseModel):
@@ -29,7 +27,7 @@ class CommandAgent(BaseModel):
 
     kind: Literal["command"] = "command"
     """Agent kind tag."""
-    name: str
+    name: Name
     """Name in results and reports."""
     command: str
     """Shell command line, run by bash in the workspace as the sandbox user."""
@@ -38,13 +36,6 @@ class CommandAgent(BaseModel):
     collect: list[str] = Field(default_factory=list)
     """Sandbox folders (``~`` is the sandbox HOME) copied into the evidence after the run,
     e.g. an agent CLI's session files; what is missing is skipped."""
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError(f"expected letters, digits, '_', '.', '-', got {value!r}")
-        return value
 
     def digest(self) -> str:
         """sha256 of the agent's config (part of the trial key)."""

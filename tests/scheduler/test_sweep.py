@@ -69,7 +69,7 @@ def test_suite_folder_and_bad_scenarios(tmp_path: Path) -> None:
         ({"models": []}, "`models` is empty"),
         ({"repeats": 0}, "field `repeats`"),
         ({"colour": "blue"}, "field `colour`"),
-        ({"agents": {"x": {"comand": "typo"}}}, "agent 'x' is not valid"),
+        ({"agents": {"x": {"comand": "typo"}}}, r"not a valid agent \('x'\)"),
     ],
 )
 def test_bad_sweeps_are_named(tmp_path: Path, config: dict[str, Any], words: str) -> None:
