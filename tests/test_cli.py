@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -50,3 +51,41 @@ def test_unknown_backend_is_a_clear_error() -> None:
 def test_sandbox_exec_runs_and_tears_down(docker_client: object) -> None:
     proc = _hangar("sandbox", "exec", "--", "sh", "-c", "id -un; exit 3")
     assert proc.returncode == 1 and proc.stdout == "agent\n" and "exit 3" in proc.stderr
+
+
+TINY = Path(__file__).resolve().parent / "fixtures" / "tiny" / "scenario.yaml"
+
+
+def test_trial_run_cli_local(tmp_path: Path) -> None:
+    proc = _hangar(
+        "trial",
+        "run",
+        str(TINY),
+        "--backend",
+        "local",
+        "--agent-command",
+        "true",
+        "--evidence",
+        (tmp_path / "ev").as_uri(),
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert '"verdict": "pass"' in proc.stdout
+    missing = _hangar(
+        "trial",
+        "run",
+        str(TINY),
+        "--backend",
+        "local",
+        "--agent-command",
+        "true",
+        "--model",
+        "gpt-4o-mini",
+        "--api-key-env",
+        "HANGAR_NO_SUCH_KEY",
+        "--evidence",
+        (tmp_path / "ev").as_uri(),
+        "--json",
+    )
+    assert missing.returncode == 1 and '"verdict": "blocked_setup"' in missing.stdout
+    assert "HANGAR_NO_SUCH_KEY" in missing.stdout

@@ -89,6 +89,13 @@ def trial_run(
         str | None, typer.Option(help="Evidence store URL (default file://./runs/evidence).")
     ] = None,
     backend: Annotated[str, typer.Option(help="Sandbox backend: docker or local.")] = "docker",
+    model: Annotated[str, typer.Option(help="Model id (none: the agent calls no model).")] = "none",
+    base_url: Annotated[
+        str | None, typer.Option(help="The model's endpoint (an OpenAI-compatible URL).")
+    ] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Host variable holding the model's key.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the TrialResult as JSON.")] = False,
 ) -> None:
     """Run one trial and print its verdict, reason, timings and evidence bundle."""
@@ -107,8 +114,19 @@ def trial_run(
     else:
         raise ConfigError("give --agent-command CMD, or --agent NAME with --agents-file FILE")
     loaded = load_scenario(scenario)
+    from hangar.models import ModelSpec
+
+    fields = {"id": model, "base_url": base_url, "api_key_env": api_key_env}
+    model_spec = ModelSpec.model_validate({k: v for k, v in fields.items() if v is not None})
     result = run_trial(
-        single_trial(loaded, spec_agent, Arm.parse(arm), backend=backend, evidence_url=evidence)
+        single_trial(
+            loaded,
+            spec_agent,
+            Arm.parse(arm),
+            backend=backend,
+            evidence_url=evidence,
+            model=model_spec,
+        )
     )
     if as_json:
         console.print_json(result.model_dump_json())
