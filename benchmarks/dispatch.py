@@ -68,7 +68,8 @@ def sweep_file(folder: Path, trials: int) -> Path:
 
 def measure(trials: int) -> tuple[float, int]:
     """(trials per second, peak driver RSS in bytes) of one sweep of `trials`."""
-    with tempfile.TemporaryDirectory() as tmp:
+    # Containers and folders of the last trials may still be going away in the background.
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         sweep = load_sweep(sweep_file(Path(tmp), trials))
         with PeakRss() as rss:
             started = time.monotonic()
