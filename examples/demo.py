@@ -63,15 +63,18 @@ def run(sweep: Sweep, expected: dict[str, str] | None) -> bool:
 
 def main() -> int:
     """Run both example sweeps."""
+    real = bool(os.environ.get("OPENAI_API_KEY"))
+    if not real:
+        # Before the first sweep starts Ray: its workers keep the environment they start with.
+        os.environ.setdefault("HANGAR_SCRIPTED_KEY", "scripted")  # a fake key, for loopback
     ok = run(load_sweep(HERE / "sweep.yaml"), {"gold": "pass", "noop": "fail"})
     models = load_sweep(HERE / "sweep-models.yaml")
-    if os.environ.get("OPENAI_API_KEY"):
-        real = ModelSpec(id=os.environ.get("HANGAR_DEMO_MODEL", "gpt-4o-mini"))
-        config = models.config.model_copy(update={"models": [real]})
-        models = models.model_copy(update={"config": config, "id": f"{models.id}-{real.id}"})
+    if real:
+        model = ModelSpec(id=os.environ.get("HANGAR_DEMO_MODEL", "gpt-4o-mini"))
+        config = models.config.model_copy(update={"models": [model]})
+        models = models.model_copy(update={"config": config, "id": f"{models.id}-{model.id}"})
         ok &= run(models, None)  # a real model's verdict is its own
     else:
-        os.environ.setdefault("HANGAR_SCRIPTED_KEY", "scripted")  # a fake key, for loopback
         server = ScriptedServer(Script.load(HERE / "scripted-model.yaml"), port=8765).start()
         try:
             ok &= run(models, {"toolloop": "pass", "chat": "pass"})
