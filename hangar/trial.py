@@ -105,9 +105,15 @@ class TrialSpec(BaseModel):
     """Where the trial runs (set by the worker: host name and Ray node id)."""
 
 
-def lost_result(spec: TrialSpec, reason: str, started_at: datetime | None = None) -> TrialResult:
-    """An infra_error result for a trial whose worker could not report one (it died)."""
-    now = datetime.now(UTC)
+def result_of(
+    spec: TrialSpec,
+    verdict: Verdict,
+    reason: str,
+    started_at: datetime,
+    finished_at: datetime,
+    **outcome: Any,
+) -> TrialResult:
+    """The result of `spec`'s attempt: its identity, the verdict, and what else it knows."""
     return TrialResult(
         sweep=spec.sweep,
         trial_key=spec.trial_key,
@@ -119,11 +125,18 @@ def lost_result(spec: TrialSpec, reason: str, started_at: datetime | None = None
         arm=spec.arm,
         repeat=spec.repeat,
         attempt=spec.attempt,
-        verdict=Verdict.INFRA_ERROR,
+        verdict=verdict,
         reason=reason,
-        started_at=started_at or now,
-        finished_at=now,
+        started_at=started_at,
+        finished_at=finished_at,
+        **outcome,
     )
+
+
+def lost_result(spec: TrialSpec, reason: str, started_at: datetime | None = None) -> TrialResult:
+    """An infra_error result for a trial whose worker could not report one (it died)."""
+    now = datetime.now(UTC)
+    return result_of(spec, Verdict.INFRA_ERROR, reason, started_at or now, now)
 
 
 def single_trial(
@@ -137,7 +150,7 @@ def single_trial(
     backend: str = "docker",
     evidence_url: str | None = None,
 ) -> TrialSpec:
-    """The spec of one trial outside a sweep, with the node's default folders.
+    """The spec of one trial, with the node's default folders (a sweep's, or on its own).
 
     Without a sweep id each call gets its own (``adhoc-<UTC time>``), so running the
     same trial again never overwrites the evidence of an earlier run.
@@ -581,27 +594,18 @@ def run_trial(spec: TrialSpec, *, wait_teardown: bool = True) -> TrialResult:
         with trial.phase("teardown_sandbox"):
             trial.tear_down(wait=wait_teardown)
         finished = datetime.now(UTC)
-        result = TrialResult(
-            sweep=spec.sweep,
-            trial_key=spec.trial_key,
-            scenario_id=trial.scenario.id,
-            scenario_digest=trial.loaded.digest,
-            suite=trial.loaded.suite,
-            agent=spec.agent.name,
-            model=spec.model,
-            arm=spec.arm,
-            repeat=spec.repeat,
-            attempt=spec.attempt,
-            verdict=verdict,
-            reason=reason,
+        result = result_of(
+            spec,
+            verdict,
+            reason,
+            started,
+            finished,
             completed=trial.agent_run.completed,
             agent_exit_code=trial.agent_run.exit_code,
             checks=trial.judgement.checks if trial.judgement else (),
             timings=trial.timings,
             usage=trial.usage,
             node=spec.node or socket.gethostname(),
-            started_at=started,
-            finished_at=finished,
         )
         try:
             with trial.phase("bundle"):

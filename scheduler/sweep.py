@@ -32,10 +32,10 @@ from hangar.agents import AgentSpec, load_agents, parse_agent
 from hangar.errors import ConfigError, HangarError
 from hangar.models import ModelSpec
 from hangar.scenario import LoadedScenario, load_scenario, read_yaml
-from hangar.scheduler.keys import Arm, trial_key
+from hangar.scheduler.keys import Arm
 from hangar.suite import sealed_suite_of
 from hangar.suite import verify as verify_suite
-from hangar.trial import TrialSpec
+from hangar.trial import TrialSpec, single_trial
 from hangar.validation import Name, validation_message
 
 
@@ -140,16 +140,13 @@ class Sweep(BaseModel):
                 for arm in self.arms:
                     for agent in self.agents.values():
                         for model in c.models:
-                            yield TrialSpec(
-                                sweep=self.id,
-                                trial_key=trial_key(loaded, agent, model.id, arm, repeat),
-                                scenario=loaded,
-                                agent=agent,
-                                model=model.id,
-                                model_spec=model,
-                                arm=arm.name,
-                                plugins=arm.plugins,
+                            yield single_trial(
+                                loaded,
+                                agent,
+                                arm,
+                                model=model,
                                 repeat=repeat,
+                                sweep=self.id,
                                 backend=c.backend,
                                 evidence_url=evidence_url,
                             )
