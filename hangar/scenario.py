@@ -179,6 +179,10 @@ class Scenario(_Strict):
     """Time and resources."""
     network: Literal["none"] = "none"
     """Network of the sandbox; ``none`` is the only mode until an allow-list exists."""
+    writable_root: bool = False
+    """Keep the image's root file system writable (for an image whose sandbox user writes
+    outside HOME, /tmp, /var/tmp and the workspace, e.g. a venv it owns). Verification
+    then runs in a fresh sandbox rather than in the agent's, wiped."""
     canaries: tuple[str, ...] = ()
     """Strings that must never appear in a trace; one that does voids the trial."""
 

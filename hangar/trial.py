@@ -6,15 +6,21 @@ an unexpected one is an `infra_error` whose reason names its type (the traceback
 into the evidence). The evidence bundle is written in ``finally``, and the sandboxes
 and trial folders are removed in every outcome.
 
-Two sandboxes serve a trial: the *agent sandbox* (prepare's results, plugins, the
-agent's turns) and, after it is gone, a fresh *verification sandbox* on the same
-workspace (final status, hidden files, verifier commands). Nothing the agent left
-outside the workspace survives into verification.
+Nothing the agent leaves outside the workspace may reach verification. On docker one
+sandbox serves the whole trial: its root file system is read-only and HOME, /tmp and
+/var/tmp are the trial's *scratch folders* on the host, so after the agent's turns every
+process of the sandbox user is killed, shared memory is cleared and the scratch folders
+are emptied (HOME back to what the image has), and verification (final status, hidden
+files, verifier commands) runs in what is left: the image and the workspace. Where that
+cannot be done (a backend without live mounts, a scenario with ``writable_root``), a
+fresh *verification sandbox* on the same workspace replaces the agent's.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import shutil
 import socket
 import time
@@ -35,6 +41,7 @@ from hangar.models.relay import FORWARDER, ModelRelay
 from hangar.paths import cache_dir, default_evidence_url
 from hangar.results import TrialResult, Usage, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, sandbox_class
+from hangar.sandbox.archive import extract_untrusted
 from hangar.sandbox.workspace import (
     MirrorCache,
     WorkspaceError,
@@ -60,6 +67,10 @@ from hangar.verifiers.store import bundle_key, open_store
 
 T = TypeVar("T")
 WORKDIR = "/workspace"
+#: HOME of the sandbox user.
+HOME = "/home/agent"
+#: Scratch folders (trial folder name -> sandbox path) of a one-sandbox trial.
+SCRATCH = {"home": HOME, "tmp": "/tmp", "var-tmp": "/var/tmp"}
 #: Where the relay's folder (socket and forwarder) is mounted in the agent sandbox.
 RELAY_MOUNT = "/run/hangar"
 #: The loopback port the forwarder listens on inside a container.
@@ -202,7 +213,20 @@ class _Trial:
         self.pending: list[Future[Any]] = []
         self.closing: list[Future[Any]] = []
         self.deadline = time.monotonic() + spec.scenario.scenario.limits.time_s
-        self.mirrors = MirrorCache((spec.cache_root or cache_dir()) / "mirrors")
+        self.cache = spec.cache_root or cache_dir()
+        self.mirrors = MirrorCache(self.cache / "mirrors")
+        self.scratch = self.folder / "scratch"
+        self.home_seed: Path | None = None
+
+    @functools.cached_property
+    def backend(self) -> type[Sandbox]:
+        """The sandbox backend's class (looked up inside the lifecycle: it may fail)."""
+        return sandbox_class(self.spec.backend)
+
+    @property
+    def one_sandbox(self) -> bool:
+        """Whether one sandbox serves agent and verification (its scratch can be wiped)."""
+        return self.backend.scratch_mounts and not self.scenario.writable_root
 
     def background(self, work: Callable[[], T]) -> Future[T]:
         """Run `work` on the trial's thread pool."""
@@ -254,10 +278,15 @@ class _Trial:
         limits = self.scenario.limits
         verifier = self.scenario.verifier
         budget = limits.time_s + verifier.timeout_s * max(1, len(verifier.commands))
+        mounts = [Mount(source=self.workspace, target=WORKDIR)]
+        if self.one_sandbox:
+            mounts += [Mount(source=self.scratch / n, target=t) for n, t in SCRATCH.items()]
         return SandboxSpec(
             image=self.scenario.image,
             workdir=WORKDIR,
-            mounts=(Mount(source=self.workspace, target=WORKDIR),),
+            home=HOME,
+            mounts=tuple(mounts),
+            read_only_root=self.one_sandbox,
             limits=SandboxLimits(cpus=limits.cpus, memory=limits.memory, pids=limits.pids),
             sweep=self.spec.sweep,
             trial=self.spec.trial_key,
@@ -265,12 +294,35 @@ class _Trial:
             ttl_s=budget + verifier.host_timeout_s + 900,
         )
 
+    def reset_scratch(self) -> None:
+        """Make the scratch folders as a new sandbox has them: HOME as in the image, /tmp
+        and /var/tmp empty. They are mount sources, so they are emptied in place (a new
+        folder would not be the one the sandbox sees); nothing in them is followed."""
+        for name in SCRATCH:
+            folder = self.scratch / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for child in list(folder.iterdir()):
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+            if name != "home":
+                folder.chmod(0o1777)  # noqa: S103 (as /tmp is: everyone writes, only owners delete
+        home = self.scratch / "home"
+        if self.home_seed is not None:
+            with self.home_seed.open("rb") as archive:
+                extract_untrusted(archive, home, strip=1, limit=1 << 40)
+        (home / ".hangar").mkdir(exist_ok=True)
+        home.chmod(0o755)  # noqa: S103 (a home folder)
+        if self.backend.isolated:
+            hand_over(home, SANDBOX_UID)
+
     def open_relay(self) -> None:
         """Start the model relay when the trial's model calls a provider (phase 7)."""
         model = self.spec.model_spec
         if model is None or model.provider == "none" or isinstance(self.spec.agent, ChatAgent):
             return  # no model, or a chat agent (its loop calls the model from the host)
-        if not sandbox_class(self.spec.backend).supports_relay:
+        if not self.backend.supports_relay:
             raise _Outcome(
                 Verdict.BLOCKED_SETUP,
                 f"command agents reach their model through the relay's unix socket, which the "
@@ -313,7 +365,7 @@ class _Trial:
         if relay:  # the agent sandbox only: verification never talks to a model
             mount = Mount(source=self.folder / "relay", target=RELAY_MOUNT, read_only=True)
             spec = spec.model_copy(update={"mounts": (*spec.mounts, mount)})
-        sandbox = sandbox_class(self.spec.backend)(spec)
+        sandbox = self.backend(spec)
         self.sandboxes.append(sandbox)
         try:
             sandbox.start()
@@ -353,19 +405,28 @@ class _Trial:
         with self.phase("initial_status"):
             if not self.spec.plugins:  # nothing else will touch it before the agent
                 self.write("status-initial.json", workspace_state(self.workspace))
-        if sandbox_class(self.spec.backend).isolated:  # local commands run as we do
+        if self.backend.isolated:  # local commands run as we do
             hand_over(self.workspace, SANDBOX_UID)
         with self.phase("relay_up"):
             self.open_relay()
         with self.phase("sandbox_up"):
+            if self.one_sandbox:
+                try:
+                    self.home_seed = self.backend.image_folder(
+                        self.scenario.image, HOME, self.cache
+                    )
+                except ImageNotFound as exc:
+                    raise _Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
+                self.reset_scratch()
             sandbox = self.start_sandbox(relay=self.relay is not None)
             if self.relay is not None:
                 self.start_forwarder(sandbox)
-        # The verification sandbox starts while the agent works (it runs nothing until the
-        # agent sandbox is gone); a backend that copies mounts must wait for the agent's
-        # workspace to be copied back first.
-        live = sandbox_class(self.spec.backend).live_mounts
-        verifier_start = self.background(self.start_sandbox) if live else None
+        # A fresh verification sandbox starts while the agent works (it runs nothing until
+        # the agent sandbox is gone); a backend that copies mounts must wait for the
+        # agent's workspace to be copied back first.
+        verifier_start = None
+        if not self.one_sandbox and self.backend.live_mounts:
+            verifier_start = self.background(self.start_sandbox)
         with self.phase("plugins"):
             self.install_plugins(sandbox)
         if self.spec.plugins:  # plugins may have landed in the workspace
@@ -373,17 +434,25 @@ class _Trial:
                 self.write("status-initial.json", git_state(sandbox, diff=False))
         with self.phase("agent"):
             self.run_agent(sandbox, self.remaining())
-        with self.phase("agent_teardown"):
-            # Kill first (nothing of the agent may run on), remove in the background.
-            self.sandboxes.remove(sandbox)
-            sandbox.stop()
-            self.closing.append(self.background(sandbox.close))
-        with self.phase("verifier_sandbox_up"):
-            verifier_box = verifier_start.result() if verifier_start else self.start_sandbox()
+        with self.phase("agent_end"):
+            if sandbox.isolated:  # nothing of the agent's may run on
+                sandbox.end_user_processes()
         with self.phase("final_status"):
-            final = final_state(verifier_box)
+            final = final_state(sandbox)  # ends with a kill: git may run the agent's filters
             self.write("diff.patch", final.pop("diff"))
             self.write("status-final.json", final)
+        if self.one_sandbox:
+            with self.phase("scratch_reset"):
+                self.reset_scratch()
+            verifier_box = sandbox
+        else:
+            with self.phase("agent_teardown"):
+                # Kill first, remove in the background.
+                self.sandboxes.remove(sandbox)
+                sandbox.stop()
+                self.closing.append(self.background(sandbox.close))
+            with self.phase("verifier_sandbox_up"):
+                verifier_box = verifier_start.result() if verifier_start else self.start_sandbox()
         with self.phase("verifier_files"):
             self.write("verifier/hidden-files.json", place_hidden_files(verifier_box, self.loaded))
         with self.phase("verifier_commands"):
@@ -416,7 +485,7 @@ class _Trial:
             self.loaded,
             self.spec.plugins,
             mirrors=self.mirrors,
-            image_problem=sandbox_class(self.spec.backend).image_problem,
+            image_problem=self.backend.image_problem,
         )
         self.write("admission.json", {"problems": problems})
         if problems:

@@ -34,6 +34,8 @@ from typing import ClassVar, Literal, Self, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from hangar.errors import SandboxError
+
 MiB = 1024 * 1024
 
 #: Labels every sandbox carries, so `hangar gc` and the per-node reaper can find it.
@@ -114,13 +116,17 @@ class SandboxSpec(BaseModel):
     user: str = "agent"
     """Non-root user commands run as unless `exec(user=...)` says otherwise."""
     home: str = "/home/agent"
-    """HOME inside the sandbox: private to this sandbox, never a host folder."""
+    """HOME inside the sandbox: private to this sandbox (at most the trial's own folder)."""
     env: dict[str, str] = Field(default_factory=dict)
     """Environment of every command (never a secret: see DESIGN.md section 9)."""
     mounts: tuple[Mount, ...] = ()
     """Host folders the sandbox may see: the trial's own folders and nothing else."""
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     """CPU, memory and pids limits."""
+    read_only_root: bool = False
+    """Make the image's root file system read-only: only mounts (and /dev/shm) are
+    writable. With HOME, /tmp and /var/tmp mounted from the trial's scratch folders, all
+    the sandbox user can change is then known to the host (see `Sandbox.scratch_mounts`)."""
     network: Literal["none"] = "none"
     """Network mode; ``none`` is the only one until an allow-list exists."""
     sweep: str = "adhoc"
@@ -225,6 +231,31 @@ def command_argv(cmd: str | Sequence[str]) -> list[str]:
     return argv
 
 
+#: `Sandbox.end_user_processes` as a POSIX shell script, run as the sandbox user.
+_END_USER_PROCESSES = """
+kill -9 -1 2>/dev/null
+i=0
+while [ $i -lt 200 ]; do
+  left=""
+  for d in /proc/[0-9]*; do
+    [ "${d#/proc/}" = "$$" ] && continue
+    [ -O "$d" ] && left="$left ${d#/proc/}"
+  done
+  [ -z "$left" ] && break
+  kill -9 -1 2>/dev/null
+  sleep 0.05 2>/dev/null || sleep 1
+  i=$((i + 1))
+done
+[ -z "$left" ] || { echo "still running:$left"; exit 3; }
+chmod -R u+rwx /dev/shm/ 2>/dev/null
+find /dev/shm -mindepth 1 -delete 2>/dev/null
+command -v ipcrm >/dev/null && ipcrm --all 2>/dev/null
+left=$(find /dev/shm -mindepth 1 -user "$(id -u)" 2>/dev/null | head -n 3)
+[ -z "$left" ] || { echo "left in /dev/shm: $left"; exit 4; }
+exit 0
+"""
+
+
 def timeout_argv(argv: list[str], timeout: float | None, kill_after: float) -> list[str]:
     """Wrap `argv` in coreutils ``timeout -k`` so a timeout kills the process *inside*.
 
@@ -258,6 +289,11 @@ class Sandbox(ABC):
     #: Whether mounts are live (both sides see each other's writes at once); when not,
     #: a mount is copied in at start and back at `stop()`.
     live_mounts: ClassVar[bool] = True
+    #: Whether the backend honours `SandboxSpec.read_only_root` with live mounts, so that
+    #: one sandbox can serve both the agent and verification: after
+    #: `end_user_processes()` and a wipe of the scratch mounts on the host, nothing the
+    #: agent did survives outside the workspace.
+    scratch_mounts: ClassVar[bool] = False
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
@@ -290,6 +326,12 @@ class Sandbox(ABC):
     @classmethod
     def image_problem(cls, image: str) -> str | None:
         """Why `image` cannot be used by this backend, or None (checked at admission)."""
+        return None
+
+    @classmethod
+    def image_folder(cls, image: str, path: str, cache: Path) -> Path | None:
+        """A tar archive of folder `path` as `image` has it (None: no such folder, or a
+        backend that cannot read images); `cache` is a node-local folder to keep it in."""
         return None
 
     @abstractmethod
@@ -360,6 +402,26 @@ class Sandbox(ABC):
         absolute paths, device files and set-uid bits are refused or stripped, and the
         total size is capped by `spec.read_limit`.
         """
+
+    def end_user_processes(self) -> None:
+        """Kill every process of the sandbox user and remove what it left in shared memory.
+
+        One ``kill -9 -1`` as the sandbox user (Linux signals every process of the user
+        atomically: a process forking at that moment cannot leave a live child), a wait
+        until they are gone, then /dev/shm and the user's System V IPC objects are
+        cleared. Processes of other users (the root keeper, the relay's forwarder)
+        survive. Raises `SandboxError` when something of the user's remains.
+        """
+        if not self.isolated:
+            raise SandboxError(f"the {self.backend} backend cannot end the user's processes")
+        # No `timeout` wrapper: it would run as the user and die of the kill (the script
+        # is bounded by its own loop). `kill` is the shell's builtin, which spares itself.
+        res = self.exec(["/bin/sh", "-c", _END_USER_PROCESSES], timeout=None)
+        if not res.ok:
+            raise SandboxError(
+                f"the sandbox user's processes or shared memory outlived the kill "
+                f"(exit {res.returncode}): {res.stdout.strip()} {res.stderr.strip()}".strip()
+            )
 
     def stop(self) -> None:
         """End every process in the sandbox now; `close()` still removes it.

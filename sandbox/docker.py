@@ -10,6 +10,7 @@ copying, so it works whatever tools the image has).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import os
@@ -89,6 +90,7 @@ class DockerSandbox(Sandbox):
     """A sandbox in a docker container (the default backend)."""
 
     backend: ClassVar[str] = "docker"
+    scratch_mounts: ClassVar[bool] = True
 
     def __init__(self, spec: SandboxSpec, client: docker.DockerClient | None = None) -> None:
         super().__init__(spec)
@@ -110,6 +112,48 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as exc:
             raise _unavailable(f"look up image {image!r}", exc) from exc
         return None
+
+    @classmethod
+    def image_folder(cls, image: str, path: str, cache: Path) -> Path | None:
+        """A tar archive of folder `path` as it is in `image`, or None if it has none.
+
+        Read once per image id from a created (never started) container and kept under
+        `cache`; the archive's top entry is the folder itself.
+        """
+        api = docker_client().api
+        try:
+            image_id = str(api.inspect_image(image)["Id"]).removeprefix("sha256:")
+        except docker.errors.ImageNotFound as exc:
+            raise ImageNotFound(cls.image_problem(image) or str(exc)) from exc
+        except docker.errors.APIError as exc:
+            raise _unavailable(f"look up image {image!r}", exc) from exc
+        name = path.strip("/").replace("/", "_") or "root"
+        archive = cache / "image-folders" / image_id[:32] / f"{name}.tar"
+        missing = archive.with_suffix(".missing")
+        if archive.exists():
+            return archive
+        if missing.exists():
+            return None
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            created = api.create_container(image, command=["true"], entrypoint=[])
+        except docker.errors.APIError as exc:
+            raise _unavailable(f"create a container from {image!r}", exc) from exc
+        try:
+            stream, _ = api.get_archive(created["Id"], path)
+            with tempfile.NamedTemporaryFile(dir=archive.parent, delete=False) as part:
+                for chunk in stream:
+                    part.write(chunk)
+            Path(part.name).replace(archive)  # whole or not at all, also with two writers
+            return archive
+        except docker.errors.NotFound:
+            missing.touch()
+            return None
+        except docker.errors.APIError as exc:
+            raise _unavailable(f"read {path} from image {image!r}", exc) from exc
+        finally:
+            with contextlib.suppress(docker.errors.APIError):
+                api.remove_container(created["Id"], force=True)
 
     @property
     def client(self) -> docker.DockerClient:
@@ -135,9 +179,6 @@ class DockerSandbox(Sandbox):
         if self._container is not None:
             return
         spec = self.spec
-        problem = self.image_problem(spec.image)
-        if problem is not None:
-            raise ImageNotFound(problem)
         mounts = []
         for m in spec.mounts:
             if not m.source.is_dir() and not m.source.is_file():
@@ -173,8 +214,12 @@ class DockerSandbox(Sandbox):
                 nano_cpus=int(spec.limits.cpus * 1e9),
                 labels=spec.labels(),
                 mounts=mounts,
+                read_only=spec.read_only_root,
             )
             self._container.start()
+        except docker.errors.ImageNotFound as exc:
+            self.close()
+            raise ImageNotFound(self.image_problem(spec.image) or str(exc)) from exc
         except docker.errors.APIError as exc:
             self.close()
             raise _unavailable(f"start a container from {spec.image!r}", exc) from exc

@@ -137,7 +137,8 @@ def test_local_backend_runs_the_same_trial(run: Runner) -> None:
 
 # The canary is split with shell quotes so the command line itself does not contain it.
 SEARCH = (
-    "find / -xdev -name 'test_median_hidden*' 2>/dev/null; "
+    "find / \\( -path /proc -o -path /sys \\) -prune -o -name 'test_median_hidden*' -print "
+    "2>/dev/null; "
     "grep -rIh 'HANGAR-CANARY-7c4''1e9' / --exclude-dir=proc --exclude-dir=sys 2>/dev/null; "
     f"git cat-file -t {LATER_COMMIT} 2>/dev/null || echo no-future-commit; "
     "git log --all --format=%H; git remote -v; echo search-done"
@@ -321,6 +322,41 @@ def test_edits_outside_the_workspace_do_not_reach_verification(run: Runner) -> N
     assert "hack active: 2.5" in agent_output(result)  # the hack works where it was planted
     assert result.verdict is Verdict.FAIL
     assert "failed check: 'median of an even-length list" in result.reason
+
+
+@pytest.mark.parametrize("writable_root", [False, True], ids=["one-sandbox", "fresh-sandbox"])
+def test_nothing_the_agent_left_outside_the_workspace_reaches_verification(
+    run: Runner, writable_root: bool
+) -> None:
+    # The agent plants files in every writable place but the workspace, a System V
+    # shared-memory segment and a daemon; the first verifier command lists what it sees.
+    # One sandbox (read-only root, scratch wiped) or, with writable_root, a fresh one.
+    command = (
+        "for d in ~ /tmp /var/tmp /dev/shm; do echo x > $d/planted-by-agent; done && "
+        "echo 'echo PLANTED' >> ~/.bashrc && ipcmk -M 4096 && "
+        "(setsid nohup sleep 4242 >/dev/null 2>&1 &) && "
+        "ls -A ~ /tmp /var/tmp /dev/shm && ipcs -m"
+    )
+    look = (
+        "    - '{ ls -A ~ /tmp /var/tmp /dev/shm; ipcs -m; grep -c PLANTED ~/.bashrc; "
+        'cat /proc/[0-9]*/cmdline | tr \"\\\\0\" \" \"; } > $HANGAR_VERIFIER_OUT/seen.txt\'\n'
+    )
+
+    def add_look(folder: Path) -> None:
+        path = folder / "scenario.yaml"
+        text = path.read_text().replace("  commands:\n", "  commands:\n" + look)
+        path.write_text(text + ("writable_root: true\n" if writable_root else ""))
+
+    result = run(command, edit=add_look)
+    out = agent_output(result)
+    assert out.count("planted-by-agent") == 4 and "0x" in out  # planted where it ran
+    seen = bundle(result, "verifier/out/seen.txt")
+    assert "planted-by-agent" not in seen and "0x" not in seen and "4242" not in seen
+    assert ".bashrc" in seen and "hangar-verifier" in seen  # HOME as the image has it
+    assert seen.splitlines().count("0") == 1  # .bashrc without the planted line
+    fresh = "verifier_sandbox_up" in result.timings
+    assert fresh is writable_root and ("scratch_reset" in result.timings) is not writable_root
+    assert result.verdict is Verdict.FAIL
 
 
 def test_forged_trace_lines_stay_text(run: Runner) -> None:

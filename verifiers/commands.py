@@ -1,12 +1,12 @@
-"""Phases 8 and 9 in the verification sandbox: final status, hidden files, commands.
+"""Phases 8 and 9: final status, then hidden files and verifier commands.
 
-They run in a *fresh* sandbox from the same image with the same workspace mounted:
-nothing the agent left outside the workspace (a process still running, a
-``usercustomize.py`` in its HOME, a file in /tmp) exists there. Git runs with the
+The final status is taken once every process of the agent is dead. Git runs with the
 configuration an agent could have planted neutralised where git allows it (no global
 or system config, no fsmonitor, no hooks, no external diff, no pager); since git may
-still run filters an agent declared, every process of the sandbox user is killed
-before the hidden files arrive.
+still run filters an agent declared, every process of the sandbox user is killed again
+after it. Hidden files and commands then run where nothing the agent left outside the
+workspace exists (a process, a ``usercustomize.py`` in HOME, a file in /tmp): the
+agent's sandbox with its scratch wiped, or a fresh one (see `hangar.trial`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from hangar.verifiers.protocol import CommandRecord
 
 #: Where verifier commands write reports (``$HANGAR_VERIFIER_OUT`` in the sandbox).
 VERIFIER_OUT = "/tmp/hangar-verifier"
+
+#: Makes $HANGAR_VERIFIER_OUT, then runs the verifier command ($1) by bash.
+_WITH_OUT = 'mkdir -p "$HANGAR_VERIFIER_OUT" || exit 96; exec bash -c "$1"'
 
 _GIT = (
     "GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_TERMINAL_PROMPT=0 "
@@ -63,14 +66,12 @@ def git_state(sandbox: Sandbox, *, diff: bool, then: str = "") -> dict[str, str]
 
 def final_state(sandbox: Sandbox) -> dict[str, str]:
     """Status and diff after the agent; then every process of the sandbox user is killed
-    (git may have run filters an agent declared) and the verifier output folder is made.
+    (git may have run filters an agent declared).
 
     The kill runs only in an isolated sandbox: on the local backend it would kill the
     host's processes. The keeper of a docker sandbox runs as root and survives it.
     """
-    out = sandbox.command_path(VERIFIER_OUT)
-    then = f"mkdir -p {out}" + ("; kill -9 -1 2>/dev/null; true" if sandbox.isolated else "")
-    return git_state(sandbox, diff=True, then=then)
+    return git_state(sandbox, diff=True, then="kill -9 -1 2>/dev/null" if sandbox.isolated else "")
 
 
 def place_hidden_files(sandbox: Sandbox, loaded: LoadedScenario) -> list[str]:
@@ -101,7 +102,9 @@ def run_verifier_commands(
     records = []
     for i, command in enumerate(spec.commands):
         res = sandbox.exec(
-            ["bash", "-c", command],
+            # The output folder is made first, in the same exec: the command itself runs
+            # exactly as `bash -c COMMAND`.
+            ["sh", "-c", _WITH_OUT, "hangar-verifier", command],
             timeout=spec.timeout_s,
             env={"HANGAR_VERIFIER_OUT": sandbox.command_path(VERIFIER_OUT)},
         )

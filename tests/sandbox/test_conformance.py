@@ -398,6 +398,27 @@ def test_agent_cannot_kill_the_sandbox(sandbox: Sandbox) -> None:
     assert sandbox.exec(["echo", "alive"]).stdout == "alive\n", res
 
 
+_USER_LEFTOVERS = """
+setsid nohup sh -c 'trap "" TERM HUP INT; while :; do sleep 1; done' >/dev/null 2>&1 &
+setsid nohup sleep 1000 >/dev/null 2>&1 &
+ipcmk -M 4096 >/dev/null
+echo planted > /dev/shm/note && mkdir /dev/shm/locked && touch /dev/shm/locked/x
+chmod 000 /dev/shm/locked
+"""
+_USER_PROCESSES = "for d in /proc/[0-9]*; do [ -O $d ] && [ ${d#/proc/} != $$ ] && echo $d; done"
+
+
+def test_end_user_processes_leaves_nothing_of_the_user(sandbox: Sandbox) -> None:
+    assert sandbox.exec(_USER_LEFTOVERS).ok
+    assert sandbox.exec(_USER_PROCESSES).stdout.count("/proc/") >= 2  # the daemons run
+    assert "0x" in sandbox.exec(["ipcs", "-m"]).stdout
+    sandbox.end_user_processes()
+    assert sandbox.exec(_USER_PROCESSES).stdout == ""
+    assert "0x" not in sandbox.exec(["ipcs", "-m"]).stdout
+    assert sandbox.exec(["ls", "-A", "/dev/shm"]).stdout == ""
+    assert sandbox.exec(["echo", "alive"]).stdout == "alive\n"  # the sandbox itself lives on
+
+
 _FORK_BOMB = """
 import os, time
 children = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tarfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -48,6 +49,38 @@ def test_container_settings(docker_client: docker.DockerClient, tmp_path: Path) 
     assert abs(expires - (datetime.now(UTC) + timedelta(seconds=600))) < timedelta(seconds=60)
     assert "HOME=/home/agent" in config["Env"]
     assert not _ours(docker_client, "settings-check"), "close() left the container"
+
+
+def test_read_only_root_leaves_only_mounts_writable(tmp_path: Path) -> None:
+    scratch = tmp_path / "home"
+    scratch.mkdir()
+    spec = SandboxSpec(
+        image=BASE_IMAGE,
+        read_only_root=True,
+        mounts=(Mount(source=scratch, target="/home/agent"),),
+        trial="read-only-root",
+    )
+    with DockerSandbox(spec) as sb:
+        sb.exec(["chmod", "777", "/home/agent"], user="root")
+        assert sb.exec("echo hi > /home/agent/ok").ok
+        assert sb.exec("echo hi > /workspace/no").returncode != 0
+        res = sb.exec("echo hi > /etc/no", user="root")  # root owns /etc: only ro stops it
+        assert res.returncode != 0 and "Read-only file system" in res.stderr
+        sb.write_file("/home/agent/.hangar/task.md", "the task")  # the archive API too
+    assert (scratch / "ok").read_text() == "hi\n"
+    assert (scratch / ".hangar" / "task.md").read_text() == "the task"
+
+
+def test_image_folder_is_read_once_and_cached(tmp_path: Path) -> None:
+    archive = DockerSandbox.image_folder(BASE_IMAGE, "/home/agent", tmp_path)
+    assert archive is not None
+    with tarfile.open(archive) as tar:
+        assert "agent/.bashrc" in tar.getnames()
+    again = DockerSandbox.image_folder(BASE_IMAGE, "/home/agent", tmp_path)
+    assert again == archive and again.stat().st_mtime_ns == archive.stat().st_mtime_ns
+    assert DockerSandbox.image_folder(BASE_IMAGE, "/no/such/folder", tmp_path) is None
+    with pytest.raises(ImageNotFound, match="hangar image build-base"):
+        DockerSandbox.image_folder("hangar/does-not-exist:1", "/home/agent", tmp_path)
 
 
 def test_missing_image_is_a_clear_error(docker_client: docker.DockerClient) -> None:
