@@ -29,19 +29,20 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from hangar.agents import AgentRun, AgentSpec, ChatAgent, run_chat_agent, run_command_agent
+from hangar.agents.command import CONTEXT_FILE
 from hangar.errors import ConfigError, ImageNotFound, SandboxError
 from hangar.models import ModelSpec
 from hangar.models.relay import FORWARDER, ModelRelay
 from hangar.paths import cache_dir, default_evidence_url
 from hangar.results import TrialResult, Usage, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, sandbox_class
-from hangar.sandbox.archive import extract_untrusted
+from hangar.sandbox.archive import copy_untrusted_tree, extract_untrusted
 from hangar.sandbox.workspace import (
     MirrorCache,
     WorkspaceError,
@@ -57,6 +58,8 @@ from hangar.verifiers import junit
 from hangar.verifiers.admission import Judgement, fixture_problems, judge
 from hangar.verifiers.bundle import build_bundle
 from hangar.verifiers.commands import (
+    VERIFIER_OUT,
+    collect_verifier_out,
     final_state,
     git_state,
     place_hidden_files,
@@ -307,13 +310,13 @@ class _Trial:
                 else:
                     child.unlink()
             if name != "home":
-                folder.chmod(0o1777)  # noqa: S103 (as /tmp is: everyone writes, only owners delete
+                folder.chmod(0o1777)
         home = self.scratch / "home"
         if self.home_seed is not None:
             with self.home_seed.open("rb") as archive:
                 extract_untrusted(archive, home, strip=1, limit=1 << 40)
         (home / ".hangar").mkdir(exist_ok=True)
-        home.chmod(0o755)  # noqa: S103 (a home folder)
+        home.chmod(0o755)
         if self.backend.isolated:
             hand_over(home, SANDBOX_UID)
 
@@ -388,6 +391,16 @@ class _Trial:
         self.write("trial.json", self.spec.model_dump(mode="json", exclude={"scenario"}))
         with self.phase("admission"):
             self.admit()
+        with self.phase("relay_up"):
+            self.open_relay()
+        starting = None
+        if self.backend.live_mounts:
+            # The sandbox starts while the workspace is made: its mounts are live, so it
+            # sees what lands in the (empty) folders later. It runs nothing until then.
+            self.workspace.mkdir(parents=True)
+            for name in SCRATCH if self.one_sandbox else ():
+                (self.scratch / name).mkdir(parents=True)
+            starting = self.background(lambda: self.start_sandbox(relay=self.relay is not None))
         with self.phase("workspace"):
             try:
                 make_workspace(
@@ -407,8 +420,6 @@ class _Trial:
                 self.write("status-initial.json", workspace_state(self.workspace))
         if self.backend.isolated:  # local commands run as we do
             hand_over(self.workspace, SANDBOX_UID)
-        with self.phase("relay_up"):
-            self.open_relay()
         with self.phase("sandbox_up"):
             if self.one_sandbox:
                 try:
@@ -418,7 +429,14 @@ class _Trial:
                 except ImageNotFound as exc:
                     raise _Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
                 self.reset_scratch()
-            sandbox = self.start_sandbox(relay=self.relay is not None)
+                task = self.scratch / "home" / CONTEXT_FILE
+                task.write_text(self.scenario.context)
+                if self.backend.isolated:
+                    os.chown(task, SANDBOX_UID, SANDBOX_UID)
+            if starting is not None:
+                sandbox = starting.result()
+            else:
+                sandbox = self.start_sandbox(relay=self.relay is not None)
             if self.relay is not None:
                 self.start_forwarder(sandbox)
         # A fresh verification sandbox starts while the agent works (it runs nothing until
@@ -434,11 +452,8 @@ class _Trial:
                 self.write("status-initial.json", git_state(sandbox, diff=False))
         with self.phase("agent"):
             self.run_agent(sandbox, self.remaining())
-        with self.phase("agent_end"):
-            if sandbox.isolated:  # nothing of the agent's may run on
-                sandbox.end_user_processes()
         with self.phase("final_status"):
-            final = final_state(sandbox)  # ends with a kill: git may run the agent's filters
+            final = final_state(sandbox)  # kills every agent process, before and after git
             self.write("diff.patch", final.pop("diff"))
             self.write("status-final.json", final)
         if self.one_sandbox:
@@ -456,12 +471,25 @@ class _Trial:
         with self.phase("verifier_files"):
             self.write("verifier/hidden-files.json", place_hidden_files(verifier_box, self.loaded))
         with self.phase("verifier_commands"):
-            commands = run_verifier_commands(verifier_box, self.loaded, self.artifacts)
+            commands = run_verifier_commands(
+                verifier_box, self.loaded, self.artifacts, collect=not self.one_sandbox
+            )
         with self.phase("verifier_teardown"):
-            # Nothing may still write the workspace while the host reads it.
+            # Nothing may still write the workspace (or the scratch) while the host reads
+            # it: the last command ended every process of the sandbox user in an isolated
+            # sandbox; elsewhere, or when a copied workspace must come back, stop it.
             self.sandboxes.remove(verifier_box)
-            verifier_box.stop()
+            if not (verifier_box.isolated and self.backend.live_mounts):
+                verifier_box.stop()
             self.closing.append(self.background(verifier_box.close))
+            if self.one_sandbox and self.scenario.verifier.commands:
+                out = self.scratch / "tmp" / PurePosixPath(VERIFIER_OUT).relative_to("/tmp")
+                collect_verifier_out(
+                    lambda target: copy_untrusted_tree(
+                        out, target, limit=verifier_box.spec.read_limit
+                    ),
+                    self.artifacts,
+                )
             self.write("workspace-links-removed.json", remove_escaping_links(self.workspace))
         with self.phase("host_verifier"):
             raw, verifier_error = self.host_verify(commands)
@@ -574,6 +602,7 @@ class _Trial:
                     model=self.spec.model,
                     env=env,
                     artifacts=self.artifacts,
+                    context_written=self.one_sandbox,
                 )
         finally:
             self.close_relay()

@@ -9,6 +9,7 @@ no links leaving the target, no devices, no set-uid bits) and a size cap.
 from __future__ import annotations
 
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import IO
 
@@ -61,3 +62,19 @@ def extract_untrusted(fileobj: IO[bytes], target: Path, *, strip: int, limit: in
         raise SandboxError(f"refused an unsafe entry in a sandbox archive: {exc}") from exc
     except tarfile.TarError as exc:
         raise SandboxError(f"could not read a sandbox archive: {exc}") from exc
+
+
+def copy_untrusted_tree(source: Path, target: Path, *, limit: int) -> None:
+    """Copy the contents of host folder `source`, written by untrusted code, into `target`.
+
+    For a folder a sandbox wrote through a mount, once nothing in the sandbox runs any
+    more: `source` itself must be a real folder (not a link), links are copied as links
+    and never followed, and the copy passes the same filter as `extract_untrusted`.
+    """
+    if source.is_symlink() or not source.is_dir():
+        raise SandboxError(f"{source.name} is not a folder (a link or a file was put there)")
+    with tempfile.TemporaryFile() as spool:
+        with tarfile.open(fileobj=spool, mode="w") as tar:
+            tar.add(source, arcname=source.name, recursive=True)
+        spool.seek(0)
+        extract_untrusted(spool, target, strip=1, limit=limit)

@@ -34,8 +34,6 @@ from typing import ClassVar, Literal, Self, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from hangar.errors import SandboxError
-
 MiB = 1024 * 1024
 
 #: Labels every sandbox carries, so `hangar gc` and the per-node reaper can find it.
@@ -231,8 +229,16 @@ def command_argv(cmd: str | Sequence[str]) -> list[str]:
     return argv
 
 
-#: `Sandbox.end_user_processes` as a POSIX shell script, run as the sandbox user.
-_END_USER_PROCESSES = """
+#: POSIX shell that kills every process of the user running it and clears what it left
+#: in shared memory; exits 93 (processes) or 94 (/dev/shm) when something remains, and
+#: goes on otherwise, so more can follow it in the same script.
+#:
+#: One ``kill -9 -1`` is enough (Linux signals all of the user's processes under one
+#: lock, so a process forking at that moment cannot leave a live child); the loop only
+#: waits until they are gone. ``kill`` is the shell's builtin, which spares the shell;
+#: so the script must not run under a ``timeout`` of the same user, which it would kill.
+#: Processes of other users (the root keeper, the relay's forwarder) survive.
+END_USER_PROCESSES = """
 kill -9 -1 2>/dev/null
 i=0
 while [ $i -lt 200 ]; do
@@ -246,14 +252,37 @@ while [ $i -lt 200 ]; do
   sleep 0.05 2>/dev/null || sleep 1
   i=$((i + 1))
 done
-[ -z "$left" ] || { echo "still running:$left"; exit 3; }
+[ -z "$left" ] || { echo "processes outlived the kill:$left" >&2; exit 93; }
 chmod -R u+rwx /dev/shm/ 2>/dev/null
 find /dev/shm -mindepth 1 -delete 2>/dev/null
 command -v ipcrm >/dev/null && ipcrm --all 2>/dev/null
 left=$(find /dev/shm -mindepth 1 -user "$(id -u)" 2>/dev/null | head -n 3)
-[ -z "$left" ] || { echo "left in /dev/shm: $left"; exit 4; }
-exit 0
+[ -z "$left" ] || { echo "files outlived the wipe of /dev/shm: $left" >&2; exit 94; }
 """
+
+
+def exec_then_end_user(
+    sandbox: Sandbox,
+    argv: list[str],
+    *,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    end_first: bool = False,
+) -> ExecResult:
+    """Run `argv` under an in-sandbox timeout, then kill every process of the sandbox user:
+    one exec (with `end_first`, `END_USER_PROCESSES` runs before it too).
+
+    The exec's own ``timeout`` wrapper would be the user's and die of the kill, so the
+    shell around it runs without one and `argv` gets its own; exit codes 93 and 94 are
+    `END_USER_PROCESSES` failing. Only for isolated sandboxes.
+    """
+    inner = shlex.join(timeout_argv(argv, timeout, sandbox.spec.kill_after_s))
+    script = f"{inner}; rc=$?; kill -9 -1 2>/dev/null; exit $rc"
+    if end_first:
+        script = f"{END_USER_PROCESSES}\n{script}"
+    res = sandbox.exec(["/bin/sh", "-c", script], env=env)
+    timed_out = res.returncode in (124, 137) and res.duration_s >= timeout
+    return res.model_copy(update={"timed_out": timed_out})
 
 
 def timeout_argv(argv: list[str], timeout: float | None, kill_after: float) -> list[str]:
@@ -291,7 +320,7 @@ class Sandbox(ABC):
     live_mounts: ClassVar[bool] = True
     #: Whether the backend honours `SandboxSpec.read_only_root` with live mounts, so that
     #: one sandbox can serve both the agent and verification: after
-    #: `end_user_processes()` and a wipe of the scratch mounts on the host, nothing the
+    #: `END_USER_PROCESSES` and a wipe of the scratch mounts on the host, nothing the
     #: agent did survives outside the workspace.
     scratch_mounts: ClassVar[bool] = False
 
@@ -402,26 +431,6 @@ class Sandbox(ABC):
         absolute paths, device files and set-uid bits are refused or stripped, and the
         total size is capped by `spec.read_limit`.
         """
-
-    def end_user_processes(self) -> None:
-        """Kill every process of the sandbox user and remove what it left in shared memory.
-
-        One ``kill -9 -1`` as the sandbox user (Linux signals every process of the user
-        atomically: a process forking at that moment cannot leave a live child), a wait
-        until they are gone, then /dev/shm and the user's System V IPC objects are
-        cleared. Processes of other users (the root keeper, the relay's forwarder)
-        survive. Raises `SandboxError` when something of the user's remains.
-        """
-        if not self.isolated:
-            raise SandboxError(f"the {self.backend} backend cannot end the user's processes")
-        # No `timeout` wrapper: it would run as the user and die of the kill (the script
-        # is bounded by its own loop). `kill` is the shell's builtin, which spares itself.
-        res = self.exec(["/bin/sh", "-c", _END_USER_PROCESSES], timeout=None)
-        if not res.ok:
-            raise SandboxError(
-                f"the sandbox user's processes or shared memory outlived the kill "
-                f"(exit {res.returncode}): {res.stdout.strip()} {res.stderr.strip()}".strip()
-            )
 
     def stop(self) -> None:
         """End every process in the sandbox now; `close()` still removes it.

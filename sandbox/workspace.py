@@ -111,14 +111,16 @@ def _has_commit(mirror: Path, revision: str) -> bool:
 
 
 def make_workspace(cache: MirrorCache, url: str, revision: str, dest: Path) -> None:
-    """Check `revision` of `url` out into the new folder `dest` (see module docstring).
+    """Check `revision` of `url` out into `dest`, a new or empty folder (see module docstring).
 
     The files belong to the caller until `hand_over` gives them to the sandbox user.
     """
     mirror = cache.ensure(url, revision)
     if not _has_commit(mirror, revision):
         raise WorkspaceError(f"revision {revision} is not in repository {url}")
-    dest.mkdir(parents=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    if any(dest.iterdir()):
+        raise WorkspaceError(f"the workspace folder {dest} is not empty")
     _git("init", "--quiet", cwd=dest)
     _git("fetch", "--quiet", "--no-tags", str(mirror), revision, cwd=dest)
     _git("checkout", "--quiet", "--detach", revision, cwd=dest)

@@ -339,7 +339,7 @@ def test_nothing_the_agent_left_outside_the_workspace_reaches_verification(
     )
     look = (
         "    - '{ ls -A ~ /tmp /var/tmp /dev/shm; ipcs -m; grep -c PLANTED ~/.bashrc; "
-        'cat /proc/[0-9]*/cmdline | tr \"\\\\0\" \" \"; } > $HANGAR_VERIFIER_OUT/seen.txt\'\n'
+        'cat /proc/[0-9]*/cmdline | tr "\\\\0" " "; } > $HANGAR_VERIFIER_OUT/seen.txt\'\n'
     )
 
     def add_look(folder: Path) -> None:

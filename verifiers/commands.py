@@ -12,16 +12,19 @@ agent's sandbox with its scratch wiped, or a fresh one (see `hangar.trial`).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
-from hangar.errors import SandboxError
-from hangar.sandbox.base import Sandbox
+from hangar.errors import SandboxError, SandboxUnavailable
+from hangar.sandbox.base import Sandbox, exec_then_end_user
 from hangar.scenario import LoadedScenario
 from hangar.verifiers.protocol import CommandRecord
 
 #: Where verifier commands write reports (``$HANGAR_VERIFIER_OUT`` in the sandbox).
 VERIFIER_OUT = "/tmp/hangar-verifier"
 
+#: Bound on the git commands that read the workspace's state.
+GIT_TIMEOUT_S = 300
 #: Makes $HANGAR_VERIFIER_OUT, then runs the verifier command ($1) by bash.
 _WITH_OUT = 'mkdir -p "$HANGAR_VERIFIER_OUT" || exit 96; exec bash -c "$1"'
 
@@ -32,11 +35,13 @@ _GIT = (
 )
 
 
-def git_state(sandbox: Sandbox, *, diff: bool, then: str = "") -> dict[str, str]:
+def git_state(sandbox: Sandbox, *, diff: bool, end_processes: bool = False) -> dict[str, str]:
     """HEAD and ``git status --porcelain`` of the workspace, and the diff if asked.
 
-    One exec for all of it (each exec is a round trip to the engine); `then` is shell
-    run after git, in the same exec.
+    One exec for all of it (each exec is a round trip to the engine). With
+    `end_processes`, every process of the sandbox user is killed before git (nothing of
+    the agent's may change the workspace while it is read) and after it (git may run
+    filters the agent declared), in the same exec.
     """
     parts = [f"{_GIT} rev-parse HEAD", f"{_GIT} status --porcelain --untracked-files=all"]
     if diff:
@@ -47,14 +52,14 @@ def git_state(sandbox: Sandbox, *, diff: bool, then: str = "") -> dict[str, str]
             f"{_GIT} diff --cached --binary --no-ext-diff --no-textconv HEAD; "
             "rc=$?; rm -f $GIT_INDEX_FILE; exit $rc )"
         )
-    script = (
-        "; printf '\\0'; ".join(f"{{ {p} || exit 90; }}" for p in parts)
-        + "; rc=$?; "
-        + (f"{then}; " if then else "")
-        + "exit $rc"
-    )
-    res = sandbox.exec(script, timeout=300)
-    if res.returncode == 90 or (not res.ok and not then):
+    git = "; printf '\\0'; ".join(f"{{ {p} || exit 90; }}" for p in parts)
+    if end_processes:
+        res = exec_then_end_user(sandbox, ["sh", "-c", git], timeout=GIT_TIMEOUT_S, end_first=True)
+        if res.returncode in (93, 94):
+            raise SandboxError(f"the agent's processes could not all be ended: {res.stderr}")
+    else:
+        res = sandbox.exec(git, timeout=GIT_TIMEOUT_S)
+    if not res.ok:
         raise SandboxError(f"git failed in the sandbox: {res.stderr.strip()}")
     fields = res.stdout.split("\0")
     state = {"head": fields[0].strip(), "status": fields[1] if len(fields) > 1 else ""}
@@ -65,13 +70,14 @@ def git_state(sandbox: Sandbox, *, diff: bool, then: str = "") -> dict[str, str]
 
 
 def final_state(sandbox: Sandbox) -> dict[str, str]:
-    """Status and diff after the agent; then every process of the sandbox user is killed
-    (git may have run filters an agent declared).
+    """Status and diff after the agent, taken once every process of the sandbox user is
+    dead; every process is killed again after git (which may run filters an agent
+    declared).
 
-    The kill runs only in an isolated sandbox: on the local backend it would kill the
-    host's processes. The keeper of a docker sandbox runs as root and survives it.
+    The kills run only in an isolated sandbox: on the local backend they would kill the
+    host's processes. The keeper of a docker sandbox runs as root and survives them.
     """
-    return git_state(sandbox, diff=True, then="kill -9 -1 2>/dev/null" if sandbox.isolated else "")
+    return git_state(sandbox, diff=True, end_processes=sandbox.isolated)
 
 
 def place_hidden_files(sandbox: Sandbox, loaded: LoadedScenario) -> list[str]:
@@ -93,21 +99,28 @@ def place_hidden_files(sandbox: Sandbox, loaded: LoadedScenario) -> list[str]:
 
 
 def run_verifier_commands(
-    sandbox: Sandbox, loaded: LoadedScenario, artifacts: Path
+    sandbox: Sandbox, loaded: LoadedScenario, artifacts: Path, *, collect: bool = True
 ) -> list[CommandRecord]:
-    """Run the original verifier commands by bash in the workspace; keep every output."""
+    """Run the original verifier commands by bash in the workspace; keep every output.
+
+    With `collect`, ``$HANGAR_VERIFIER_OUT`` is copied into ``artifacts/verifier/out``
+    through the sandbox; without, the caller copies it (from a scratch folder).
+    """
     spec = loaded.scenario.verifier
     out_dir = artifacts / "verifier" / "commands"
     out_dir.mkdir(parents=True, exist_ok=True)
     records = []
+    env = {"HANGAR_VERIFIER_OUT": sandbox.command_path(VERIFIER_OUT)}
     for i, command in enumerate(spec.commands):
-        res = sandbox.exec(
-            # The output folder is made first, in the same exec: the command itself runs
-            # exactly as `bash -c COMMAND`.
-            ["sh", "-c", _WITH_OUT, "hangar-verifier", command],
-            timeout=spec.timeout_s,
-            env={"HANGAR_VERIFIER_OUT": sandbox.command_path(VERIFIER_OUT)},
-        )
+        # The output folder is made first, in the same exec: the command itself runs
+        # exactly as `bash -c COMMAND`.
+        argv = ["sh", "-c", _WITH_OUT, "hangar-verifier", command]
+        if sandbox.isolated and i == len(spec.commands) - 1:
+            # Nothing the last command started may run on while the host reads the
+            # workspace and the output folder.
+            res = exec_then_end_user(sandbox, argv, timeout=spec.timeout_s, env=env)
+        else:
+            res = sandbox.exec(argv, timeout=spec.timeout_s, env=env)
         stdout, stderr = out_dir / f"{i}.stdout", out_dir / f"{i}.stderr"
         stdout.write_text(res.stdout)
         stderr.write_text(res.stderr)
@@ -123,6 +136,22 @@ def run_verifier_commands(
     (artifacts / "verifier" / "commands.json").write_text(
         json.dumps([r.model_dump(by_alias=True) for r in records], indent=1)
     )
-    if spec.commands:
-        sandbox.copy_out(VERIFIER_OUT, artifacts / "verifier" / "out")
+    if spec.commands and collect:
+        collect_verifier_out(lambda target: sandbox.copy_out(VERIFIER_OUT, target), artifacts)
     return records
+
+
+def collect_verifier_out(copy: Callable[[Path], None], artifacts: Path) -> None:
+    """Copy the verifier commands' output folder into ``artifacts/verifier/out`` by `copy`.
+
+    The folder was writable by code the agent wrote (the tests it changed run here), so
+    a refused copy (a link out of it, a link in its place, too large) is not an
+    infrastructure error, which would be retried: what was refused is recorded in
+    ``verifier/out-refused.txt`` and the host verifier judges without it.
+    """
+    try:
+        copy(artifacts / "verifier" / "out")
+    except SandboxUnavailable:
+        raise
+    except SandboxError as exc:
+        (artifacts / "verifier" / "out-refused.txt").write_text(f"{exc}\n")

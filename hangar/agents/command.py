@@ -19,6 +19,9 @@ from hangar.sandbox.base import Sandbox
 from hangar.trace import TraceWriter
 from hangar.validation import Name
 
+#: Where a command agent finds its task, relative to the sandbox's HOME.
+CONTEXT_FILE = ".hangar/task.md"
+
 
 class CommandAgent(BaseModel):
     """An agent that is a command run in the sandbox."""
@@ -83,10 +86,16 @@ def run_command_agent(
     model: str = "none",
     env: dict[str, str] | None = None,
     artifacts: Path | None = None,
+    context_written: bool = False,
 ) -> AgentRun:
-    """Run the agent's command in `sandbox`, recording its output into `trace`."""
-    context_file = f"{sandbox.spec.home}/.hangar/task.md"
-    sandbox.write_file(context_file, context)
+    """Run the agent's command in `sandbox`, recording its output into `trace`.
+
+    The task goes into `CONTEXT_FILE` under the sandbox's HOME, unless the caller has
+    put it there already (`context_written`).
+    """
+    context_file = f"{sandbox.spec.home}/{CONTEXT_FILE}"
+    if not context_written:
+        sandbox.write_file(context_file, context)
     trace.event("agent_start", agent=agent.name, command=agent.command, timeout_s=timeout)
     try:
         res = sandbox.exec(

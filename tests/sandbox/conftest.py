@@ -35,7 +35,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "test_not_root_and_no_privileges": ("skip", "runs as whatever user the host runs"),
         "test_fork_bomb_hits_pids_limit": ("skip", _UNSAFE_ON_HOST),
         "test_agent_cannot_kill_the_sandbox": ("skip", _UNSAFE_ON_HOST),
-        "test_end_user_processes_leaves_nothing_of_the_user": ("skip", _UNSAFE_ON_HOST),
+        "test_ending_user_processes_leaves_nothing_of_the_user": ("skip", _UNSAFE_ON_HOST),
         "test_memory_hog_killed": ("skip", _UNSAFE_ON_HOST),
         "test_killed_from_outside_raises_unavailable": ("skip", "there is no container to kill"),
     },

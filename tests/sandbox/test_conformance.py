@@ -22,6 +22,7 @@ from hangar.errors import (
     SandboxUnavailable,
 )
 from hangar.sandbox import Mount, Sandbox, SandboxLimits
+from hangar.sandbox.base import END_USER_PROCESSES
 from tests.sandbox.conftest import MakeSandbox
 
 pytestmark = pytest.mark.docker
@@ -408,11 +409,11 @@ chmod 000 /dev/shm/locked
 _USER_PROCESSES = "for d in /proc/[0-9]*; do [ -O $d ] && [ ${d#/proc/} != $$ ] && echo $d; done"
 
 
-def test_end_user_processes_leaves_nothing_of_the_user(sandbox: Sandbox) -> None:
+def test_ending_user_processes_leaves_nothing_of_the_user(sandbox: Sandbox) -> None:
     assert sandbox.exec(_USER_LEFTOVERS).ok
     assert sandbox.exec(_USER_PROCESSES).stdout.count("/proc/") >= 2  # the daemons run
     assert "0x" in sandbox.exec(["ipcs", "-m"]).stdout
-    sandbox.end_user_processes()
+    assert sandbox.exec(["/bin/sh", "-c", END_USER_PROCESSES]).ok
     assert sandbox.exec(_USER_PROCESSES).stdout == ""
     assert "0x" not in sandbox.exec(["ipcs", "-m"]).stdout
     assert sandbox.exec(["ls", "-A", "/dev/shm"]).stdout == ""
