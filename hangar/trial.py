@@ -38,7 +38,8 @@ from hangar.agents import AgentRun, AgentSpec, ChatAgent, run_chat_agent, run_co
 from hangar.agents.command import CONTEXT_FILE
 from hangar.errors import ConfigError, ImageNotFound, SandboxError
 from hangar.models import ModelSpec
-from hangar.models.relay import FORWARDER, ModelRelay
+from hangar.models.relay import ModelRelay
+from hangar.models.tunnel import MissingPython, RelayTunnel
 from hangar.paths import cache_dir, default_evidence_url
 from hangar.results import TrialResult, Usage, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, sandbox_class
@@ -74,8 +75,6 @@ WORKDIR = "/workspace"
 HOME = "/home/agent"
 #: Scratch folders (trial folder name -> sandbox path) of a one-sandbox trial.
 SCRATCH = {"home": HOME, "tmp": "/tmp", "var-tmp": "/var/tmp"}
-#: Where the relay's folder (socket and forwarder) is mounted in the agent sandbox.
-RELAY_MOUNT = "/run/hangar"
 #: The loopback port the forwarder listens on inside a container.
 RELAY_PORT = 4000
 #: uid of the sandbox user in hangar's base image; workspaces are handed to it.
@@ -210,6 +209,7 @@ class _Trial:
         self.agent_run = AgentRun()
         self.judgement: Judgement | None = None
         self.relay: ModelRelay | None = None
+        self.tunnel: RelayTunnel | None = None
         self.relay_port = RELAY_PORT
         self.usage = Usage()
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hangar-trial")
@@ -325,50 +325,27 @@ class _Trial:
         model = self.spec.model_spec
         if model is None or model.provider == "none" or isinstance(self.spec.agent, ChatAgent):
             return  # no model, or a chat agent (its loop calls the model from the host)
-        if not self.backend.supports_relay:
-            raise _Outcome(
-                Verdict.BLOCKED_SETUP,
-                f"command agents reach their model through the relay's unix socket, which the "
-                f"{self.spec.backend} backend cannot mount: use a chat agent on this backend",
-            )
-        relay_dir = self.folder / "relay"
-        relay_dir.mkdir(mode=0o755)
-        shutil.copy(FORWARDER, relay_dir / "forwarder.py")
         try:
-            self.relay = ModelRelay(relay_dir / "relay.sock", model, timeout_s=model.timeout_s)
+            self.relay = ModelRelay(self.folder / "relay.sock", model, timeout_s=model.timeout_s)
             self.relay.start()
         except ConfigError as exc:  # the key is missing on this node
             raise _Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
 
     def start_forwarder(self, sandbox: Sandbox) -> None:
         """Start the relay's forwarder in the sandbox; refuse an image that cannot run it."""
-        isolated = sandbox.isolated
-        self.relay_port = RELAY_PORT if isolated else _free_port()
-        res = sandbox.exec(
-            [
-                "python3",
-                sandbox.command_path(f"{RELAY_MOUNT}/forwarder.py"),
-                str(self.relay_port),
-                sandbox.command_path(f"{RELAY_MOUNT}/relay.sock"),
-            ],
-            timeout=30,
-            user="root" if isolated else None,  # root: the agent cannot kill it
-        )
-        if res.returncode in (126, 127):
+        assert self.relay is not None
+        self.relay_port = RELAY_PORT if sandbox.isolated else _free_port()
+        try:
+            self.tunnel = RelayTunnel.open(sandbox, self.relay_port, self.relay.socket_path)
+        except MissingPython as exc:
             raise _Outcome(
                 Verdict.BLOCKED_SETUP,
                 f"image {self.scenario.image!r} has no python3, which the model relay's "
                 "forwarder needs: add python3 to the image",
-            )
-        if not res.ok:
-            raise SandboxError(f"the relay forwarder did not start: {res.stderr.strip()}")
+            ) from exc
 
-    def start_sandbox(self, relay: bool = False) -> Sandbox:
-        spec = self.sandbox_spec()
-        if relay:  # the agent sandbox only: verification never talks to a model
-            mount = Mount(source=self.folder / "relay", target=RELAY_MOUNT, read_only=True)
-            spec = spec.model_copy(update={"mounts": (*spec.mounts, mount)})
-        sandbox = self.backend(spec)
+    def start_sandbox(self) -> Sandbox:
+        sandbox = self.backend(self.sandbox_spec())
         self.sandboxes.append(sandbox)
         try:
             sandbox.start()
@@ -400,7 +377,7 @@ class _Trial:
             self.workspace.mkdir(parents=True)
             for name in SCRATCH if self.one_sandbox else ():
                 (self.scratch / name).mkdir(parents=True)
-            starting = self.background(lambda: self.start_sandbox(relay=self.relay is not None))
+            starting = self.background(self.start_sandbox)
         with self.phase("workspace"):
             try:
                 make_workspace(
@@ -433,10 +410,7 @@ class _Trial:
                 task.write_text(self.scenario.context)
                 if self.backend.isolated:
                     os.chown(task, SANDBOX_UID, SANDBOX_UID)
-            if starting is not None:
-                sandbox = starting.result()
-            else:
-                sandbox = self.start_sandbox(relay=self.relay is not None)
+            sandbox = starting.result() if starting is not None else self.start_sandbox()
             if self.relay is not None:
                 self.start_forwarder(sandbox)
         # A fresh verification sandbox starts while the agent works (it runs nothing until
@@ -611,6 +585,9 @@ class _Trial:
     def close_relay(self) -> None:
         """Stop the relay; its metered usage is the trial's; its errors join the reason."""
         relay, self.relay = self.relay, None
+        tunnel, self.tunnel = self.tunnel, None
+        if tunnel is not None:
+            tunnel.close()
         if relay is None:
             return
         relay.stop()
@@ -690,6 +667,8 @@ def run_trial(spec: TrialSpec, *, wait_teardown: bool = True) -> TrialResult:
         if trial.trace is not None and not trial.trace.closed:
             trial.trace.close(completed=False, reason=reason)
         with trial.phase("teardown_sandbox"):
+            with suppress(Exception):
+                trial.close_relay()  # when the trial ended before its agent did
             trial.tear_down(wait=wait_teardown)
         finished = datetime.now(UTC)
         result = result_of(

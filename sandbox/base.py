@@ -301,6 +301,37 @@ def describe(argv: Sequence[str]) -> str:
     return shlex.join(argv)
 
 
+class ExecStream(ABC):
+    """A command running in a sandbox with its stdin and stdout open both ways.
+
+    What `Sandbox.open_stream` returns; the model relay's tunnel runs over it. Reads
+    and writes may happen on different threads.
+    """
+
+    def __init__(self) -> None:
+        self.errors = TailBuffer(64 * 1024)
+
+    @abstractmethod
+    def recv(self) -> bytes:
+        """The next chunk of the command's stdout; b"" once it has ended."""
+
+    @abstractmethod
+    def send(self, data: bytes) -> None:
+        """Write `data` to the command's stdin."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close the stream: the command's stdin ends. Idempotent."""
+
+    @abstractmethod
+    def exit_code(self) -> int | None:
+        """The command's exit code once it has ended (None while it runs or if unknown)."""
+
+    def stderr(self) -> str:
+        """The tail of what the command wrote to stderr so far."""
+        return self.errors.text()
+
+
 class Sandbox(ABC):
     """One isolated place where a trial's commands run.
 
@@ -313,8 +344,8 @@ class Sandbox(ABC):
     backend: ClassVar[str]
     #: Whether the backend isolates the sandbox from the host (False only for "local").
     isolated: ClassVar[bool] = True
-    #: Whether the model relay's unix socket can be mounted into the sandbox.
-    supports_relay: ClassVar[bool] = True
+    #: Whether commands can run as another user than the spec's (``exec(user=...)``).
+    other_users: ClassVar[bool] = True
     #: Whether mounts are live (both sides see each other's writes at once); when not,
     #: a mount is copied in at start and back at `stop()`.
     live_mounts: ClassVar[bool] = True
@@ -391,6 +422,11 @@ class Sandbox(ABC):
             stdin: bytes or text fed to the command's standard input, then closed.
             on_output: called with each chunk of stdout/stderr as it arrives.
         """
+
+    @abstractmethod
+    def open_stream(self, argv: list[str], *, user: str | None = None) -> ExecStream:
+        """Start `argv` with its stdin and stdout open both ways (no timeout: it runs until
+        the stream is closed or the sandbox goes). Raises `SandboxUnavailable`."""
 
     @overload
     def read_file(self, path: str, *, text: Literal[True] = ...) -> str: ...

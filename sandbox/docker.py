@@ -40,6 +40,7 @@ from hangar.errors import (
 from hangar.sandbox.archive import extract_untrusted, tar_directory
 from hangar.sandbox.base import (
     ExecResult,
+    ExecStream,
     OutputCallback,
     Sandbox,
     SandboxSpec,
@@ -304,6 +305,25 @@ class DockerSandbox(Sandbox):
             duration_s=duration,
         )
 
+    def open_stream(self, argv: list[str], *, user: str | None = None) -> ExecStream:
+        """Start `argv` with stdin and stdout attached (see `Sandbox.open_stream`)."""
+        api = self.client.api
+        try:
+            exec_id = api.exec_create(
+                self.container_id,
+                argv,
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                workdir=self.spec.workdir,
+                user=user or self.spec.user,
+            )["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+        except docker.errors.APIError as exc:
+            raise self._gone_or(exc, f"run {describe(argv)}") from exc
+        return _DockerStream(self, exec_id, sock)
+
     def _exec_inspect(self, exec_id: str) -> dict[str, Any]:
         try:
             for _ in range(50):
@@ -494,6 +514,50 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as exc:
             # The labels let `hangar gc` and the reaper remove it later.
             raise _unavailable(f"remove container {container.id}", exc) from exc
+
+
+class _DockerStream(ExecStream):
+    """An exec with stdin attached: stdin raw on the socket, stdout/stderr framed."""
+
+    def __init__(self, sandbox: DockerSandbox, exec_id: str, sock: Any) -> None:
+        super().__init__()
+        self._sandbox, self._exec_id, self._sock = sandbox, exec_id, sock
+        self._raw = cast(socket.socket, getattr(sock, "_sock", sock))
+        self._raw.settimeout(None)
+        self._frames = _frames(self._raw, None)
+        self._closed = False
+
+    def recv(self) -> bytes:
+        try:
+            for stream, chunk in self._frames:
+                if stream == 1:
+                    return chunk
+                self.errors.write(chunk)
+        except OSError:
+            pass
+        return b""
+
+    def send(self, data: bytes) -> None:
+        try:
+            self._raw.sendall(data)
+        except OSError as exc:
+            raise SandboxUnavailable(f"lost the stream to the sandbox: {exc}") from exc
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._raw.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+    def exit_code(self) -> int | None:
+        try:
+            code = self._sandbox.client.api.exec_inspect(self._exec_id).get("ExitCode")
+        except docker.errors.APIError:
+            return None
+        return None if code is None else int(code)
 
 
 def _frames(raw: socket.socket, deadline: float | None) -> Iterator[tuple[int, bytes]]:

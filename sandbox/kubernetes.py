@@ -25,6 +25,7 @@ manifests are validated offline, and the conformance battery runs wherever
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import os
 import re
@@ -52,6 +53,7 @@ from hangar.sandbox.archive import extract_untrusted, tar_directory
 from hangar.sandbox.base import (
     LABEL_MANAGED,
     ExecResult,
+    ExecStream,
     OutputCallback,
     Sandbox,
     SandboxSpec,
@@ -203,7 +205,7 @@ class KubernetesSandbox(Sandbox):
     """A sandbox in a Kubernetes Pod."""
 
     backend: ClassVar[str] = "kubernetes"
-    supports_relay: ClassVar[bool] = False
+    other_users: ClassVar[bool] = False
     live_mounts: ClassVar[bool] = False
 
     def __init__(self, spec: SandboxSpec, config: KubernetesConfig | None = None) -> None:
@@ -304,7 +306,13 @@ class KubernetesSandbox(Sandbox):
 
     # -- exec -----------------------------------------------------------------------------
 
-    def _stream(self, argv: list[str]) -> Any:
+    def open_stream(self, argv: list[str], *, user: str | None = None) -> ExecStream:
+        """Start `argv` over the exec API with stdin open, binary both ways."""
+        if user is not None and user != self.spec.user:
+            raise SandboxError("a Kubernetes sandbox runs every command as the pod's user")
+        return _WebSocketStream(self._stream(argv, stdin=True, binary=True))
+
+    def _stream(self, argv: list[str], *, stdin: bool = False, binary: bool = False) -> Any:
         from kubernetes.client.exceptions import ApiException
         from kubernetes.stream import stream
 
@@ -316,7 +324,8 @@ class KubernetesSandbox(Sandbox):
                 self.name,
                 self.config.namespace,
                 command=argv,
-                stdin=False,
+                stdin=stdin,
+                binary=binary,
                 stdout=True,
                 stderr=True,
                 tty=False,
@@ -505,3 +514,44 @@ class KubernetesSandbox(Sandbox):
         if len(data) > self.spec.read_limit + 1024 * 1024:
             raise SandboxFileTooLarge(f"{source} is larger than the cap of {self.spec.read_limit}")
         extract_untrusted(io.BytesIO(data), target, strip=1, limit=self.spec.read_limit)
+
+
+class _WebSocketStream(ExecStream):
+    """The exec API's websocket (kubernetes.stream, binary mode) as an `ExecStream`.
+
+    One thread reads (`recv`), others write (`send`): the websocket client locks sends
+    and reads separately.
+    """
+
+    def __init__(self, ws: Any) -> None:
+        super().__init__()
+        self._ws = ws
+
+    def recv(self) -> bytes:
+        ws = self._ws
+        while True:
+            if ws.peek_stderr():
+                self.errors.write(ws.read_stderr())
+            if ws.peek_stdout():
+                data = ws.read_stdout()
+                return data if isinstance(data, bytes) else data.encode()
+            if not ws.is_open():
+                return b""
+            try:
+                ws.update(timeout=1)
+            except Exception:  # the websocket broke: the stream has ended
+                return b""
+
+    def send(self, data: bytes) -> None:
+        try:
+            self._ws.write_stdin(data)
+        except Exception as exc:
+            raise SandboxUnavailable(f"lost the exec stream to the pod: {exc}") from exc
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._ws.close()
+
+    def exit_code(self) -> int | None:
+        code = self._ws.returncode
+        return None if code is None else int(code)

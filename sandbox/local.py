@@ -22,10 +22,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import ClassVar
+from typing import IO, ClassVar
 
 from hangar.errors import (
     SandboxError,
@@ -36,6 +37,7 @@ from hangar.errors import (
 from hangar.sandbox.archive import extract_untrusted, tar_directory
 from hangar.sandbox.base import (
     ExecResult,
+    ExecStream,
     OutputCallback,
     Sandbox,
     SandboxSpec,
@@ -56,6 +58,7 @@ class LocalSandbox(Sandbox):
 
     backend: ClassVar[str] = "local"
     isolated: ClassVar[bool] = False
+    other_users: ClassVar[bool] = False
 
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
@@ -111,13 +114,7 @@ class LocalSandbox(Sandbox):
             raise SandboxError("LocalSandbox cannot run commands as another user")
         argv = command_argv(cmd)
         workdir = self.host_path(cwd or self.spec.workdir)
-        environ = {
-            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            "LANG": "C.UTF-8",
-            "HOME": str(self.host_path(self.spec.home)),
-            **self.spec.env,
-            **(env or {}),
-        }
+        environ = self._environ(env)
         started = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -150,6 +147,34 @@ class LocalSandbox(Sandbox):
             timed_out=timed_out,
             duration_s=time.monotonic() - started,
         )
+
+    def _environ(self, env: dict[str, str] | None) -> dict[str, str]:
+        """A command's whole environment: nothing of hangar's own but PATH."""
+        return {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            "HOME": str(self.host_path(self.spec.home)),
+            **self.spec.env,
+            **(env or {}),
+        }
+
+    def open_stream(self, argv: list[str], *, user: str | None = None) -> ExecStream:
+        """Start `argv` as a host subprocess with pipes (see `Sandbox.open_stream`)."""
+        if user is not None and user != self.spec.user:
+            raise SandboxError("LocalSandbox cannot run commands as another user")
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=self.host_path(self.spec.workdir),
+                env=self._environ(None),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start {argv[0]}: {exc}") from exc
+        return _PipeStream(proc)
 
     def _pump(
         self,
@@ -239,3 +264,46 @@ class LocalSandbox(Sandbox):
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)
+
+
+class _PipeStream(ExecStream):
+    """A host subprocess's pipes as an `ExecStream`."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        super().__init__()
+        self._proc = proc
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        self._stdin, self._stdout, err = proc.stdin, proc.stdout, proc.stderr
+        threading.Thread(target=self._drain, args=(err,), daemon=True).start()
+
+    def _drain(self, err: IO[bytes]) -> None:
+        for chunk in iter(lambda: os.read(err.fileno(), 65536), b""):
+            self.errors.write(chunk)
+
+    def recv(self) -> bytes:
+        try:
+            return os.read(self._stdout.fileno(), 65536)
+        except (OSError, ValueError):
+            return b""
+
+    def send(self, data: bytes) -> None:
+        try:
+            self._stdin.write(data)
+            self._stdin.flush()
+        except (OSError, ValueError) as exc:
+            raise SandboxError(f"the command's stdin is closed: {exc}") from exc
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._stdin.close()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+        with contextlib.suppress(OSError, ValueError):
+            self._stdout.close()
+
+    def exit_code(self) -> int | None:
+        return self._proc.poll()

@@ -1,74 +1,155 @@
-"""The in-sandbox end of the model relay: TCP on loopback <-> the host's unix socket.
+"""The in-sandbox end of the model relay: loopback TCP, tunnelled over the command's stdio.
 
-Run inside the sandbox as ``python3 forwarder.py PORT SOCKET``. It binds 127.0.0.1:PORT,
-then daemonises, so when the command returns the port is already listening. Every
-connection is copied byte for byte to a new connection on SOCKET (the host's relay does
-all the HTTP). If the relay cannot be reached, the agent gets an HTTP 502 saying so,
-never a network route. Standard library only: it runs on any image with python3.
+Run inside the sandbox as ``python3 -c SOURCE PORT`` through `Sandbox.open_stream` (so
+no file has to be put into the sandbox, and nothing but the backend's own exec channel
+is needed: a docker exec, a Kubernetes exec over the API server, a local pipe). It binds
+127.0.0.1:PORT, says READY, and carries every connection an agent opens there as a
+channel of frames on its stdout and stdin; the host end (`hangar.models.tunnel`) joins
+each channel to the relay, which does all the HTTP. There is no network route: the
+sandbox has no interface but loopback, and bytes leave only through the exec stream.
+
+A frame is ``kind (1 byte) | channel (4) | length (4) | payload``: READY once, OPEN for a
+new connection, DATA both ways, EOF when one side will send no more on a channel. When
+stdin ends (the host closed the stream) the forwarder exits. Standard library only: it
+runs on any image with python3. The host imports the framing from here, so both ends
+share one definition.
 """
+
+from __future__ import annotations  # annotations stay text: any python3 can run this
 
 import contextlib
 import os
 import socket
+import struct
 import sys
 import threading
+from collections.abc import Callable, Iterator
 
-_BODY = b'{"error": {"type": "hangar_relay", "message": "hangar relay: the relay is not running"}}'
-UNAVAILABLE = (
-    b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\nConnection: close\r\n"
-    b"Content-Length: " + str(len(_BODY)).encode() + b"\r\n\r\n" + _BODY
-)
+HEADER = struct.Struct(">BII")
+READY, OPEN, DATA, EOF = 0, 1, 2, 3
+CHUNK = 65536
 
 
-def pipe(src: socket.socket, dst: socket.socket) -> None:
-    """Copy src to dst until src ends, then half-close dst."""
+def frame(kind: int, channel: int, payload: bytes = b"") -> bytes:
+    """One frame, ready to write."""
+    return HEADER.pack(kind, channel, len(payload)) + payload
+
+
+def frames(recv: Callable[[], bytes]) -> Iterator[tuple[int, int, bytes]]:
+    """The frames in a byte stream read chunk by chunk with `recv` (b"" at its end)."""
+    pending = b""
+    while True:
+        chunk = recv()
+        if not chunk:
+            return
+        pending += chunk
+        while len(pending) >= HEADER.size:
+            kind, channel, size = HEADER.unpack_from(pending)
+            if len(pending) < HEADER.size + size:
+                break
+            yield kind, channel, pending[HEADER.size : HEADER.size + size]
+            pending = pending[HEADER.size + size :]
+
+
+class Channels:
+    """Connections by channel number; a connection closes once both sides sent EOF."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.socks: dict[int, socket.socket] = {}
+        self.ended: dict[int, int] = {}
+
+    def add(self, channel: int, sock: socket.socket) -> None:
+        with self.lock:
+            self.socks[channel] = sock
+            self.ended[channel] = 0
+
+    def get(self, channel: int) -> socket.socket | None:
+        with self.lock:
+            return self.socks.get(channel)
+
+    def end(self, channel: int) -> None:
+        """One side of `channel` is done; close the connection when both are."""
+        with self.lock:
+            if channel not in self.socks:
+                return
+            self.ended[channel] += 1
+            if self.ended[channel] < 2:
+                return
+            sock = self.socks.pop(channel)
+            del self.ended[channel]
+        with contextlib.suppress(OSError):
+            sock.close()
+
+    def close_all(self) -> None:
+        with self.lock:
+            socks, self.socks = list(self.socks.values()), {}
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+def pump(sock: socket.socket, channel: int, send: Callable[[bytes], None], done: Channels) -> None:
+    """Copy what arrives on `sock` into DATA frames of `channel`, then an EOF frame."""
     try:
         while True:
-            data = src.recv(65536)
+            data = sock.recv(CHUNK)
             if not data:
                 break
-            dst.sendall(data)
+            send(frame(DATA, channel, data))
     except OSError:
         pass
-    finally:
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
+    with contextlib.suppress(OSError):
+        send(frame(EOF, channel))
+    done.end(channel)
 
 
-def serve(client: socket.socket, path: str) -> None:
-    """Join one agent connection to a new relay connection."""
-    relay = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        relay.connect(path)
-    except OSError:
-        try:
-            client.sendall(UNAVAILABLE)
-        finally:
-            client.close()
+def deliver(kind: int, channel: int, payload: bytes, channels: Channels) -> None:
+    """Apply a DATA or EOF frame from the other end to its connection."""
+    sock = channels.get(channel)
+    if sock is None:
         return
-    back = threading.Thread(target=pipe, args=(relay, client), daemon=True)
-    back.start()
-    pipe(client, relay)
-    back.join()
-    client.close()
-    relay.close()
+    if kind == DATA:
+        with contextlib.suppress(OSError):
+            sock.sendall(payload)
+    elif kind == EOF:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
+        channels.end(channel)
 
 
 def main() -> None:
-    port, path = int(sys.argv[1]), sys.argv[2]
+    port = int(sys.argv[-1])
+    out = sys.stdout.buffer
+    lock = threading.Lock()
+
+    def send(data: bytes) -> None:
+        with lock:
+            out.write(data)
+            out.flush()
+
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     listener.listen(64)
-    if os.fork():  # the parent returns once the port listens
-        os._exit(0)
-    os.setsid()
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    while True:
-        client, _ = listener.accept()
-        threading.Thread(target=serve, args=(client, path), daemon=True).start()
+    channels = Channels()
+
+    def accept() -> None:
+        number = 0
+        while True:
+            client, _ = listener.accept()
+            number += 1
+            channels.add(number, client)
+            send(frame(OPEN, number))
+            args = (client, number, send, channels)
+            threading.Thread(target=pump, args=args, daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    send(frame(READY, 0))
+    for kind, channel, payload in frames(lambda: os.read(0, CHUNK)):
+        deliver(kind, channel, payload, channels)
+    channels.close_all()  # the host is gone: so is every agent connection
+    os._exit(0)
 
 
 if __name__ == "__main__":

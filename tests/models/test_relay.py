@@ -104,8 +104,7 @@ def test_command_agent_fixes_the_bug_through_the_relay(
 
 LOOK = r"""
 env | grep -c HANGAR_TEST_MODEL_KEY || true
-grep -rsl '{head}''{tail}' /proc/[0-9]*/environ /proc/[0-9]*/cmdline /run/hangar /home /tmp /workspace 2>/dev/null | head
-cat /run/hangar/relay.sock 2>&1 | head -c 200; echo
+grep -rsl '{head}''{tail}' /proc/[0-9]*/environ /proc/[0-9]*/cmdline /home /tmp /workspace 2>/dev/null | head
 curl -s 2>/dev/null; python3 -c "
 import os, json, urllib.request, urllib.error
 def ask(model, token):

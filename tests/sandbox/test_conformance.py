@@ -231,6 +231,23 @@ def _tree(root: Path) -> dict[str, bytes | str]:
     return out
 
 
+def test_open_stream_carries_bytes_both_ways(sandbox: Sandbox) -> None:
+    # `cat` echoes stdin to stdout: what goes in must come back whole and in order.
+    stream = sandbox.open_stream(["cat"])
+    payload = os.urandom(300_000)
+    writer = threading.Thread(target=stream.send, args=(payload,))
+    writer.start()
+    got = b""
+    while len(got) < len(payload):
+        chunk = stream.recv()
+        assert chunk, "the stream ended early"
+        got += chunk
+    writer.join()
+    assert got == payload
+    stream.close()
+    assert stream.recv() == b""
+
+
 def test_copy_directory_in_and_out(sandbox: Sandbox, tmp_path: Path) -> None:
     src = tmp_path / "src"
     (src / "sub" / "deeper").mkdir(parents=True)
