@@ -123,7 +123,7 @@ class DockerSandbox(Sandbox):
         """
         api = docker_client().api
         try:
-            image_id = str(api.inspect_image(image)["Id"]).removeprefix("sha256:")
+            image_id = str(docker_client().images.get(image).id).removeprefix("sha256:")
         except docker.errors.ImageNotFound as exc:
             raise ImageNotFound(cls.image_problem(image) or str(exc)) from exc
         except docker.errors.APIError as exc:
