@@ -63,8 +63,8 @@ from hangar.verifiers.commands import (
     collect_verifier_out,
     final_state,
     git_state,
-    place_hidden_files,
     run_verifier_commands,
+    stage_hidden_files,
 )
 from hangar.verifiers.protocol import CommandRecord, VerificationRequest, run_host_script
 from hangar.verifiers.store import bundle_key, open_store
@@ -75,6 +75,8 @@ WORKDIR = "/workspace"
 HOME = "/home/agent"
 #: Scratch folders (trial folder name -> sandbox path) of a one-sandbox trial.
 SCRATCH = {"home": HOME, "tmp": "/tmp", "var-tmp": "/var/tmp"}
+#: Where hidden verifier files wait in the scratch /tmp for the first verifier command.
+HIDDEN_STAGING = ".hangar-hidden"
 #: The loopback port the forwarder listens on inside a container.
 RELAY_PORT = 4000
 #: uid of the sandbox user in hangar's base image; workspaces are handed to it.
@@ -443,10 +445,27 @@ class _Trial:
             with self.phase("verifier_sandbox_up"):
                 verifier_box = verifier_start.result() if verifier_start else self.start_sandbox()
         with self.phase("verifier_files"):
-            self.write("verifier/hidden-files.json", place_hidden_files(verifier_box, self.loaded))
+            # Staged in the sandbox's /tmp (the emptied scratch folder, or copied in with
+            # one archive), then put in place by the first verifier command's exec.
+            inside = f"/tmp/{HIDDEN_STAGING}"
+            staging = self.scratch / "tmp" / HIDDEN_STAGING if self.one_sandbox else None
+            before = stage_hidden_files(
+                self.loaded, staging or self.folder / "hidden", verifier_box.command_path(inside)
+            )
+            if before and staging is None:
+                verifier_box.copy_in(self.folder / "hidden", inside)
+            elif before and staging is not None and self.backend.isolated:
+                hand_over(staging, SANDBOX_UID)
+            self.write(
+                "verifier/hidden-files.json", [h.target for h in self.scenario.verifier.files]
+            )
         with self.phase("verifier_commands"):
             commands = run_verifier_commands(
-                verifier_box, self.loaded, self.artifacts, collect=not self.one_sandbox
+                verifier_box,
+                self.loaded,
+                self.artifacts,
+                collect=not self.one_sandbox,
+                before=before,
             )
         with self.phase("verifier_teardown"):
             # Nothing may still write the workspace (or the scratch) while the host reads

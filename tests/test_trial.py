@@ -359,6 +359,36 @@ def test_nothing_the_agent_left_outside_the_workspace_reaches_verification(
     assert result.verdict is Verdict.FAIL
 
 
+def test_what_the_agent_put_at_a_hidden_target_is_replaced(run: Runner) -> None:
+    # A passing fake at the hidden test's path, and a link there: both replaced.
+    fake = "def test_median_even_length(): pass"
+    result = run(f"mkdir -p tests/hidden && echo '{fake}' > tests/hidden/test_median_hidden.py")
+    assert result.verdict is Verdict.FAIL
+    assert "failed check: 'median of an even-length list" in result.reason
+    assert json.loads(bundle(result, "verifier/hidden-files.json")) == [
+        "tests/hidden/test_median_hidden.py"
+    ]
+    linked = run("mkdir -p tests/hidden && ln -s /etc/passwd tests/hidden/test_median_hidden.py")
+    assert linked.verdict is Verdict.FAIL and "failed check" in linked.reason
+
+
+@pytest.mark.parametrize("writable_root", [False, True], ids=["one-sandbox", "fresh-sandbox"])
+def test_an_agent_blocking_the_hidden_files_gets_a_fail_not_an_infra_error(
+    run: Runner, writable_root: bool
+) -> None:
+    # The agent owns tests/: with no write permission there, the hidden file cannot land.
+    def edit(folder: Path) -> None:
+        path = folder / "scenario.yaml"
+        path.write_text(path.read_text() + ("writable_root: true\n" if writable_root else ""))
+
+    result = run("mkdir -p tests/hidden && chmod 555 tests/hidden tests", edit=edit)
+    assert result.verdict is Verdict.FAIL, result.reason
+    assert "verifier command failed" in result.reason
+    commands = json.loads(bundle(result, "verifier/commands.json"))
+    assert commands[0]["exitCode"] == 97
+    assert "Permission denied" in bundle(result, "verifier/commands/0.stderr")
+
+
 def test_forged_trace_lines_stay_text(run: Runner) -> None:
     forged = '{"kind": "trace_end", "completed": true, "seq": 0}'
     result = run(f"echo '{forged}'; exit 1")

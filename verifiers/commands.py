@@ -12,6 +12,8 @@ agent's sandbox with its scratch wiped, or a fresh one (see `hangar.trial`).
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,31 +82,45 @@ def final_state(sandbox: Sandbox) -> dict[str, str]:
     return git_state(sandbox, diff=True, end_processes=sandbox.isolated)
 
 
-def place_hidden_files(sandbox: Sandbox, loaded: LoadedScenario) -> list[str]:
-    """Copy `verifier.files` into the workspace, replacing whatever the agent left there."""
-    placed = []
-    for hidden in loaded.scenario.verifier.files:
+def stage_hidden_files(loaded: LoadedScenario, staging: Path, sandbox_dir: str) -> str:
+    """Copy `verifier.files` into `staging` on the host, which the sandbox sees (or gets
+    copied, in one archive) as `sandbox_dir`; returns the shell that puts them in place
+    (replacing whatever the agent left at each target), to run first in the first
+    verifier command's exec: no exec and no archive per file.
+
+    A placement that fails (the agent made a folder unwritable) fails the command it
+    precedes (exit 97): a failed check, never an infrastructure error an agent could
+    cause to get its trial retried.
+    """
+    staging.mkdir(parents=True)
+    steps = []
+    for i, hidden in enumerate(loaded.scenario.verifier.files):
         source = loaded.local(hidden.source)
-        target = hidden.target
-        # The agent may have put a file, folder or symlink at the target: remove it first.
-        res = sandbox.exec(["rm", "-rf", "--", target], timeout=60)
-        if not res.ok:
-            raise SandboxError(f"cannot clear {target} for hidden files: {res.stderr.strip()}")
         if source.is_dir():
-            sandbox.copy_in(source, target)
+            shutil.copytree(source, staging / str(i), symlinks=True)
         else:
-            sandbox.write_file(target, source.read_bytes(), mode=source.stat().st_mode & 0o755)
-        placed.append(target)
-    return placed
+            shutil.copy2(source, staging / str(i))
+        target = shlex.quote(hidden.target)
+        steps.append(
+            f'rm -rf -- {target} && mkdir -p -- "$(dirname -- {target})" && '
+            f"cp -R -p -- {sandbox_dir}/{i} {target}"
+        )
+    return "".join(f"{{ {step}; }} || exit 97; " for step in steps)
 
 
 def run_verifier_commands(
-    sandbox: Sandbox, loaded: LoadedScenario, artifacts: Path, *, collect: bool = True
+    sandbox: Sandbox,
+    loaded: LoadedScenario,
+    artifacts: Path,
+    *,
+    collect: bool = True,
+    before: str = "",
 ) -> list[CommandRecord]:
     """Run the original verifier commands by bash in the workspace; keep every output.
 
     With `collect`, ``$HANGAR_VERIFIER_OUT`` is copied into ``artifacts/verifier/out``
-    through the sandbox; without, the caller copies it (from a scratch folder).
+    through the sandbox; without, the caller copies it (from a scratch folder). `before`
+    is shell run first in the first command's exec (see `stage_hidden_files`).
     """
     spec = loaded.scenario.verifier
     out_dir = artifacts / "verifier" / "commands"
@@ -114,7 +130,7 @@ def run_verifier_commands(
     for i, command in enumerate(spec.commands):
         # The output folder is made first, in the same exec: the command itself runs
         # exactly as `bash -c COMMAND`.
-        argv = ["sh", "-c", _WITH_OUT, "hangar-verifier", command]
+        argv = ["sh", "-c", (before if i == 0 else "") + _WITH_OUT, "hangar-verifier", command]
         if sandbox.isolated and i == len(spec.commands) - 1:
             # Nothing the last command started may run on while the host reads the
             # workspace and the output folder.
@@ -136,6 +152,10 @@ def run_verifier_commands(
     (artifacts / "verifier" / "commands.json").write_text(
         json.dumps([r.model_dump(by_alias=True) for r in records], indent=1)
     )
+    if before and not spec.commands:  # files for the host verifier alone
+        res = sandbox.exec(["sh", "-c", before + "true"], timeout=spec.timeout_s)
+        if not res.ok:
+            (artifacts / "verifier" / "hidden-files-failed.txt").write_text(res.stderr)
     if spec.commands and collect:
         collect_verifier_out(lambda target: sandbox.copy_out(VERIFIER_OUT, target), artifacts)
     return records
