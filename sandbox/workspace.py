@@ -103,11 +103,20 @@ def _check_source(url: str) -> None:
         raise WorkspaceError(f"repository {url} does not exist")
 
 
+#: (mirror, commit) pairs seen: a commit a mirror holds stays there (fetches only add).
+_KNOWN: set[tuple[Path, str]] = set()
+
+
 def _has_commit(mirror: Path, revision: str) -> bool:
+    if (mirror, revision) in _KNOWN:
+        return True
     try:
-        return _git("cat-file", "-t", revision, cwd=mirror).strip() == "commit"
+        found = _git("cat-file", "-t", revision, cwd=mirror).strip() == "commit"
     except WorkspaceError:
         return False
+    if found:
+        _KNOWN.add((mirror, revision))
+    return found
 
 
 def make_workspace(cache: MirrorCache, url: str, revision: str, dest: Path) -> None:
@@ -125,16 +134,16 @@ def make_workspace(cache: MirrorCache, url: str, revision: str, dest: Path) -> N
     _git("fetch", "--quiet", "--no-tags", str(mirror), revision, cwd=dest)
     _git("checkout", "--quiet", "--detach", revision, cwd=dest)
     name, email = GIT_IDENTITY
-    _git("config", "user.name", name, cwd=dest)
-    _git("config", "user.email", email, cwd=dest)
+    with (dest / ".git" / "config").open("a") as config:  # our own new file: no git needed
+        config.write(f"[user]\n\tname = {name}\n\temail = {email}\n")
     (dest / ".git" / "FETCH_HEAD").unlink(missing_ok=True)  # it names the mirror's path
 
 
-def workspace_state(dest: Path) -> dict[str, str]:
-    """HEAD and ``git status --porcelain`` of a workspace nobody but hangar touched yet."""
-    head = _git("rev-parse", "HEAD", cwd=dest).strip()
+def workspace_state(dest: Path, revision: str) -> dict[str, str]:
+    """HEAD (`revision`, which `make_workspace` checked out detached) and ``git status
+    --porcelain`` of a workspace nobody but hangar touched yet."""
     status = _git("status", "--porcelain", "--untracked-files=all", cwd=dest)
-    return {"head": head, "status": status}
+    return {"head": revision, "status": status}
 
 
 def remove_escaping_links(root: Path) -> list[dict[str, str]]:
