@@ -396,7 +396,8 @@ class _Trial:
             self.prepare()  # on the host, before the workspace is handed to the sandbox user
         with self.phase("initial_status"):
             if not self.spec.plugins:  # nothing else will touch it before the agent
-                self.write("status-initial.json", workspace_state(self.workspace, self.scenario.revision))
+                state = workspace_state(self.workspace, self.scenario.revision)
+                self.write("status-initial.json", state)
         if self.backend.isolated:  # local commands run as we do
             hand_over(self.workspace, SANDBOX_UID)
         with self.phase("sandbox_up"):
