@@ -3,9 +3,10 @@
 N trivial trials (clone a pinned revision, a one-line agent, one verifier command,
 bundle the evidence) through `hangar run` on the docker backend, against a plain script
 doing the same docker and git steps at the same concurrency. Prints both wall times
-and the ratio (target: hangar / plain <= 1.15 at N=100), and hangar's time with Ray's
+and the ratio (target: hangar / plain <= 1.15 at N=100), hangar's time with Ray's
 one-off start-up taken out (measured by an empty `ray.init`), since a long sweep pays
-that once.
+that once, and the machine's CPU time (all processes, dockerd and the kernel included)
+per trial of each, which is what bounds both on a small machine.
 
     python benchmarks/overhead.py [--trials 100] [--concurrency 2]
 """
@@ -13,6 +14,7 @@ that once.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -65,6 +67,12 @@ def plain_trial(client: docker.DockerClient, work: Path, i: int) -> None:
         shutil.rmtree(ws.parent)
 
 
+def cpu_seconds() -> float:
+    """CPU time the whole machine has spent (user, system, irq), in seconds."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf("SC_CLK_TCK")
+
+
 def run_plain(trials: int, concurrency: int) -> float:
     client = docker.from_env(version="auto")
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,15 +121,24 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=2)
     args = parser.parse_args()
+    cpu = cpu_seconds()
     plain = run_plain(args.trials, args.concurrency)
+    cpu_plain, cpu = cpu_seconds() - cpu, cpu_seconds()
     hangar = run_hangar(args.trials, args.concurrency)
+    cpu_hangar, cpu = cpu_seconds() - cpu, cpu_seconds()
     startup = ray_startup()
+    cpu_startup = cpu_seconds() - cpu
     print(f"trials={args.trials} concurrency={args.concurrency}")
     print(f"plain docker+git loop : {plain:7.1f} s  ({args.trials / plain:.2f} trials/s)")
     print(f"hangar run            : {hangar:7.1f} s  ({args.trials / hangar:.2f} trials/s)")
     print(f"  of which Ray start-up: {startup:6.1f} s")
     print(f"ratio hangar/plain    : {hangar / plain:.2f}")
     print(f"ratio without start-up: {(hangar - startup) / plain:.2f}  (target <= 1.15)")
+    n = args.trials
+    print(
+        f"CPU per trial         : plain {cpu_plain / n:.2f} s, hangar {cpu_hangar / n:.2f} s "
+        f"({(cpu_hangar - cpu_startup) / n:.2f} s without Ray's start-up)"
+    )
 
 
 if __name__ == "__main__":
