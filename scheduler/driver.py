@@ -34,9 +34,10 @@ from urllib.parse import urlparse
 from hangar.cluster.reaper import ensure_reapers
 from hangar.errors import ConfigError, HangarError
 from hangar.models import check_keys
-from hangar.paths import default_evidence_url
+from hangar.paths import cache_dir, default_evidence_url
 from hangar.results import TrialResult, Verdict
 from hangar.scheduler.metrics import metric
+from hangar.scheduler.shipping import pack_scenario, unpack_scenario
 from hangar.scheduler.sweep import Sweep
 from hangar.store import ResultsStore
 from hangar.trial import TrialSpec, lost_result, run_trial
@@ -46,8 +47,12 @@ log = logging.getLogger(__name__)
 SANDBOX_RESOURCE = "hangar_sandbox"
 
 
-def run_trial_task(spec: TrialSpec) -> TrialResult:
-    """The Ray task: one trial attempt on whichever node has a sandbox slot."""
+def run_trial_task(spec: TrialSpec, package: bytes | None = None) -> TrialResult:
+    """The Ray task: one trial attempt on whichever node has a sandbox slot.
+
+    `package` is the scenario as the driver shipped it (`scheduler.shipping`); the trial
+    runs from its copy unpacked on this node, never from the driver's paths.
+    """
     import ray
 
     gauge = metric("sandboxes")
@@ -55,8 +60,11 @@ def run_trial_task(spec: TrialSpec) -> TrialResult:
     gauge.set(1, tags={"node": node})
     node_id = ray.get_runtime_context().get_node_id()
     try:
-        spec = spec.model_copy(update={"node": f"{node}/{node_id[:12]}"})
-        return run_trial(spec, wait_teardown=False)
+        update: dict[str, Any] = {"node": f"{node}/{node_id[:12]}"}
+        if package is not None:
+            cache = spec.cache_root or cache_dir()
+            update["scenario"] = unpack_scenario(spec.scenario, package, cache)
+        return run_trial(spec.model_copy(update=update), wait_teardown=False)
     finally:
         gauge.set(0, tags={"node": node})
 
@@ -251,6 +259,14 @@ class SweepRunner:
         exhausted = False
         previous = signal.signal(signal.SIGINT, self._on_sigint)
 
+        packages: dict[str, Any] = {}  # scenario digest -> its package in the object store
+
+        def package(spec: TrialSpec) -> Any:
+            digest = spec.scenario.digest
+            if digest not in packages:
+                packages[digest] = ray.put(pack_scenario(spec.scenario))
+            return packages[digest]
+
         def room(model: str) -> bool:
             cap = self.caps.get(model)
             return cap is None or per_model[model] < cap
@@ -290,7 +306,7 @@ class SweepRunner:
                     spec = next_spec()
                     if spec is None:
                         break
-                    in_flight[task.remote(spec)] = (spec, time.time())
+                    in_flight[task.remote(spec, package(spec))] = (spec, time.time())
                     self.tally.peak_in_flight = max(self.tally.peak_in_flight, len(in_flight))
                     per_model[spec.model] += 1
                     metric("in_flight").set(per_model[spec.model], tags={"model": spec.model})

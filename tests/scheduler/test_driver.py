@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hangar.paths import cache_dir
 from hangar.results import TrialResult, Verdict
 from hangar.scheduler.driver import SweepRunner, SweepTally
 from hangar.scheduler.sweep import load_sweep
@@ -94,8 +97,17 @@ def test_arm_plugins_reach_the_sandbox(ray_local: None, tmp_path: Path) -> None:
             },
         },
     )
-    go(path)
+    _, store = go(path)
     assert sorted(" ".join(r) for r in runs(tmp_path)) == ["A note an arm may install.", "absent"]
+    # The workers ran the scenario shipped through the object store, not the driver's files.
+    for result in store.results("drv"):
+        assert result.evidence_uri is not None
+        with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
+            member = tar.extractfile("scenario.json")
+            assert member is not None
+            ran_from = Path(json.load(member)["path"])
+        assert ran_from.is_relative_to(cache_dir() / "scenarios"), ran_from
+        assert ran_from != TINY
 
 
 def test_per_model_caps_and_the_window(ray_local: None, tmp_path: Path) -> None:
