@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 SANDBOX_RESOURCE = "hangar_sandbox"
 
 
-def run_trial_task(spec: TrialSpec, package: bytes | None = None) -> TrialResult:
+def run_trial_task(spec: TrialSpec, package: bytes | None) -> TrialResult:
     """The Ray task: one trial attempt on whichever node has a sandbox slot.
 
     `package` is the scenario as the driver shipped it (`scheduler.shipping`); the trial
