@@ -23,7 +23,6 @@ import itertools
 import logging
 import os
 import signal
-import socket
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator
@@ -34,39 +33,18 @@ from urllib.parse import urlparse
 from hangar.cluster.reaper import ensure_reapers
 from hangar.errors import ConfigError, HangarError
 from hangar.models import check_keys
-from hangar.paths import cache_dir, default_evidence_url
+from hangar.paths import default_evidence_url
 from hangar.results import TrialResult, Verdict
 from hangar.scheduler.metrics import metric
-from hangar.scheduler.shipping import pack_scenario, unpack_scenario
+from hangar.scheduler.shipping import pack_scenario
 from hangar.scheduler.sweep import Sweep
+from hangar.scheduler.task import run_trial_task
 from hangar.store import ResultsStore
-from hangar.trial import TrialSpec, lost_result, run_trial
+from hangar.trial import TrialSpec, lost_result
 
 log = logging.getLogger(__name__)
 
 SANDBOX_RESOURCE = "hangar_sandbox"
-
-
-def run_trial_task(spec: TrialSpec, package: bytes | None) -> TrialResult:
-    """The Ray task: one trial attempt on whichever node has a sandbox slot.
-
-    `package` is the scenario as the driver shipped it (`scheduler.shipping`); the trial
-    runs from its copy unpacked on this node, never from the driver's paths.
-    """
-    import ray
-
-    gauge = metric("sandboxes")
-    node = socket.gethostname()
-    gauge.set(1, tags={"node": node})
-    node_id = ray.get_runtime_context().get_node_id()
-    try:
-        update: dict[str, Any] = {"node": f"{node}/{node_id[:12]}"}
-        if package is not None:
-            cache = spec.cache_root or cache_dir()
-            update["scenario"] = unpack_scenario(spec.scenario, package, cache)
-        return run_trial(spec.model_copy(update=update), wait_teardown=False)
-    finally:
-        gauge.set(0, tags={"node": node})
 
 
 class RayUnavailable(HangarError):

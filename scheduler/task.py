@@ -1,0 +1,38 @@
+"""The Ray task that runs one trial on a worker.
+
+Kept apart from the driver so that a worker process imports only what a trial needs
+(the sandbox, the trial lifecycle), not the driver's results store and its SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from hangar.paths import cache_dir
+from hangar.results import TrialResult
+from hangar.scheduler.metrics import metric
+from hangar.scheduler.shipping import unpack_scenario
+from hangar.trial import TrialSpec, run_trial
+
+
+def run_trial_task(spec: TrialSpec, package: bytes | None) -> TrialResult:
+    """The Ray task: one trial attempt on whichever node has a sandbox slot.
+
+    `package` is the scenario as the driver shipped it (`scheduler.shipping`); the trial
+    runs from its copy unpacked on this node, never from the driver's paths.
+    """
+    import ray
+
+    gauge = metric("sandboxes")
+    node = socket.gethostname()
+    gauge.set(1, tags={"node": node})
+    node_id = ray.get_runtime_context().get_node_id()
+    try:
+        update: dict[str, Any] = {"node": f"{node}/{node_id[:12]}"}
+        if package is not None:
+            cache = spec.cache_root or cache_dir()
+            update["scenario"] = unpack_scenario(spec.scenario, package, cache)
+        return run_trial(spec.model_copy(update=update), wait_teardown=False)
+    finally:
+        gauge.set(0, tags={"node": node})
