@@ -173,3 +173,64 @@ def test_helm_lint_and_template(tmp_path: Path) -> None:
         if o["kind"] != "Pod"
     }
     assert {(o["kind"], o["metadata"]["name"]) for o in rendered} == python
+
+
+class _FakeExecSocket:
+    """Stands in for kubernetes.stream's WSClient (binary mode): what the relay's tunnel
+    calls on it, with stdout and stderr frames queued as the API server would send them."""
+
+    def __init__(self, frames: list[tuple[str, bytes]], returncode: int) -> None:
+        self.frames, self.returncode = frames, returncode
+        self.stdout, self.stderr, self.written = b"", b"", b""
+        self.open = True
+
+    def update(self, timeout: float) -> None:
+        if not self.frames:
+            self.open = False
+            return
+        channel, data = self.frames.pop(0)
+        if channel == "stdout":
+            self.stdout += data
+        else:
+            self.stderr += data
+
+    def is_open(self) -> bool:
+        return self.open
+
+    def peek_stdout(self) -> bool:
+        return bool(self.stdout)
+
+    def read_stdout(self) -> bytes:
+        data, self.stdout = self.stdout, b""
+        return data
+
+    def peek_stderr(self) -> bool:
+        return bool(self.stderr)
+
+    def read_stderr(self) -> bytes:
+        data, self.stderr = self.stderr, b""
+        return data
+
+    def write_stdin(self, data: bytes) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.open = False
+
+
+def test_exec_websocket_stream_adapter() -> None:
+    # The transport under the relay's tunnel on Kubernetes (the real one runs in the
+    # conformance battery wherever a cluster is reachable): bytes in order, stderr kept
+    # apart, the end of the stream seen, stdin written through, the exit code read.
+    from hangar.sandbox.kubernetes import _WebSocketStream
+
+    ws = _FakeExecSocket(
+        [("stdout", b"\x00\x01"), ("stderr", b"warning\n"), ("stdout", b"\xff")], returncode=0
+    )
+    stream = _WebSocketStream(ws)
+    stream.send(b"\x00hello")
+    assert stream.recv() == b"\x00\x01"
+    assert stream.recv() == b"\xff"
+    assert stream.recv() == b""
+    assert stream.stderr() == "warning\n"
+    assert ws.written == b"\x00hello" and stream.exit_code() == 0
