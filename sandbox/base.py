@@ -230,7 +230,7 @@ def command_argv(cmd: str | Sequence[str]) -> list[str]:
 
 
 #: POSIX shell that kills every process of the user running it and clears what it left
-#: in shared memory; exits 93 (processes) or 94 (/dev/shm) when something remains, and
+#: in shared memory (/dev/shm, System V IPC, POSIX message queues); exits 93 (processes) or 94 (/dev/shm) when something remains, and
 #: goes on otherwise, so more can follow it in the same script.
 #:
 #: One ``kill -9 -1`` is enough (Linux signals all of the user's processes under one
@@ -256,6 +256,7 @@ done
 chmod -R u+rwx /dev/shm/ 2>/dev/null
 find /dev/shm -mindepth 1 -delete 2>/dev/null
 command -v ipcrm >/dev/null && ipcrm --all 2>/dev/null
+find /dev/mqueue -mindepth 1 -maxdepth 1 -user "$(id -u)" -delete 2>/dev/null
 left=$(find /dev/shm -mindepth 1 -user "$(id -u)" 2>/dev/null | head -n 3)
 [ -z "$left" ] || { echo "files outlived the wipe of /dev/shm: $left" >&2; exit 94; }
 """

@@ -420,6 +420,7 @@ _USER_LEFTOVERS = """
 setsid nohup sh -c 'trap "" TERM HUP INT; while :; do sleep 1; done' >/dev/null 2>&1 &
 setsid nohup sleep 1000 >/dev/null 2>&1 &
 ipcmk -M 4096 >/dev/null
+python3 -c "import os; os.close(os.open('/dev/mqueue/left', os.O_CREAT | os.O_WRONLY))"
 echo planted > /dev/shm/note && mkdir /dev/shm/locked && touch /dev/shm/locked/x
 chmod 000 /dev/shm/locked
 """
@@ -430,10 +431,12 @@ def test_ending_user_processes_leaves_nothing_of_the_user(sandbox: Sandbox) -> N
     assert sandbox.exec(_USER_LEFTOVERS).ok
     assert sandbox.exec(_USER_PROCESSES).stdout.count("/proc/") >= 2  # the daemons run
     assert "0x" in sandbox.exec(["ipcs", "-m"]).stdout
+    assert "left" in sandbox.exec("ls -A /dev/mqueue").stdout
     assert sandbox.exec(["/bin/sh", "-c", END_USER_PROCESSES]).ok
     assert sandbox.exec(_USER_PROCESSES).stdout == ""
     assert "0x" not in sandbox.exec(["ipcs", "-m"]).stdout
     assert sandbox.exec(["ls", "-A", "/dev/shm"]).stdout == ""
+    assert "left" not in sandbox.exec("ls -A /dev/mqueue 2>&1").stdout
     assert sandbox.exec(["echo", "alive"]).stdout == "alive\n"  # the sandbox itself lives on
 
 
