@@ -230,8 +230,9 @@ def command_argv(cmd: str | Sequence[str]) -> list[str]:
 
 
 #: POSIX shell that kills every process of the user running it and clears what it left
-#: in shared memory (/dev/shm, System V IPC, POSIX message queues); exits 93 (processes) or 94 (/dev/shm) when something remains, and
-#: goes on otherwise, so more can follow it in the same script.
+#: in shared memory (/dev/shm, System V IPC, POSIX message queues); exits 93 (processes)
+#: or 94 (/dev/shm) when something remains, and goes on otherwise, so more can follow it
+#: in the same script.
 #:
 #: One ``kill -9 -1`` is enough (Linux signals all of the user's processes under one
 #: lock, so a process forking at that moment cannot leave a live child); the loop only
