@@ -3,8 +3,9 @@
 Inside the sandbox, the agent sees ordinary base URLs on its own loopback
 (``OPENAI_BASE_URL=http://127.0.0.1:PORT/v1``, ``ANTHROPIC_BASE_URL=http://127.0.0.1:PORT``)
 and a per-trial token as its API key. A small forwarder (`forwarder.py`, stdlib only)
-listens there and copies bytes to a unix socket mounted from the host. On the host,
-`ModelRelay` serves HTTP on that socket:
+listens there and tunnels each connection over its own exec stream to the host
+(`tunnel.py`), which joins it to a unix socket on the host. On that socket,
+`ModelRelay` serves HTTP:
 
 - it refuses a request without the trial's token (401), or for a model the trial does
   not allow (403), and logs the refusal in the trace;
@@ -52,7 +53,6 @@ _FORWARD = (
 )
 #: Response headers passed back.
 _BACK = ("content-type", "request-id", "x-request-id", "retry-after", "openai-processing-ms")
-FORWARDER = Path(__file__).with_name("forwarder.py")
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):
