@@ -27,6 +27,7 @@ import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -36,7 +37,7 @@ from hangar.models import check_keys
 from hangar.paths import default_evidence_url
 from hangar.results import TrialResult, Verdict
 from hangar.scheduler.metrics import metric
-from hangar.scheduler.shipping import pack_scenario
+from hangar.scheduler.shipping import local_repository, pack_repository, pack_scenario
 from hangar.scheduler.sweep import Sweep
 from hangar.scheduler.task import run_trial_task
 from hangar.store import ResultsStore
@@ -237,13 +238,22 @@ class SweepRunner:
         exhausted = False
         previous = signal.signal(signal.SIGINT, self._on_sigint)
 
-        packages: dict[str, Any] = {}  # scenario digest -> its package in the object store
+        # What the workers get instead of the driver's files, each put once.
+        packages: dict[str, Any] = {}  # scenario digest -> its package
+        repositories: dict[Path, tuple[str, Any]] = {}  # local repository -> (sha256, bundle)
 
-        def package(spec: TrialSpec) -> Any:
+        def submit(spec: TrialSpec) -> Any:
             digest = spec.scenario.digest
             if digest not in packages:
                 packages[digest] = ray.put(pack_scenario(spec.scenario))
-            return packages[digest]
+            repo = local_repository(spec.scenario)
+            key, bundle = None, None
+            if repo is not None and repo.exists():
+                if repo not in repositories:
+                    sha, data = pack_repository(repo)
+                    repositories[repo] = (sha, ray.put(data))
+                key, bundle = repositories[repo]
+            return task.remote(spec, packages[digest], key, bundle)
 
         def room(model: str) -> bool:
             cap = self.caps.get(model)
@@ -284,7 +294,7 @@ class SweepRunner:
                     spec = next_spec()
                     if spec is None:
                         break
-                    in_flight[task.remote(spec, package(spec))] = (spec, time.time())
+                    in_flight[submit(spec)] = (spec, time.time())
                     self.tally.peak_in_flight = max(self.tally.peak_in_flight, len(in_flight))
                     per_model[spec.model] += 1
                     metric("in_flight").set(per_model[spec.model], tags={"model": spec.model})

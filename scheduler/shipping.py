@@ -1,17 +1,19 @@
 """Scenarios shipped to the workers through Ray's object store.
 
 A worker on another machine cannot read the driver's scenario folder. The driver packs
-each scenario once per sweep (`pack_scenario`: the scenario file, every file it
-references, and a repository given as a local path, a directory as a git bundle of all
-its refs) and puts the archive into the object store; every trial task gets it as an
-argument, so Ray moves it to each node once, and the worker unpacks it once per node
-(`unpack_scenario`, under the node's cache, keyed by the scenario's digest). Relative
+each scenario once per sweep (`pack_scenario`: the scenario file and every file it
+references) and each local repository once (`pack_repository`: a bundle file as it is,
+a directory as a git bundle of all its refs, however many scenarios share it), and puts
+them into the object store; every trial task gets them as arguments, so Ray moves each
+to a node once, and the worker unpacks them once per node (`unpack_scenario`, under the
+node's cache, keyed by the scenario's digest and the bundle's sha256). Relative
 paths keep their meaning because the archive keeps the files' layout relative to their
 common folder. A repository given by URL is not shipped: workers fetch it themselves.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import shutil
@@ -23,31 +25,49 @@ from pathlib import Path
 from hangar.errors import ConfigError
 from hangar.scenario import LoadedScenario, referenced_files
 
-#: Name of the bundle that stands in for a repository given as a local directory.
-REPOSITORY_BUNDLE = ".hangar-repository.bundle"
 #: Holds the scenario file's path inside the package.
 _WHERE = ".hangar-scenario"
 _COMPLETE = ".hangar-complete"
 
 
-def _local_repository(loaded: LoadedScenario) -> Path | None:
+def local_repository(loaded: LoadedScenario) -> Path | None:
+    """The repository of `loaded` when it is a local path (a bundle or a directory)."""
     url = loaded.repository_url()
-    if "://" in url and not url.startswith("file://"):
+    if url.startswith("git@") or ("://" in url and not url.startswith("file://")):
         return None
-    if url.startswith("git@"):
-        return None
-    return Path(url.removeprefix("file://"))
+    return Path(url.removeprefix("file://")).resolve()
+
+
+def pack_repository(path: Path) -> tuple[str, bytes]:
+    """(sha256, bytes) of the local repository at `path` as one git bundle: a bundle file
+    as it is, a directory as a bundle of all its refs."""
+    if path.is_file():
+        data = path.read_bytes()
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            bundle = Path(tmp) / "repo.bundle"
+            proc = subprocess.run(
+                ["git", "-C", str(path), "bundle", "create", str(bundle), "--all"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise ConfigError(
+                    f"cannot bundle repository {path} to ship it to the workers: "
+                    f"{proc.stderr.strip()}"
+                )
+            data = bundle.read_bytes()
+    return hashlib.sha256(data).hexdigest(), data
 
 
 def pack_scenario(loaded: LoadedScenario) -> bytes:
-    """A tar.gz of everything a worker needs to run `loaded` without the driver's files.
+    """A tar.gz of the scenario file and every file it references (not its repository,
+    which `pack_repository` ships once for all the scenarios that share it).
 
     Referenced files that do not exist are left out (the worker's admission names them).
     """
     paths = [loaded.path] + [loaded.local(rel) for _, rel in referenced_files(loaded.scenario)]
-    repository = _local_repository(loaded)
-    if repository is not None and repository.is_file():
-        paths.append(repository.resolve())
     present = [p for p in paths if p.exists()]
     root = Path(os.path.commonpath([str(p.parent) for p in present]))
     buf = io.BytesIO()
@@ -58,26 +78,18 @@ def pack_scenario(loaded: LoadedScenario) -> bytes:
         info = tarfile.TarInfo(_WHERE)
         info.size = len(where)
         tar.addfile(info, io.BytesIO(where))
-        if repository is not None and repository.is_dir():
-            with tempfile.TemporaryDirectory() as tmp:
-                bundle = Path(tmp) / "repo.bundle"
-                proc = subprocess.run(
-                    ["git", "-C", str(repository), "bundle", "create", str(bundle), "--all"],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-                if proc.returncode != 0:
-                    raise ConfigError(
-                        f"{loaded.path}: cannot bundle repository {repository} to ship it "
-                        f"to the workers: {proc.stderr.strip()}"
-                    )
-                tar.add(bundle, arcname=REPOSITORY_BUNDLE)
     return buf.getvalue()
 
 
-def unpack_scenario(loaded: LoadedScenario, package: bytes, cache: Path) -> LoadedScenario:
-    """`loaded` as read from its `package`, unpacked once under ``cache/scenarios``."""
+def unpack_scenario(
+    loaded: LoadedScenario,
+    package: bytes,
+    cache: Path,
+    repository: tuple[str, bytes] | None = None,
+) -> LoadedScenario:
+    """`loaded` as read from its `package`, unpacked once per node under
+    ``cache/scenarios``; with `repository` ((sha256, bundle) from `pack_repository`),
+    the repository is the bundle, written once per node under ``cache/repositories``."""
     target = cache / "scenarios" / loaded.digest
     if not (target / _COMPLETE).exists():
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -89,9 +101,14 @@ def unpack_scenario(loaded: LoadedScenario, package: bytes, cache: Path) -> Load
             staging.rename(target)
         except OSError:  # another worker of this node got there first
             shutil.rmtree(staging, ignore_errors=True)
-    scenario_file = target / (target / _WHERE).read_text()
-    scenario = loaded.scenario
-    if (target / REPOSITORY_BUNDLE).exists():
-        bundle = str(target / REPOSITORY_BUNDLE)
-        scenario = scenario.model_copy(update={"repository": bundle})
-    return loaded.model_copy(update={"path": scenario_file, "scenario": scenario})
+    update: dict[str, object] = {"path": target / (target / _WHERE).read_text()}
+    if repository is not None:
+        key, data = repository
+        bundle = cache / "repositories" / f"{key}.bundle"
+        if not bundle.exists():
+            bundle.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=bundle.parent, delete=False) as part:
+                part.write(data)
+            Path(part.name).replace(bundle)  # whole or not at all
+        update["scenario"] = loaded.scenario.model_copy(update={"repository": str(bundle)})
+    return loaded.model_copy(update=update)

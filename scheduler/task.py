@@ -16,11 +16,14 @@ from hangar.scheduler.shipping import unpack_scenario
 from hangar.trial import TrialSpec, run_trial
 
 
-def run_trial_task(spec: TrialSpec, package: bytes | None) -> TrialResult:
+def run_trial_task(
+    spec: TrialSpec, package: bytes | None, repository_key: str | None, repository: bytes | None
+) -> TrialResult:
     """The Ray task: one trial attempt on whichever node has a sandbox slot.
 
-    `package` is the scenario as the driver shipped it (`scheduler.shipping`); the trial
-    runs from its copy unpacked on this node, never from the driver's paths.
+    `package` is the scenario as the driver shipped it, `repository` (with its sha256 as
+    `repository_key`) its local repository (`scheduler.shipping`); the trial runs from
+    their copies unpacked on this node, never from the driver's paths.
     """
     import ray
 
@@ -32,7 +35,8 @@ def run_trial_task(spec: TrialSpec, package: bytes | None) -> TrialResult:
         update: dict[str, Any] = {"node": f"{node}/{node_id[:12]}"}
         if package is not None:
             cache = spec.cache_root or cache_dir()
-            update["scenario"] = unpack_scenario(spec.scenario, package, cache)
+            shipped = (repository_key, repository) if repository_key and repository else None
+            update["scenario"] = unpack_scenario(spec.scenario, package, cache, shipped)
         return run_trial(spec.model_copy(update=update), wait_teardown=False)
     finally:
         gauge.set(0, tags={"node": node})

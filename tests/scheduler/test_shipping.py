@@ -8,7 +8,12 @@ from pathlib import Path
 
 from hangar.sandbox.workspace import MirrorCache, make_workspace
 from hangar.scenario import load_scenario, scenario_digest
-from hangar.scheduler.shipping import REPOSITORY_BUNDLE, pack_scenario, unpack_scenario
+from hangar.scheduler.shipping import (
+    local_repository,
+    pack_repository,
+    pack_scenario,
+    unpack_scenario,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 REVISION = "1a6dc25e2e61b7f41b02576bc56b0eadd895cbb2"
@@ -21,14 +26,24 @@ def test_a_worker_without_the_drivers_files_gets_the_same_scenario(tmp_path: Pat
     shutil.copytree(ROOT / "examples" / "repos", driver / "repos")
     loaded = load_scenario(driver / "median" / "scenario.yaml")
     package = pack_scenario(loaded)
+    repo = local_repository(loaded)
+    assert repo == (driver / "repos" / "statkit.bundle").resolve()
+    repository = pack_repository(repo)
+    assert len(package) < 20_000  # the repository travels on its own, once
     shutil.rmtree(driver)  # the worker's machine has none of it
 
-    shipped = unpack_scenario(loaded, package, tmp_path / "cache")
+    shipped = unpack_scenario(loaded, package, tmp_path / "cache", repository)
     assert shipped.path.is_relative_to(tmp_path / "cache" / "scenarios" / loaded.digest)
-    assert shipped.scenario == loaded.scenario and shipped.digest == loaded.digest
+    assert shipped.digest == loaded.digest
+    assert shipped.scenario.model_copy(update={"repository": loaded.scenario.repository}) == (
+        loaded.scenario
+    )
     # Every referenced file is where the scenario says, with the same bytes.
-    assert scenario_digest(shipped.path, shipped.scenario) == loaded.digest
-    assert Path(shipped.repository_url()).is_file()
+    files = shipped.model_copy(update={"scenario": loaded.scenario})
+    assert scenario_digest(files.path, files.scenario) == loaded.digest
+    assert shipped.repository_url() == str(
+        tmp_path / "cache" / "repositories" / f"{repository[0]}.bundle"
+    )
     make_workspace(
         MirrorCache(tmp_path / "mirrors"), shipped.repository_url(), REVISION, tmp_path / "ws"
     )
@@ -36,7 +51,7 @@ def test_a_worker_without_the_drivers_files_gets_the_same_scenario(tmp_path: Pat
     # A second unpack on the same node reuses the first.
     marker = shipped.path.parent / "marker"
     marker.touch()
-    again = unpack_scenario(loaded, package, tmp_path / "cache")
+    again = unpack_scenario(loaded, package, tmp_path / "cache", repository)
     assert again.path == shipped.path and marker.exists()
 
 
@@ -53,12 +68,23 @@ def test_a_repository_directory_ships_as_a_bundle(tmp_path: Path) -> None:
     )
     loaded = load_scenario(scenario)
     package = pack_scenario(loaded)
+    repository = pack_repository(local_repository(loaded) or repo)
     shutil.rmtree(tmp_path / "driver")
 
-    shipped = unpack_scenario(loaded, package, tmp_path / "cache")
-    assert shipped.repository_url().endswith(REPOSITORY_BUNDLE)
+    shipped = unpack_scenario(loaded, package, tmp_path / "cache", repository)
+    assert shipped.repository_url().endswith(f"{repository[0]}.bundle")
     assert shipped.digest == loaded.digest
     make_workspace(
         MirrorCache(tmp_path / "mirrors"), shipped.repository_url(), REVISION, tmp_path / "ws"
     )
     assert (tmp_path / "ws" / "statkit" / "stats.py").exists()
+
+
+def test_a_repository_by_url_is_not_shipped(tmp_path: Path) -> None:
+    for url in ("https://example.invalid/repo.git", "git@example.invalid:repo.git"):
+        scenario = tmp_path / "s.yaml"
+        scenario.write_text(
+            f"id: url\nrepository: '{url}'\nrevision: '{REVISION}'\ncontext: x\n"
+            "verifier: {host: {builtin: junit}}\n"
+        )
+        assert local_repository(load_scenario(scenario)) is None
