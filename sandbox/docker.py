@@ -240,27 +240,14 @@ class DockerSandbox(Sandbox):
     ) -> ExecResult:
         """Run a command in the container (see `Sandbox.exec`)."""
         argv = timeout_argv(command_argv(cmd), timeout, self.spec.kill_after_s)
-        api = self.client.api
         started = time.monotonic()
-        try:
-            exec_id = api.exec_create(
-                self.container_id,
-                argv,
-                stdin=stdin is not None,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                environment=env or {},
-                workdir=self.resolve(cwd) if cwd else self.spec.workdir,
-                user=user or self.spec.user,
-            )["Id"]
-            sock = api.exec_start(exec_id, socket=True)
-        except docker.errors.APIError as exc:
-            raise self._gone_or(exc, f"run {describe(argv)}") from exc
-        raw = cast(socket.socket, getattr(sock, "_sock", sock))
-        # The client's read timeout would cut off a command that is silent for a while
-        # (an agent thinking); deadlines are kept by select() in _frames instead.
-        raw.settimeout(None)
+        exec_id, sock, raw = self._start_exec(
+            argv,
+            stdin=stdin is not None,
+            env=env,
+            workdir=self.resolve(cwd) if cwd else self.spec.workdir,
+            user=user,
+        )
         out, err = TailBuffer(self.spec.output_limit), TailBuffer(self.spec.output_limit)
         deadline = (
             None if timeout is None else started + timeout + self.spec.kill_after_s + HOST_MARGIN_S
@@ -305,24 +292,42 @@ class DockerSandbox(Sandbox):
             duration_s=duration,
         )
 
-    def open_stream(self, argv: list[str], *, user: str | None = None) -> ExecStream:
-        """Start `argv` with stdin and stdout attached (see `Sandbox.open_stream`)."""
+    def _start_exec(
+        self,
+        argv: list[str],
+        *,
+        stdin: bool,
+        env: dict[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+    ) -> tuple[str, Any, socket.socket]:
+        """Create and start an exec: its id, the attached socket and the raw socket under it."""
         api = self.client.api
         try:
             exec_id = api.exec_create(
                 self.container_id,
                 argv,
-                stdin=True,
+                stdin=stdin,
                 stdout=True,
                 stderr=True,
                 tty=False,
-                workdir=self.spec.workdir,
+                environment=env or {},
+                workdir=workdir or self.spec.workdir,
                 user=user or self.spec.user,
             )["Id"]
             sock = api.exec_start(exec_id, socket=True)
         except docker.errors.APIError as exc:
             raise self._gone_or(exc, f"run {describe(argv)}") from exc
-        return _DockerStream(self, exec_id, sock)
+        raw = cast(socket.socket, getattr(sock, "_sock", sock))
+        # The client's read timeout would cut off a command that is silent for a while
+        # (an agent thinking); deadlines are kept by select() in _frames instead.
+        raw.settimeout(None)
+        return str(exec_id), sock, raw
+
+    def open_stream(self, argv: list[str], *, user: str | None = None) -> ExecStream:
+        """Start `argv` with stdin and stdout attached (see `Sandbox.open_stream`)."""
+        exec_id, sock, raw = self._start_exec(argv, stdin=True, user=user)
+        return _DockerStream(self, exec_id, sock, raw)
 
     def _exec_inspect(self, exec_id: str) -> dict[str, Any]:
         try:
@@ -519,11 +524,9 @@ class DockerSandbox(Sandbox):
 class _DockerStream(ExecStream):
     """An exec with stdin attached: stdin raw on the socket, stdout/stderr framed."""
 
-    def __init__(self, sandbox: DockerSandbox, exec_id: str, sock: Any) -> None:
+    def __init__(self, sandbox: DockerSandbox, exec_id: str, sock: Any, raw: socket.socket) -> None:
         super().__init__()
-        self._sandbox, self._exec_id, self._sock = sandbox, exec_id, sock
-        self._raw = cast(socket.socket, getattr(sock, "_sock", sock))
-        self._raw.settimeout(None)
+        self._sandbox, self._exec_id, self._sock, self._raw = sandbox, exec_id, sock, raw
         self._frames = _frames(self._raw, None)
         self._closed = False
 
