@@ -24,6 +24,7 @@ services:
 	scripts/ensure-services
 
 base-image: venv docker
+	scripts/ensure-apt "building the base image" debootstrap=debootstrap
 	$(HANGAR) image build-base --tag $(BASE_IMAGE)
 
 demo: base-image

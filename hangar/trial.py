@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -148,10 +149,27 @@ def result_of(
     )
 
 
-def lost_result(spec: TrialSpec, reason: str, started_at: datetime | None = None) -> TrialResult:
-    """An infra_error result for a trial whose worker could not report one (it died)."""
+def lost_result(
+    spec: TrialSpec, reason: str, started_at: datetime | None = None, *, details: str = ""
+) -> TrialResult:
+    """An infra_error result for a trial whose worker could not report one (it died, or
+    its task raised); `details` (a traceback) goes into an evidence bundle of its own."""
     now = datetime.now(UTC)
-    return result_of(spec, Verdict.INFRA_ERROR, reason, started_at or now, now)
+    result = result_of(spec, Verdict.INFRA_ERROR, reason, started_at or now, now)
+    if not details:
+        return result
+    with tempfile.TemporaryDirectory(prefix="hangar-lost-") as tmp:
+        artifacts = Path(tmp) / "artifacts"
+        artifacts.mkdir()
+        (artifacts / "error.txt").write_text(details)
+        (artifacts / "result.json").write_text(result.model_dump_json(indent=1))
+        try:
+            uri, sha = _store_bundle(spec, artifacts, Path(tmp) / "bundle.tar.gz")
+        except Exception as exc:  # the reason still says what happened
+            return result.model_copy(
+                update={"reason": f"{reason}; its evidence could not be stored ({exc})"}
+            )
+    return result.model_copy(update={"evidence_uri": uri, "evidence_sha256": sha})
 
 
 def single_trial(
@@ -222,6 +240,10 @@ class _Trial:
         self.mirrors = MirrorCache(self.cache / "mirrors")
         self.scratch = self.folder / "scratch"
         self.home_seed: Path | None = None
+
+    def localise(self, spec: TrialSpec) -> None:
+        """Run from `spec`, the same trial with this node's copy of its scenario."""
+        self.spec, self.loaded, self.scenario = spec, spec.scenario, spec.scenario.scenario
 
     @functools.cached_property
     def backend(self) -> type[Sandbox]:
@@ -660,12 +682,19 @@ class _Trial:
         return run.stdout, None
 
 
-def run_trial(spec: TrialSpec, *, wait_teardown: bool = True) -> TrialResult:
+def run_trial(
+    spec: TrialSpec,
+    *,
+    wait_teardown: bool = True,
+    localise: Callable[[TrialSpec], TrialSpec] | None = None,
+) -> TrialResult:
     """Run one trial attempt and return its result (never raises for a trial's outcome).
 
     With `wait_teardown` (the default) every sandbox is gone when it returns; a Ray
     worker passes False so that removing containers overlaps the next trial's start.
     Either way every process in them has been killed before the result exists.
+    `localise` turns the spec into this node's (a Ray worker unpacks the scenario the
+    driver shipped): it runs inside the boundary, so its failure is a result too.
     """
     started = datetime.now(UTC)
     trial = _Trial(spec)
@@ -674,6 +703,9 @@ def run_trial(spec: TrialSpec, *, wait_teardown: bool = True) -> TrialResult:
     verdict, reason = Verdict.INFRA_ERROR, "the trial did not finish"
     uri = sha = None
     try:
+        if localise is not None:
+            with trial.phase("unpack"):
+                trial.localise(localise(spec))
         trial.run()
         assert trial.judgement is not None
         verdict, reason = trial.judgement.verdict, trial.judgement.reason
@@ -707,7 +739,9 @@ def run_trial(spec: TrialSpec, *, wait_teardown: bool = True) -> TrialResult:
         try:
             with trial.phase("bundle"):
                 trial.write("result.json", result.model_dump(mode="json"))
-                uri, sha = _store_bundle(trial)
+                uri, sha = _store_bundle(
+                    trial.spec, trial.artifacts, trial.folder / "bundle.tar.gz"
+                )
         except Exception as exc:
             result = result.model_copy(
                 update={
@@ -733,8 +767,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _store_bundle(trial: _Trial) -> tuple[str, str]:
-    archive = trial.folder / "bundle.tar.gz"
-    sha = build_bundle(trial.artifacts, archive)
-    key = bundle_key(trial.spec.sweep, trial.spec.trial_key, trial.spec.attempt)
-    return open_store(trial.spec.evidence_url).put(key, archive), sha
+def _store_bundle(spec: TrialSpec, artifacts: Path, archive: Path) -> tuple[str, str]:
+    """Bundle `artifacts` into `archive` and put it in the evidence store: (uri, sha256)."""
+    sha = build_bundle(artifacts, archive)
+    key = bundle_key(spec.sweep, spec.trial_key, spec.attempt)
+    return open_store(spec.evidence_url).put(key, archive), sha

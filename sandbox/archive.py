@@ -2,18 +2,27 @@
 
 Every backend moves folders as tar streams (docker's archive API, tar over exec on
 Kubernetes). What comes *out* of a sandbox was written by untrusted code, so it is
-extracted with the standard library's ``data`` filter (no absolute paths, no ``..``,
-no links leaving the target, no devices, no set-uid bits) and a size cap.
+extracted with tarfile's ``data`` filter (no absolute paths, no ``..``, no links leaving
+the target, no devices, no set-uid bits) and a size cap.
+
+Extraction filters arrived in Python 3.11.4, and Debian 12 ships 3.11.2, so before 3.12
+the filter comes from ``backports.tarfile`` (CPython 3.12's own module): extraction works
+the same on every interpreter hangar supports, whatever its patch level.
 """
 
 from __future__ import annotations
 
-import tarfile
+import sys
 import tempfile
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from hangar.errors import SandboxError, SandboxFileTooLarge
+
+if TYPE_CHECKING or sys.version_info >= (3, 12):  # the same API: type-check against it
+    import tarfile
+else:
+    from backports import tarfile
 
 
 def tar_directory(source: Path, fileobj: IO[bytes], *, uid: int, gid: int) -> None:
@@ -59,9 +68,9 @@ def extract_untrusted(fileobj: IO[bytes], target: Path, *, strip: int, limit: in
         with tarfile.open(fileobj=fileobj) as tar:
             tar.extractall(target, filter=strip_and_check)  # noqa: S202 (filtered)
     except tarfile.FilterError as exc:
-        raise SandboxError(f"refused an unsafe entry in a sandbox archive: {exc}") from exc
+        raise SandboxError(f"refused an unsafe entry in an untrusted archive: {exc}") from exc
     except tarfile.TarError as exc:
-        raise SandboxError(f"could not read a sandbox archive: {exc}") from exc
+        raise SandboxError(f"could not read an untrusted archive: {exc}") from exc
 
 
 def copy_untrusted_tree(source: Path, target: Path, *, limit: int) -> None:

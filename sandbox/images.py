@@ -46,12 +46,9 @@ class BaseImageRecipe(BaseModel):
 
     suite: str = "bookworm"
     """Debian release to bootstrap."""
-    mirror: str = Field(
-        default_factory=lambda: os.environ.get(
-            "HANGAR_DEBIAN_MIRROR", "http://deb.debian.org/debian"
-        )
-    )
-    """Debian mirror debootstrap downloads from (``$HANGAR_DEBIAN_MIRROR``)."""
+    mirror: str | None = Field(default=None, exclude=True)
+    """Debian mirror debootstrap downloads from (default: `debian_mirror`). Where the
+    packages come from, not what they are: it is not part of the digest."""
     packages: tuple[str, ...] = (
         "bash",
         "coreutils",
@@ -70,12 +67,36 @@ class BaseImageRecipe(BaseModel):
     uid: int = 1000
     """Its uid and gid."""
 
+    def source(self) -> str:
+        """The mirror to download from: `mirror`, or this machine's (`debian_mirror`)."""
+        return self.mirror or debian_mirror(self.suite)
+
     def digest(self) -> str:
         """sha256 of the recipe and the build steps' version."""
         payload = json.dumps(
             {"recipe": self.model_dump(mode="json"), "version": RECIPE_VERSION}, sort_keys=True
         )
         return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def debian_mirror(suite: str) -> str:
+    """The Debian mirror for `suite`: ``$HANGAR_DEBIAN_MIRROR``, else the one this
+    machine's apt already uses for it (``apt-get indextargets`` reads every sources
+    format), else deb.debian.org (a machine without apt)."""
+    if mirror := os.environ.get("HANGAR_DEBIAN_MIRROR"):
+        return mirror
+    if shutil.which("apt-get") is not None:
+        proc = subprocess.run(
+            ["apt-get", "indextargets", "--format", "$(REPO_URI) $(RELEASE) $(IDENTIFIER)"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        for line in proc.stdout.splitlines():
+            uri, _, rest = line.partition(" ")
+            if rest == f"{suite} Packages" and uri.startswith(("http://", "https://", "file:")):
+                return uri.rstrip("/")
+    return "http://deb.debian.org/debian"
 
 
 class ImageBuildOutcome(BaseModel):
@@ -132,7 +153,8 @@ def build_base_image(
     rootfs.mkdir(parents=True)
     try:
         packages = ",".join((*recipe.packages, *recipe.extra_packages))
-        progress(f"debootstrap {recipe.suite} from {recipe.mirror} (about a minute)")
+        mirror = recipe.source()
+        progress(f"debootstrap {recipe.suite} from {mirror} (about a minute)")
         _run(
             [
                 "debootstrap",
@@ -140,7 +162,7 @@ def build_base_image(
                 f"--include={packages}",
                 recipe.suite,
                 str(rootfs),
-                recipe.mirror,
+                mirror,
             ],
             "debootstrap",
             work / "debootstrap.log",

@@ -22,6 +22,7 @@ import heapq
 import itertools
 import logging
 import os
+import re
 import signal
 import time
 from collections import Counter, defaultdict, deque
@@ -46,6 +47,8 @@ from hangar.trial import TrialSpec, lost_result
 log = logging.getLogger(__name__)
 
 SANDBOX_RESOURCE = "hangar_sandbox"
+#: Terminal colours in Ray's error reports (evidence is plain text).
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class RayUnavailable(HangarError):
@@ -54,12 +57,11 @@ class RayUnavailable(HangarError):
 
 def connect(address: str | None, slots: int) -> int:
     """Start embedded Ray or attach to `address`; returns the cluster's sandbox slots."""
-    if address is not None:
-        # Nodes started by `hangar cluster` authenticate with Ray's token; Ray reads the
-        # mode when it is imported, so this must come first. (Embedded Ray uses a token
-        # by default already.)
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
-    else:
+    # Ray's token auth is on, embedded or not (nodes started by `hangar cluster` use it
+    # too). Said explicitly, so Ray does not warn about its default at every run; Ray
+    # reads the mode when it is imported, so this must come first.
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    if address is None:
         # Ray runs workers at nice 15 by default; a trial worker drives the container
         # engine and should not queue behind it (hangar cluster nodes do the same).
         os.environ.setdefault("RAY_worker_niceness", "0")
@@ -349,12 +351,17 @@ class SweepRunner:
         try:
             result: TrialResult = ray.get(ref)
         except RayError as exc:
-            # The task died for good (node or worker lost past its retries, cancelled).
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            # The task died for good (node or worker lost past its retries, cancelled), or
+            # raised: the reason names the root error (a task's own exception, not Ray's
+            # wrapper), and the whole report goes into the evidence.
+            root = getattr(exc, "cause", None) or exc
+            message = str(root).strip()
+            first = message.splitlines()[0] if message else ""
             result = lost_result(
                 spec,
-                f"ray: {type(exc).__name__}: {first}",
+                f"ray: {type(root).__name__}: {first}".rstrip(": "),
                 datetime.fromtimestamp(submitted, UTC),
+                details=_ANSI.sub("", getattr(exc, "traceback_str", None) or str(exc)),
             )
         return result
 

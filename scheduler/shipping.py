@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from hangar.errors import ConfigError
+from hangar.sandbox.archive import extract_untrusted
 from hangar.scenario import LoadedScenario, referenced_files
 
 #: Holds the scenario file's path inside the package.
@@ -94,8 +95,7 @@ def unpack_scenario(
     if not (target / _COMPLETE).exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".unpacking-"))
-        with tarfile.open(fileobj=io.BytesIO(package)) as tar:
-            tar.extractall(staging, filter="data")
+        extract_untrusted(io.BytesIO(package), staging, strip=0, limit=1 << 40)
         (staging / _COMPLETE).touch()
         try:
             staging.rename(target)

@@ -7,7 +7,6 @@ Kept apart from the driver so that a worker process imports only what a trial ne
 from __future__ import annotations
 
 import socket
-from typing import Any
 
 from hangar.paths import cache_dir
 from hangar.results import TrialResult
@@ -31,12 +30,17 @@ def run_trial_task(
     node = socket.gethostname()
     gauge.set(1, tags={"node": node})
     node_id = ray.get_runtime_context().get_node_id()
+    shipped = (repository_key, repository) if repository_key and repository else None
+
+    def localise(spec: TrialSpec) -> TrialSpec:
+        if package is None:
+            return spec
+        cache = spec.cache_root or cache_dir()
+        scenario = unpack_scenario(spec.scenario, package, cache, shipped)
+        return spec.model_copy(update={"scenario": scenario})
+
     try:
-        update: dict[str, Any] = {"node": f"{node}/{node_id[:12]}"}
-        if package is not None:
-            cache = spec.cache_root or cache_dir()
-            shipped = (repository_key, repository) if repository_key and repository else None
-            update["scenario"] = unpack_scenario(spec.scenario, package, cache, shipped)
-        return run_trial(spec.model_copy(update=update), wait_teardown=False)
+        spec = spec.model_copy(update={"node": f"{node}/{node_id[:12]}"})
+        return run_trial(spec, wait_teardown=False, localise=localise)
     finally:
         gauge.set(0, tags={"node": node})

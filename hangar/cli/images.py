@@ -22,7 +22,9 @@ def image_build_base(
     tag: Annotated[str, typer.Option(help="Tag of the image to build.")] = "hangar/base:bookworm",
     mirror: Annotated[
         str | None,
-        typer.Option(help="Debian mirror (default: $HANGAR_DEBIAN_MIRROR or deb.debian.org)."),
+        typer.Option(
+            help="Debian mirror (default: $HANGAR_DEBIAN_MIRROR, else the one apt uses here)."
+        ),
     ] = None,
     package: Annotated[
         list[str] | None, typer.Option("--package", "-p", help="Extra Debian package (repeatable).")

@@ -13,20 +13,52 @@ from hangar.cli import app
 from hangar.errors import ImageBuildError
 from hangar.sandbox import SandboxSpec
 from hangar.sandbox.docker import DockerSandbox
-from hangar.sandbox.images import BaseImageRecipe, build_dockerfile_image, find_base_image
+from hangar.sandbox.images import (
+    BaseImageRecipe,
+    build_dockerfile_image,
+    debian_mirror,
+    find_base_image,
+)
 from tests.conftest import BASE_IMAGE
 
-pytestmark = pytest.mark.docker
 runner = CliRunner()
 
 
 def test_recipe_digest_tracks_inputs() -> None:
     base = BaseImageRecipe(mirror="http://mirror.invalid/debian")
     assert base.digest() == BaseImageRecipe(mirror="http://mirror.invalid/debian").digest()
+    # Where the packages come from is not what they are.
+    assert base.digest() == BaseImageRecipe(mirror="http://other.invalid/debian").digest()
     assert base.digest() != base.model_copy(update={"extra_packages": ("jq",)}).digest()
     assert base.digest() != base.model_copy(update={"uid": 1001}).digest()
 
 
+def test_mirror_defaults_to_the_machines_apt_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without $HANGAR_DEBIAN_MIRROR, debootstrap uses what apt-get uses for the suite."""
+    fake = tmp_path / "apt-get"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'test "$1" = indextargets || exit 3\n'
+        "echo 'http://security.mirror.invalid/debian-security/ bookworm-security Packages'\n"
+        "echo 'http://apt.mirror.invalid/debian/ bookworm Translations'\n"
+        "echo 'http://apt.mirror.invalid/debian/ bookworm Packages'\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.delenv("HANGAR_DEBIAN_MIRROR", raising=False)
+    assert debian_mirror("bookworm") == "http://apt.mirror.invalid/debian"
+    assert BaseImageRecipe().source() == "http://apt.mirror.invalid/debian"
+    assert debian_mirror("trixie") == "http://deb.debian.org/debian"  # apt has no such suite
+    monkeypatch.setenv("HANGAR_DEBIAN_MIRROR", "http://chosen.invalid/debian")
+    assert debian_mirror("bookworm") == "http://chosen.invalid/debian"
+    assert BaseImageRecipe(mirror="http://flag.invalid/debian").source() == (
+        "http://flag.invalid/debian"
+    )
+
+
+@pytest.mark.docker
 def test_base_image_is_cached(docker_client: docker.DockerClient) -> None:
     if find_base_image(BASE_IMAGE, BaseImageRecipe()) is None:
         pytest.skip(f"{BASE_IMAGE} was not built by this recipe (HANGAR_TEST_IMAGE is custom)")
@@ -36,6 +68,7 @@ def test_base_image_is_cached(docker_client: docker.DockerClient) -> None:
     )
 
 
+@pytest.mark.docker
 def test_base_image_contents(docker_client: docker.DockerClient) -> None:
     with DockerSandbox(SandboxSpec(image=BASE_IMAGE, trial="base-contents")) as sb:
         res = sb.exec(
@@ -55,6 +88,7 @@ def test_base_image_contents(docker_client: docker.DockerClient) -> None:
     ], res.stdout + res.stderr
 
 
+@pytest.mark.docker
 def test_dockerfile_from_local_image_builds_offline(
     docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
@@ -71,6 +105,7 @@ def test_dockerfile_from_local_image_builds_offline(
         docker_client.images.remove(tag, force=True)
 
 
+@pytest.mark.docker
 def test_failing_dockerfile_is_a_clear_error(
     docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:

@@ -222,3 +222,71 @@ def test_missing_model_key_is_an_error_before_any_trial(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="HANGAR_NO_SUCH_KEY, which is not set"):
         go(path)
     assert runs(tmp_path) == []
+
+
+def _evidence_file(uri: str | None, name: str) -> str:
+    assert uri is not None
+    with tarfile.open(uri.removeprefix("file://")) as tar:
+        member = tar.extractfile(name)
+        assert member is not None
+        return member.read().decode()
+
+
+def test_a_task_that_raises_is_reported_by_its_root_error(ray_local: None, tmp_path: Path) -> None:
+    """Ray's wrapper (RayTaskError(TypeError): ray::task() (pid=..)) never hides the error."""
+    import time
+
+    import ray
+
+    from hangar.scheduler.keys import Arm
+    from hangar.trial import single_trial
+
+    sweep = load_sweep(write_sweep(tmp_path))
+    runner = SweepRunner(sweep, ResultsStore(sweep.config.store))
+    spec = single_trial(
+        sweep.scenarios[0],
+        sweep.agents["ok"],
+        Arm(name="control"),
+        sweep="drv",
+        evidence_url=(tmp_path / "evidence").as_uri(),
+    )
+
+    @ray.remote
+    def broken() -> None:
+        raise TypeError("extractall() got an unexpected keyword argument 'filter'")
+
+    result = runner._collect(broken.remote(), spec, time.time())
+    assert result.verdict is Verdict.INFRA_ERROR
+    assert result.reason == (
+        "ray: TypeError: extractall() got an unexpected keyword argument 'filter'"
+    )
+    traceback = _evidence_file(result.evidence_uri, "error.txt")
+    assert "in broken" in traceback and "TypeError: extractall()" in traceback
+    assert "\x1b[" not in traceback
+
+
+def test_a_worker_that_cannot_unpack_its_scenario_reports_why(
+    ray_local: None, tmp_path: Path
+) -> None:
+    import ray
+
+    from hangar.scheduler.keys import Arm
+    from hangar.scheduler.task import run_trial_task
+    from hangar.trial import single_trial
+
+    sweep = load_sweep(write_sweep(tmp_path))
+    spec = single_trial(
+        sweep.scenarios[0],
+        sweep.agents["ok"],
+        Arm(name="control"),
+        sweep="drv",
+        backend="local",
+        evidence_url=(tmp_path / "evidence").as_uri(),
+    )
+    task = ray.remote(run_trial_task).options(resources={"hangar_sandbox": 1}, num_cpus=0)
+    result: TrialResult = ray.get(task.remote(spec, b"not a tar archive", None, None))
+    assert result.verdict is Verdict.INFRA_ERROR
+    expected = "sandbox failure: SandboxError: could not read an untrusted archive"
+    assert result.reason.startswith(expected), result.reason
+    assert "unpack_scenario" in _evidence_file(result.evidence_uri, "error.txt")
+    assert runs(tmp_path) == []  # no agent ran
