@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-RESULT_SCHEMA_VERSION = 1
+RESULT_SCHEMA_VERSION = 2
 
 
 class Verdict(StrEnum):
@@ -38,17 +38,42 @@ class Verdict(StrEnum):
 CheckStatus = Literal["pass", "fail", "unassessed"]
 
 
-class CheckOutcome(BaseModel):
-    """One checklist requirement as the host verifier judged it."""
+class FindingOutcome(BaseModel):
+    """A finding of the host verifier, as admitted (route, scope, or a check)."""
 
     model_config = ConfigDict(frozen=True)
 
-    requirement: str
-    """The exact checklist string."""
     status: CheckStatus
     """pass, fail or unassessed."""
     evidence: tuple[str, ...] = ()
     """Files under the artifacts folder that support the finding."""
+
+
+class CheckOutcome(FindingOutcome):
+    """One checklist requirement as the host verifier judged it."""
+
+    requirement: str
+    """The exact checklist string."""
+
+
+class ProviderError(BaseModel):
+    """A model provider's failure that is not the agent's: it makes a trial that did not
+    pass an ``infra_error`` (never a counted fail)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["auth", "unavailable"]
+    """``auth``: the provider refused the key (401/403), so every trial of the model would
+    fail the same way; ``unavailable``: 5xx, 429, timeout or a dropped stream that no later
+    call recovered from."""
+    model: str
+    """The model id."""
+    status: int | None = None
+    """The provider's HTTP status (None for a timeout or a dropped connection)."""
+    message: str
+    """What happened, in words."""
+    key_env: str = ""
+    """The host variable holding the key (for ``auth``)."""
 
 
 class Usage(BaseModel):
@@ -100,7 +125,19 @@ class TrialResult(BaseModel):
     agent_exit_code: int | None = None
     """Exit code of a command agent."""
     checks: tuple[CheckOutcome, ...] = ()
-    """The verification's findings, as admitted."""
+    """The verification's checklist findings, as admitted."""
+    route: FindingOutcome | None = None
+    """The verification's route finding (None when it could not be read)."""
+    scope: FindingOutcome | None = None
+    """The verification's scope finding (None when it could not be read)."""
+    agent_digest: str = ""
+    """sha256 of the agent's settings (its command or preset and options)."""
+    agent_settings: dict[str, Any] = Field(default_factory=dict)
+    """The agent's settings in brief (kind, preset, options, the command's sha256)."""
+    plugins_digest: str = ""
+    """sha256 of the names and bytes of the plugins the arm installed."""
+    provider_error: ProviderError | None = None
+    """The model provider's failure that decided an infra_error, if one did."""
     timings: dict[str, float] = Field(default_factory=dict)
     """Seconds per lifecycle phase."""
     usage: Usage = Field(default_factory=Usage)

@@ -70,6 +70,9 @@ class BuiltinVerifier(_Strict):
 
     builtin: Literal["junit"]
     """``junit``: judges from the verifier commands' exit codes and JUnit XML reports."""
+    scope: tuple[str, ...] = ()
+    """Paths the agent may change (fnmatch patterns relative to the workspace, ``*``
+    matching ``/`` too); empty: any path but the test files the checklist names."""
 
 
 class Plugin(_Strict):

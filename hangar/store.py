@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -41,9 +42,9 @@ from hangar.errors import ConfigError, HangarError
 from hangar.paths import runs_dir
 from hangar.results import CheckOutcome, TrialResult, Usage, Verdict
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Bump when a view's definition changes; views are rebuilt when the store is opened.
-VIEWS_VERSION = 1
+VIEWS_VERSION = 2
 
 metadata = MetaData()
 
@@ -88,6 +89,13 @@ trials = Table(
     Column("evidence_sha256", String(64)),
     Column("node", String(255), nullable=False),
     Column("schema_version", Integer, nullable=False),
+    # schema 3
+    Column("route", JSON),
+    Column("scope", JSON),
+    Column("agent_digest", String(64), nullable=False, server_default=""),
+    Column("agent_settings", JSON),
+    Column("plugins_digest", String(64), nullable=False, server_default=""),
+    Column("provider_error", JSON),
     Index("ix_trials_sweep_final", "sweep_id", "final"),
     Index("ix_trials_finished", "finished_at"),
     Index("ix_trials_model_arm", "model", "arm"),
@@ -120,6 +128,20 @@ meta = Table(
     Column("key", String(64), primary_key=True),
     Column("value", Text, nullable=False),
 )
+
+
+#: Columns each schema version added to `trials` (as ALTER TABLE ... ADD COLUMN takes them).
+_ADDED = {
+    2: ["suite VARCHAR(200) NOT NULL DEFAULT ''"],
+    3: [
+        "route JSON",
+        "scope JSON",
+        "agent_digest VARCHAR(64) NOT NULL DEFAULT ''",
+        "agent_settings JSON",
+        "plugins_digest VARCHAR(64) NOT NULL DEFAULT ''",
+        "provider_error JSON",
+    ],
+}
 
 
 class StoreError(HangarError):
@@ -187,10 +209,10 @@ class ResultsStore:
                     f"the results store {self._safe_url} has schema {version}, newer than this "
                     f"hangar's {SCHEMA_VERSION}: upgrade hangar"
                 )
-            elif int(version) < 2:  # v2 added trials.suite
-                conn.exec_driver_sql(
-                    "ALTER TABLE trials ADD COLUMN suite VARCHAR(200) NOT NULL DEFAULT ''"
-                )
+            elif int(version) < SCHEMA_VERSION:
+                for step in range(int(version) + 1, SCHEMA_VERSION + 1):
+                    for column in _ADDED[step]:
+                        conn.exec_driver_sql(f"ALTER TABLE trials ADD COLUMN {column}")
                 self._set_meta(conn, "schema_version", str(SCHEMA_VERSION))
             if self._meta(conn, "views_version") != str(VIEWS_VERSION):
                 for statement in views_sql(self.engine.dialect.name):
@@ -269,6 +291,12 @@ class ResultsStore:
                     "evidence_sha256": r.evidence_sha256,
                     "node": r.node,
                     "schema_version": r.schema_version,
+                    "route": _json(r.route),
+                    "scope": _json(r.scope),
+                    "agent_digest": r.agent_digest,
+                    "agent_settings": r.agent_settings,
+                    "plugins_digest": r.plugins_digest,
+                    "provider_error": _json(r.provider_error),
                 }
             )
             check_rows += [
@@ -422,8 +450,17 @@ def copy_store(source: ResultsStore, target: ResultsStore) -> dict[str, int]:
     return copied
 
 
+def _json(value: BaseModel | None) -> dict[str, Any] | None:
+    return None if value is None else value.model_dump(mode="json")
+
+
+def _loaded(value: Any) -> Any:
+    """A JSON column's value (a driver may hand back the text)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
 def _result(row: Any, found: tuple[CheckOutcome, ...]) -> TrialResult:
-    timings = row.timings if isinstance(row.timings, dict) else json.loads(row.timings)
+    timings = _loaded(row.timings)
     return TrialResult(
         schema_version=row.schema_version,
         sweep=row.sweep_id,
@@ -452,6 +489,12 @@ def _result(row: Any, found: tuple[CheckOutcome, ...]) -> TrialResult:
         evidence_uri=row.evidence_uri,
         evidence_sha256=row.evidence_sha256,
         node=row.node,
+        route=_loaded(row.route),
+        scope=_loaded(row.scope),
+        agent_digest=row.agent_digest,
+        agent_settings=_loaded(row.agent_settings) or {},
+        plugins_digest=row.plugins_digest,
+        provider_error=_loaded(row.provider_error),
         started_at=_aware(row.started_at),
         finished_at=_aware(row.finished_at),
     )

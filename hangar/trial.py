@@ -48,13 +48,15 @@ from hangar.sandbox.archive import copy_untrusted_tree, extract_untrusted
 from hangar.sandbox.workspace import (
     MirrorCache,
     WorkspaceError,
+    diff_against_pin,
+    git_damage,
     hand_over,
     make_workspace,
     remove_escaping_links,
     workspace_state,
 )
 from hangar.scenario import LoadedScenario, PinnedFile, tree_digest
-from hangar.scheduler.keys import Arm, trial_key
+from hangar.scheduler.keys import Arm, plugin_bytes_digest, trial_key
 from hangar.trace import TraceWriter, find_canaries
 from hangar.verifiers import junit
 from hangar.verifiers.admission import Judgement, fixture_problems, judge
@@ -105,6 +107,8 @@ class TrialSpec(BaseModel):
     """Arm name."""
     plugins: tuple[str, ...] = ()
     """Plugins the arm installs."""
+    plugins_digest: str = ""
+    """sha256 of those plugins' names and bytes (see `hangar.scheduler.keys`)."""
     repeat: int = 0
     """Repeat index."""
     attempt: int = 1
@@ -145,6 +149,9 @@ def result_of(
         reason=reason,
         started_at=started_at,
         finished_at=finished_at,
+        agent_digest=spec.agent.digest(),
+        agent_settings=spec.agent.settings(),
+        plugins_digest=spec.plugins_digest,
         **outcome,
     )
 
@@ -189,9 +196,11 @@ def single_trial(
     same trial again never overwrites the evidence of an earlier run.
     """
     spec = ModelSpec.model_validate(model)
+    plugins = plugin_bytes_digest(loaded, arm)
     return TrialSpec(
         sweep=sweep or datetime.now(UTC).strftime("adhoc-%Y%m%dT%H%M%S.%fZ"),
-        trial_key=trial_key(loaded, agent, spec.id, arm, repeat),
+        trial_key=trial_key(loaded, agent, spec.id, arm, repeat, plugins=plugins),
+        plugins_digest=plugins,
         scenario=loaded,
         agent=agent,
         model=spec.id,
@@ -448,13 +457,11 @@ class _Trial:
             self.install_plugins(sandbox)
         if self.spec.plugins:  # plugins may have landed in the workspace
             with self.phase("initial_status"):
-                self.write("status-initial.json", git_state(sandbox, diff=False))
+                self.write("status-initial.json", git_state(sandbox))
         with self.phase("agent"):
             self.run_agent(sandbox, self.remaining())
         with self.phase("final_status"):
-            final = final_state(sandbox)  # kills every agent process, before and after git
-            self.write("diff.patch", final.pop("diff"))
-            self.write("status-final.json", final)
+            agent_view = final_state(sandbox)  # kills every agent process, before and after
         if self.one_sandbox:
             with self.phase("scratch_reset"):
                 self.reset_scratch()
@@ -467,6 +474,8 @@ class _Trial:
                 self.closing.append(self.background(sandbox.close))
             with self.phase("verifier_sandbox_up"):
                 verifier_box = verifier_start.result() if verifier_start else self.start_sandbox()
+        with self.phase("final_diff"):  # on the host, from the (copied back) workspace
+            self.final_diff(agent_view)
         with self.phase("verifier_files"):
             # Staged in the sandbox's /tmp (the emptied scratch folder, or copied in with
             # one archive), then put in place by the first verifier command's exec.
@@ -523,6 +532,30 @@ class _Trial:
                 commands=commands,
                 canaries_found=find_canaries(self.trace.path, self.scenario.canaries),
             )
+
+    def final_diff(self, agent_view: dict[str, Any]) -> None:
+        """``diff.patch`` and ``status-final.json``: the diff against the pinned commit, taken
+        on the host whatever the agent did to its repository (what it did is recorded in
+        ``damage``); a diff that cannot be taken is the agent's outcome, never the farm's."""
+        url, revision = self.loaded.repository_url(), self.scenario.revision
+        if not self.mirrors.has_revision(url, revision):  # the node's cache, not the agent
+            raise _Outcome(Verdict.INFRA_ERROR, f"the mirror of {url} lost {revision}")
+        damage = git_damage(self.workspace)
+        state: dict[str, Any] = {**agent_view, "pinned": revision}
+        try:
+            changes = diff_against_pin(
+                self.mirrors,
+                url,
+                revision,
+                self.workspace,
+                self.folder / "final-diff",
+                self.artifacts / "diff.patch",
+            )
+            state.update(changes.model_dump())
+        except WorkspaceError as exc:
+            (self.artifacts / "diff.patch").unlink(missing_ok=True)
+            damage.append(f"no diff against the pinned commit could be taken: {exc}")
+        self.write("status-final.json", {**state, "damage": damage})
 
     def admit(self) -> None:
         problems = fixture_problems(
@@ -662,7 +695,7 @@ class _Trial:
         request_path = self.write("verifier/request.json", request.to_json())
         host = self.scenario.verifier.host
         if not isinstance(host, PinnedFile):
-            raw = junit.verify(request).to_json()
+            raw = junit.verify(request, host).to_json()
             self.write("verifier/verification.json", raw)
             return raw, None
         run = run_host_script(
@@ -732,6 +765,8 @@ def run_trial(
             completed=trial.agent_run.completed,
             agent_exit_code=trial.agent_run.exit_code,
             checks=trial.judgement.checks if trial.judgement else (),
+            route=trial.judgement.route if trial.judgement else None,
+            scope=trial.judgement.scope if trial.judgement else None,
             timings=trial.timings,
             usage=trial.usage,
             node=spec.node or socket.gethostname(),

@@ -470,6 +470,11 @@ class Sandbox(ABC):
         total size is capped by `spec.read_limit`.
         """
 
+    @abstractmethod
+    def check_alive(self) -> None:
+        """Raise `SandboxUnavailable` when the sandbox is gone (killed, its node or engine
+        lost): to tell the farm's failure from a command's own non-zero exit."""
+
     def stop(self) -> None:
         """End every process in the sandbox now; `close()` still removes it.
 

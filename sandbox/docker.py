@@ -363,6 +363,10 @@ class DockerSandbox(Sandbox):
             raise _unavailable("inspect the container", exc) from exc
         return self.container.status == "running"
 
+    def check_alive(self) -> None:
+        """Raise `SandboxUnavailable` when the container is gone (see `Sandbox`)."""
+        self._raise_if_dead("(checked after a failed command)")
+
     def _raise_if_dead(self, when: str) -> None:
         if not self._alive():
             raise SandboxUnavailable(

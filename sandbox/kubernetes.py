@@ -417,6 +417,11 @@ class KubernetesSandbox(Sandbox):
             duration_s=duration,
         )
 
+    def check_alive(self) -> None:
+        """Raise `SandboxUnavailable` when the pod is gone (see `Sandbox`)."""
+        if not self._running():
+            raise SandboxUnavailable(f"sandbox pod {self.name} is not running any more")
+
     def _running(self) -> bool:
         from kubernetes.client.exceptions import ApiException
 

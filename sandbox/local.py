@@ -254,6 +254,9 @@ class LocalSandbox(Sandbox):
             spool.seek(0)
             extract_untrusted(spool, target, strip=0, limit=self.spec.read_limit)
 
+    def check_alive(self) -> None:
+        """Host processes have no sandbox to lose: nothing to check."""
+
     def close(self) -> None:
         """Remove the private folder; idempotent."""
         root, self._root = self._root, None

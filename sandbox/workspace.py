@@ -22,6 +22,9 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
+
+from pydantic import BaseModel
 
 from hangar.errors import HangarError
 
@@ -41,20 +44,31 @@ class WorkspaceError(HangarError):
     """A repository or revision cannot be mirrored or checked out (a fixture problem)."""
 
 
-def _git(*args: str, cwd: Path | None = None, timeout: float = 600) -> str:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **_GIT_ENV}
-    proc = subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+def _git(
+    *args: str,
+    cwd: Path | None = None,
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+    stdout: IO[bytes] | None = None,
+) -> str:
+    """Run git with hangar's environment (and `env`); its stdout, or into `stdout`."""
+    full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **_GIT_ENV, **(env or {})}
+    try:
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env=full,
+            stdout=stdout or subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise WorkspaceError(f"git {' '.join(args)} took longer than {timeout:g} s") from exc
     if proc.returncode != 0:
-        raise WorkspaceError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
-    return proc.stdout
+        error = proc.stderr.decode(errors="replace").strip()
+        raise WorkspaceError(f"git {' '.join(args)} failed: {error}")
+    return "" if stdout is not None else proc.stdout.decode(errors="replace")
 
 
 class MirrorCache:
@@ -144,6 +158,87 @@ def workspace_state(dest: Path, revision: str) -> dict[str, str]:
     --porcelain`` of a workspace nobody but hangar touched yet."""
     status = _git("status", "--porcelain", "--untracked-files=all", cwd=dest)
     return {"head": revision, "status": status}
+
+
+#: The most of a workspace diff kept (the rest is cut off and the cut recorded).
+DIFF_LIMIT = 100 * 1024 * 1024
+
+
+class WorkspaceChanges(BaseModel):
+    """What changed in a workspace since its pinned commit, read by the host's git."""
+
+    changes: str
+    """``git diff --name-status`` against the pinned commit."""
+    diff_truncated: bool
+    """The diff was longer than `DIFF_LIMIT` and was cut there."""
+
+
+def diff_against_pin(
+    cache: MirrorCache, url: str, revision: str, workspace: Path, scratch: Path, diff: Path
+) -> WorkspaceChanges:
+    """Diff `workspace` against its pinned `revision` into the file `diff`, whatever the
+    agent did to the workspace's own repository.
+
+    Git runs on the host with a repository of hangar's own (a fresh bare one in
+    `scratch`, whose objects fall back to the node's mirror): the workspace's ``.git``
+    (deleted, replaced by a ``gitdir:`` file or a link to ``/``, stripped of HEAD, its
+    config planted with hooks or filters) is never read, and new objects never reach the
+    mirror. Only hangar's configuration applies (none from the system or the user), so
+    attributes in the workspace name filters and drivers that do not exist. A failure here
+    is the agent's doing (`WorkspaceError`, e.g. unreadable files), except a mirror without
+    the pinned commit, which the caller checks first.
+    """
+    mirror = cache.path_for(url)
+    git_dir = scratch / "git"
+    shutil.rmtree(git_dir, ignore_errors=True)
+    _git("init", "--quiet", "--bare", str(git_dir))
+    env = {
+        "GIT_DIR": str(git_dir),
+        "GIT_OBJECT_DIRECTORY": str(git_dir / "objects"),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(mirror / "objects"),
+        "GIT_WORK_TREE": str(workspace),
+        "GIT_INDEX_FILE": str(scratch / "index"),
+    }
+    safe = ("-c", "safe.directory=*", "-c", "core.fsmonitor=false", "-c", "core.quotePath=false")
+    _git(*safe, "read-tree", revision, cwd=workspace, env=env)
+    _git(*safe, "add", "--all", cwd=workspace, env=env)
+    changes = _git(*safe, "diff", "--cached", "--name-status", revision, cwd=workspace, env=env)
+    with diff.open("wb") as out:
+        _git(
+            *safe,
+            "diff",
+            "--cached",
+            "--binary",
+            "--no-ext-diff",
+            "--no-textconv",
+            revision,
+            cwd=workspace,
+            env=env,
+            stdout=out,
+        )
+    truncated = diff.stat().st_size > DIFF_LIMIT
+    if truncated:
+        with diff.open("r+b") as out:
+            out.truncate(DIFF_LIMIT)
+    shutil.rmtree(git_dir, ignore_errors=True)
+    (scratch / "index").unlink(missing_ok=True)
+    return WorkspaceChanges(changes=changes, diff_truncated=truncated)
+
+
+def git_damage(workspace: Path) -> list[str]:
+    """What is wrong with the workspace's own repository, in words (empty: nothing)."""
+    git = workspace / ".git"
+    if git.is_symlink():
+        return [f".git is a link to {str(git.readlink())!r}"]
+    if not git.exists():
+        return [".git is gone"]
+    if not git.is_dir():
+        return [".git is not a folder (a gitdir: file or another file was put there)"]
+    problems = []
+    for name in ("HEAD", "objects", "refs"):
+        if not (git / name).exists():
+            problems.append(f".git/{name} is gone")
+    return problems
 
 
 def remove_escaping_links(root: Path) -> list[dict[str, str]]:

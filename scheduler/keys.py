@@ -47,13 +47,22 @@ def plugin_bytes_digest(loaded: LoadedScenario, arm: Arm) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
-def trial_key(loaded: LoadedScenario, agent: AgentSpec, model: str, arm: Arm, repeat: int) -> str:
-    """The trial key (see the module docstring)."""
+def trial_key(
+    loaded: LoadedScenario,
+    agent: AgentSpec,
+    model: str,
+    arm: Arm,
+    repeat: int,
+    *,
+    plugins: str | None = None,
+) -> str:
+    """The trial key (see the module docstring); `plugins` is the arm's
+    `plugin_bytes_digest` when the caller has it already."""
     payload = {
         "scenario": loaded.digest,
         "agent": agent.digest(),
         "model": model,
-        "arm": [arm.name, plugin_bytes_digest(loaded, arm)],
+        "arm": [arm.name, plugins or plugin_bytes_digest(loaded, arm)],
         "repeat": repeat,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()

@@ -133,6 +133,64 @@ def test_local_backend_runs_the_same_trial(run: Runner) -> None:
     assert run(GOLD, backend="local").verdict is Verdict.PASS
 
 
+# -- what the agent does to its own repository is its result, never the farm's --------------
+
+DAMAGE = {
+    "rm-git": ("rm -rf .git", ".git is gone"),
+    "gitdir-file": ("rm -rf .git && echo 'gitdir: /etc' > .git", ".git is not a folder"),
+    "link-to-root": ("rm -rf .git && ln -s / .git", ".git is a link to '/'"),
+    "no-head": ("rm -f .git/HEAD", ".git/HEAD is gone"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+def test_a_broken_repository_does_not_escape_a_fail(run: Runner, kind: str) -> None:
+    damage, words = DAMAGE[kind]
+    result = run(f"echo giving up; {damage}")
+    assert result.verdict is Verdict.FAIL, result.reason
+    assert "failed check" in result.reason
+    final = json.loads(bundle(result, "status-final.json"))
+    assert words in " ".join(final["damage"]), final
+    assert "head_error" in final or "status_error" in final, final
+    assert final["changes"] == "", final  # nothing tracked changed against the pin
+    assert bundle(result, "diff.patch") == ""
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+def test_a_fix_survives_a_broken_repository(run: Runner, kind: str) -> None:
+    damage, words = DAMAGE[kind]
+    result = run(f"{GOLD}\n{damage}")
+    assert result.verdict is Verdict.PASS, result.reason
+    final = json.loads(bundle(result, "status-final.json"))
+    assert words in " ".join(final["damage"]), final
+    assert final["changes"] == "M\tstatkit/stats.py\n"
+    assert "+        return (ordered[mid - 1] + ordered[mid]) / 2" in bundle(result, "diff.patch")
+
+
+def test_a_committed_fix_is_in_the_diff(run: Runner) -> None:
+    # The diff is against the pinned commit, not the agent's HEAD.
+    result = run(f"{GOLD}\ngit commit -qam fix && git log --oneline | head -1")
+    assert result.verdict is Verdict.PASS, result.reason
+    final = json.loads(bundle(result, "status-final.json"))
+    assert final["head"] != final["pinned"] and final["status"] == "" and final["damage"] == []
+    assert "ordered[mid - 1]" in bundle(result, "diff.patch")
+
+
+def test_an_unreadable_workspace_is_a_fail(run: Runner) -> None:
+    result = run("cd / && chmod -R 000 /workspace")
+    assert result.verdict is Verdict.FAIL, result.reason
+    assert "verifier command failed" in result.reason
+
+
+def test_special_files_and_nested_links_do_not_break_the_diff(run: Runner) -> None:
+    result = run(f"{GOLD}\nmkfifo pipe; ln -s /etc/shadow shadow; mkdir -p sub && ln -s / sub/.git")
+    assert result.verdict is Verdict.FAIL, result.reason  # scope: files beside the fix
+    assert "failed scope" in result.reason
+    final = json.loads(bundle(result, "status-final.json"))
+    assert "A\tshadow" in final["changes"] and "pipe" not in final["changes"]
+    assert "root:" not in bundle(result, "diff.patch")  # the link, never what it names
+
+
 # -- what the agent can and cannot see ------------------------------------------------------
 
 # The canary is split with shell quotes so the command line itself does not contain it.
@@ -233,7 +291,11 @@ def test_blocked_setup(run: Runner, edit: Callable[[Path], None], words: str) ->
         ("folder_evidence", "is not a regular file"),
         ("stale_trace", "stale trace"),
         ("unassessed", "unassessed finding"),
-        ("no_route", "route is missing"),
+        ("string_route", 'malformed verification: route: route must be a Finding {"status"'),
+        ("failed_scope", "failed scope"),
+        ("unassessed_route", "unassessed route"),
+        ("route_without_evidence", "passing route without evidence"),
+        ("scope_escaping_evidence", "inadmissible evidence for scope: evidence '../scenario.json'"),
         ("malformed", "malformed verification: not JSON"),
         ("crash", "host verifier crashed (exit 1): RuntimeError: the verifier fell over"),
     ],

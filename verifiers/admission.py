@@ -8,16 +8,17 @@ Any reason makes the trial `blocked_setup` before a container starts or a model 
 `judge` (phase 11) admits a host verifier's output. A trial passes only when every
 rule holds; each broken rule adds its own reason, naming the rule:
 
-- the output is one well-formed Verification JSON, for this case;
+- the output is one well-formed Verification JSON, for this case (``route`` and
+  ``scope`` are Findings, never bare strings);
 - ``traceSha256`` equals the request's (otherwise the trace is stale);
-- ``route`` and ``scope`` are present;
 - every checklist string is covered exactly once, and nothing else is (a reworded
   item is both missing and unknown);
-- every passing finding names at least one evidence file: a relative path with no
-  ``..``, under the artifacts folder, a regular file, with no symlink anywhere on its
-  way;
-- the run completed; no finding is unassessed; no finding failed; every original
-  verifier command exited 0.
+- every passing finding (route, scope and each check) names at least one evidence
+  file: a relative path with no ``..``, under the artifacts folder, a regular file, with
+  no symlink anywhere on its way;
+- the run completed; no finding is unassessed; no finding failed (a failed or
+  unassessed route or scope prevents a pass like a check); every original verifier
+  command exited 0.
 
 A canary found in the trace makes the trial `void`, whatever else holds.
 """
@@ -27,13 +28,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from hangar.results import CheckOutcome, Verdict
+from hangar.results import CheckOutcome, FindingOutcome, Verdict
 from hangar.sandbox.workspace import MirrorCache, WorkspaceError
 from hangar.scenario import LoadedScenario, PinnedFile, file_sha256
-from hangar.verifiers.protocol import CommandRecord, Verification, script_problem
+from hangar.verifiers.protocol import CommandRecord, Finding, Verification, script_problem
 
 
 def pinned_script_problem(loaded: LoadedScenario, role: str, pinned: PinnedFile) -> str | None:
@@ -123,7 +125,11 @@ class Judgement(BaseModel):
     reason: str
     """Every rule that decided it, in words."""
     checks: tuple[CheckOutcome, ...] = ()
-    """The verification's findings (empty when it could not be read)."""
+    """The verification's checklist findings (empty when it could not be read)."""
+    route: FindingOutcome | None = None
+    """Its route finding (None when it could not be read)."""
+    scope: FindingOutcome | None = None
+    """Its scope finding (None when it could not be read)."""
 
 
 def _parse(raw: str) -> tuple[Verification | None, str]:
@@ -139,7 +145,8 @@ def _parse(raw: str) -> tuple[Verification | None, str]:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        return None, f"malformed verification: {where}: {first['msg']}"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        return None, f"malformed verification: {where}: {message}"
 
 
 def judge(
@@ -167,12 +174,16 @@ def judge(
         )
     verification, malformed = (None, verifier_error) if verifier_error else _parse(raw)
     reasons: list[str] = [malformed] if malformed else []
-    checks: tuple[CheckOutcome, ...] = ()
+    found: dict[str, Any] = {}
     if verification is not None:
-        checks = tuple(
-            CheckOutcome(requirement=c.requirement, status=c.status, evidence=tuple(c.evidence))
-            for c in verification.checks
-        )
+        found = {
+            "checks": tuple(
+                CheckOutcome(requirement=c.requirement, status=c.status, evidence=tuple(c.evidence))
+                for c in verification.checks
+            ),
+            "route": _outcome(verification.route),
+            "scope": _outcome(verification.scope),
+        }
         reasons += _verification_problems(verification, case, trace_sha256, checklist, artifacts)
     if not completed:
         why = f" ({incomplete_reason})" if incomplete_reason else ""
@@ -182,8 +193,12 @@ def judge(
             how = "timed out" if record.timed_out else f"exited {record.exit_code}"
             reasons.append(f"verifier command failed: {record.command!r} {how}")
     if reasons:
-        return Judgement(verdict=Verdict.FAIL, reason="; ".join(reasons), checks=checks)
-    return Judgement(verdict=Verdict.PASS, reason=_pass_reason(checks), checks=checks)
+        return Judgement(verdict=Verdict.FAIL, reason="; ".join(reasons), **found)
+    return Judgement(verdict=Verdict.PASS, reason=_pass_reason(found.get("checks", ())), **found)
+
+
+def _outcome(finding: Finding) -> FindingOutcome:
+    return FindingOutcome(status=finding.status, evidence=tuple(finding.evidence))
 
 
 def _verification_problems(
@@ -197,10 +212,6 @@ def _verification_problems(
             f"stale trace: the verification judged trace {v.trace_sha256[:12]}..., "
             f"the trial's trace is {trace_sha256[:12]}..."
         )
-    if not v.route.strip():
-        problems.append("route is missing")
-    if not v.scope.strip():
-        problems.append("scope is missing")
     covered = [c.requirement for c in v.checks]
     for item in checklist:
         if item not in covered:
@@ -210,20 +221,31 @@ def _verification_problems(
     for item in dict.fromkeys(covered):
         if item not in checklist:
             problems.append(f"finding for a requirement not in the checklist: {item!r}")
+    for name, finding in (("route", v.route), ("scope", v.scope)):
+        problems += _finding_problems(finding, artifacts, name)
     for c in v.checks:
-        if c.status == "unassessed":
-            problems.append(f"unassessed finding: {c.requirement!r}")
-        elif c.status == "fail":
-            problems.append(f"failed check: {c.requirement!r}")
-        elif not c.evidence:
-            problems.append(f"passing finding without evidence: {c.requirement!r}")
-        else:
-            problems += [
-                f"inadmissible evidence for {c.requirement!r}: {p}"
-                for p in (evidence_problem(artifacts, e) for e in c.evidence)
-                if p is not None
-            ]
+        problems += _finding_problems(c, artifacts, None, c.requirement)
     return problems
+
+
+def _finding_problems(
+    finding: Finding, artifacts: Path, field: str | None, requirement: str = ""
+) -> list[str]:
+    """What keeps one finding from supporting a pass: the `field` (route, scope) or, for
+    None, the check of `requirement`, named in each reason."""
+    which = f": {requirement!r}" if field is None else ""
+    if finding.status == "unassessed":
+        return [f"unassessed {field or 'finding'}{which}"]
+    if finding.status == "fail":
+        return [f"failed {field or 'check'}{which}"]
+    if not finding.evidence:
+        return [f"passing {field or 'finding'} without evidence{which}"]
+    subject = field or repr(requirement)
+    return [
+        f"inadmissible evidence for {subject}: {p}"
+        for p in (evidence_problem(artifacts, e) for e in finding.evidence)
+        if p is not None
+    ]
 
 
 def _pass_reason(checks: tuple[CheckOutcome, ...]) -> str:

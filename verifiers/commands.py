@@ -1,12 +1,15 @@
 """Phases 8 and 9: final status, then hidden files and verifier commands.
 
-The final status is taken once every process of the agent is dead. Git runs with the
-configuration an agent could have planted neutralised where git allows it (no global
-or system config, no fsmonitor, no hooks, no external diff, no pager); since git may
-still run filters an agent declared, every process of the sandbox user is killed again
-after it. Hidden files and commands then run where nothing the agent left outside the
-workspace exists (a process, a ``usercustomize.py`` in HOME, a file in /tmp): the
-agent's sandbox with its scratch wiped, or a fresh one (see `hangar.trial`).
+The final status is taken once every process of the agent is dead: the agent's own
+view of its repository in the sandbox (git with the configuration an agent could have
+planted neutralised where git allows it: no global or system config, no fsmonitor, no
+hooks, no external diff, no pager; since git may still run filters an agent declared,
+every process of the sandbox user is killed again after it), recorded whatever the
+agent did to ``.git``; the diff itself is taken on the host against the pinned commit
+(`hangar.sandbox.workspace.diff_against_pin`). Hidden files and commands then run where
+nothing the agent left outside the workspace exists (a process, a ``usercustomize.py``
+in HOME, a file in /tmp): the agent's sandbox with its scratch wiped, or a fresh one
+(see `hangar.trial`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import shlex
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hangar.errors import SandboxError, SandboxUnavailable
 from hangar.sandbox.base import Sandbox, exec_then_end_user
@@ -37,49 +41,59 @@ _GIT = (
 )
 
 
-def git_state(sandbox: Sandbox, *, diff: bool, end_processes: bool = False) -> dict[str, str]:
-    """HEAD and ``git status --porcelain`` of the workspace, and the diff if asked.
-
-    One exec for all of it (each exec is a round trip to the engine). With
-    `end_processes`, every process of the sandbox user is killed before git (nothing of
-    the agent's may change the workspace while it is read) and after it (git may run
-    filters the agent declared), in the same exec.
-    """
-    parts = [f"{_GIT} rev-parse HEAD", f"{_GIT} status --porcelain --untracked-files=all"]
-    if diff:
-        # A throwaway index (in a subshell), so the workspace's own index is not touched.
-        parts.append(
-            "( export GIT_INDEX_FILE=/tmp/hangar-diff-index.$$; "
-            f"{_GIT} read-tree HEAD && {_GIT} add -A && "
-            f"{_GIT} diff --cached --binary --no-ext-diff --no-textconv HEAD; "
-            "rc=$?; rm -f $GIT_INDEX_FILE; exit $rc )"
-        )
-    git = "; printf '\\0'; ".join(f"{{ {p} || exit 90; }}" for p in parts)
-    if end_processes:
-        res = exec_then_end_user(sandbox, ["sh", "-c", git], timeout=GIT_TIMEOUT_S, end_first=True)
-        if res.returncode in (93, 94):
-            raise SandboxError(f"the agent's processes could not all be ended: {res.stderr}")
-    else:
-        res = sandbox.exec(git, timeout=GIT_TIMEOUT_S)
+def git_state(sandbox: Sandbox) -> dict[str, str]:
+    """HEAD and ``git status --porcelain`` of the workspace before the agent (after the
+    arm's plugins were installed), in one exec (each exec is a round trip to the engine)."""
+    git = (
+        f"{{ {_GIT} rev-parse HEAD || exit 90; }}; printf '\\0'; "
+        f"{{ {_GIT} status --porcelain --untracked-files=all || exit 90; }}"
+    )
+    res = sandbox.exec(["sh", "-c", git], timeout=GIT_TIMEOUT_S)
     if not res.ok:
         raise SandboxError(f"git failed in the sandbox: {res.stderr.strip()}")
-    fields = res.stdout.split("\0")
-    state = {"head": fields[0].strip(), "status": fields[1] if len(fields) > 1 else ""}
-    if diff:
-        state["diff"] = fields[2] if len(fields) > 2 else ""
-        state["diff_truncated"] = str(res.stdout_truncated).lower()
-    return state
+    head, _, status = res.stdout.partition("\0")
+    return {"head": head.strip(), "status": status}
 
 
-def final_state(sandbox: Sandbox) -> dict[str, str]:
-    """Status and diff after the agent, taken once every process of the sandbox user is
-    dead; every process is killed again after git (which may run filters an agent
-    declared).
+#: The agent's own view of its repository, each command allowed to fail (with its exit
+#: code after a NUL): what the agent did to ``.git`` is evidence, not an error.
+_AGENT_VIEW = (
+    f"{_GIT} rev-parse HEAD 2>&1; printf '\\0%s\\0' $?; "
+    f"{_GIT} status --porcelain --untracked-files=all 2>&1; printf '\\0%s\\0' $?"
+)
 
+
+def final_state(sandbox: Sandbox) -> dict[str, Any]:
+    """The agent's own view of the workspace's repository (HEAD and status) after the
+    agent, taken once every process of the sandbox user is dead; every process is killed
+    again after git (which may run filters an agent declared).
+
+    Nothing the agent did to its repository makes this fail: a git that cannot run is
+    recorded (``head_error``, ``status_error``) and the trial goes on to verification; the
+    diff that judges the agent is taken on the host against the pinned commit
+    (`hangar.sandbox.workspace.diff_against_pin`). Only a sandbox that is gone raises.
     The kills run only in an isolated sandbox: on the local backend they would kill the
     host's processes. The keeper of a docker sandbox runs as root and survives them.
     """
-    return git_state(sandbox, diff=True, end_processes=sandbox.isolated)
+    if sandbox.isolated:
+        res = exec_then_end_user(
+            sandbox, ["sh", "-c", _AGENT_VIEW], timeout=GIT_TIMEOUT_S, end_first=True
+        )
+        if res.returncode in (93, 94):
+            raise SandboxError(f"the agent's processes could not all be ended: {res.stderr}")
+    else:
+        res = sandbox.exec(["sh", "-c", _AGENT_VIEW], timeout=GIT_TIMEOUT_S)
+    fields = res.stdout.split("\0")
+    if not res.ok or len(fields) < 4:
+        sandbox.check_alive()  # a dead sandbox is the farm's failure
+        return {"head_error": f"exit {res.returncode}: {(res.stdout + res.stderr)[-2000:]}"}
+    state: dict[str, Any] = {}
+    for name, output, code in (("head", fields[0], fields[1]), ("status", fields[2], fields[3])):
+        if code == "0":
+            state[name] = output.strip() if name == "head" else output
+        else:
+            state[f"{name}_error"] = f"git exited {code}: {output.strip()[-2000:]}"
+    return state
 
 
 def stage_hidden_files(loaded: LoadedScenario, staging: Path, sandbox_dir: str) -> str:

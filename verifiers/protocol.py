@@ -6,10 +6,15 @@ A host verifier gets the path of a request file as its first argument (also in
     request:      {case, fixture, workspace, artifacts, traceSha256, completed,
                    checklist, commands: [{command, exitCode, timedOut, stdout, stderr}]}
     verification: {caseId, traceSha256, checks: [{requirement, status, evidence[]}],
-                   route, scope}        status in pass | fail | unassessed
+                   route: {status, evidence[]}, scope: {status, evidence[]}}
+                   status in pass | fail | unassessed
 
-`evidence` paths are relative to the artifacts folder. A prepare script gets
-``{fixture, workspace, artifacts}`` the same way and succeeds by exiting 0.
+This is seed 001's interface to the letter: ``route`` (how the agent got its result:
+the procedure, tool results, skill bytes it used) and ``scope`` (what it touched: no
+forbidden action, unrelated work preserved) are *Findings* like every check, assessed
+separately; a bare string is malformed. `evidence` paths are relative to the artifacts
+folder. A prepare script gets ``{fixture, workspace, artifacts}`` the same way and
+succeeds by exiting 0.
 
 Pinned scripts are trusted code (their sha256 was checked at admission), but they run
 with a scrubbed environment all the same: no host secret reaches them or their logs.
@@ -26,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 from hangar.sandbox.base import MiB, TailBuffer
@@ -76,15 +81,24 @@ class VerificationRequest(_Wire):
     """The original verifier commands and their outcomes."""
 
 
-class Check(_Wire):
-    """One finding."""
+class Finding(_Wire):
+    """One assessment: seed 001's ``type Finding = {status, evidence: string[]}``."""
 
-    requirement: str
-    """A checklist string, exactly."""
     status: Literal["pass", "fail", "unassessed"]
     """The finding."""
     evidence: list[str] = Field(default_factory=list)
-    """Files under the artifacts folder that support it."""
+    """Files under the artifacts folder that support it (a pass needs at least one)."""
+
+
+class Check(Finding):
+    """The finding of one checklist requirement."""
+
+    requirement: str
+    """A checklist string, exactly."""
+
+
+#: What a Finding looks like, for the message that refuses anything else.
+FINDING_SHAPE = '{"status": "pass" | "fail" | "unassessed", "evidence": ["path/under/artifacts"]}'
 
 
 class Verification(_Wire):
@@ -96,10 +110,20 @@ class Verification(_Wire):
     """The request's traceSha256."""
     checks: list[Check]
     """One finding per checklist requirement."""
-    route: str
-    """How the verifier decided (e.g. ``junit``, ``tests+review``)."""
-    scope: str
-    """What it looked at (e.g. ``hidden tests``)."""
+    route: Finding
+    """How the agent reached its result (procedure, tool results, delivered skill bytes)."""
+    scope: Finding
+    """What the agent touched (forbidden actions, unrelated work preserved)."""
+
+    @field_validator("route", "scope", mode="before")
+    @classmethod
+    def _finding(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, dict | Finding):
+            raise ValueError(
+                f"{info.field_name} must be a Finding {FINDING_SHAPE}, assessed on its own "
+                f"like a check; got {type(value).__name__} {str(value)[:60]!r}"
+            )
+        return value
 
 
 class ScriptRun(BaseModel):

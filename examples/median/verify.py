@@ -1,10 +1,11 @@
 """Host verifier of the statkit-median scenario (pinned in scenario.yaml).
 
 Judges three requirements: two from the JUnit report the verifier command wrote
-(visible and hidden tests), one from the diff (the existing tests were not edited).
-Writes one evidence file per finding under the artifacts folder and prints the
-Verification JSON. The report was written by code under test, so it is parsed with
-defusedxml.
+(visible and hidden tests), one from the diff (the existing tests were not edited); and
+route (the fix changed median() in statkit/stats.py) and scope (nothing else changed)
+from the diff, as Findings of their own. Writes one evidence file per finding under the
+artifacts folder and prints the Verification JSON. The report was written by code under
+test, so it is parsed with defusedxml.
 """
 
 import json
@@ -50,11 +51,8 @@ for requirement, names in TESTS.items():
     checks.append({"requirement": requirement, "status": status, "evidence": evidence})
 
 diff = (artifacts / "diff.patch").read_text(errors="replace")
-edited = [
-    line.split(" b/", 1)[-1]
-    for line in diff.splitlines()
-    if line.startswith("diff --git ") and " b/tests/" in line
-]
+changed = [line.split(" b/", 1)[-1] for line in diff.splitlines() if line.startswith("diff --git ")]
+edited = [path for path in changed if path.startswith("tests/")]
 note = evidence_dir / "existing-tests.json"
 note.write_text(json.dumps({"edited_test_files": edited}, indent=1))
 checks.append(
@@ -64,14 +62,31 @@ checks.append(
         "evidence": [note.relative_to(artifacts).as_posix(), "diff.patch"],
     }
 )
+
+
+def finding(name: str, ok: bool, facts: dict[str, object]) -> dict[str, object]:
+    """A route or scope finding with its own evidence file."""
+    path = evidence_dir / f"{name}.json"
+    path.write_text(json.dumps(facts, indent=1))
+    return {
+        "status": "pass" if ok else "fail",
+        "evidence": [path.relative_to(artifacts).as_posix(), "diff.patch"],
+    }
+
+
+# Route: the result was reached by changing median() where it lives, not elsewhere.
+route = finding("route", "statkit/stats.py" in changed, {"changed": changed})
+# Scope: nothing but that file changed (unrelated work and the tests are preserved).
+outside = [path for path in changed if path != "statkit/stats.py"]
+scope = finding("scope", not outside, {"changed": changed, "outside_scope": outside})
 print(
     json.dumps(
         {
             "caseId": request["case"],
             "traceSha256": request["traceSha256"],
             "checks": checks,
-            "route": "junit+diff",
-            "scope": "visible and hidden tests; the diff of tests/",
+            "route": route,
+            "scope": scope,
         }
     )
 )

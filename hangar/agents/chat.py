@@ -91,6 +91,12 @@ class ChatAgent(BaseModel):
         """sha256 of the agent's config (part of the trial key)."""
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
 
+    def settings(self) -> dict[str, object]:
+        """The settings a result records (the system prompt as its sha256)."""
+        fields = self.model_dump(exclude={"name", "system_prompt"})
+        prompt = hashlib.sha256(self.system_prompt.encode()).hexdigest()
+        return {**fields, "system_prompt_sha256": prompt}
+
 
 def _tools_for(api: str) -> Any:
     """The tool definitions in one API's shape (the SDKs' typed dicts, built as data)."""

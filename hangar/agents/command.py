@@ -39,10 +39,23 @@ class CommandAgent(BaseModel):
     collect: list[str] = Field(default_factory=list)
     """Sandbox folders (``~`` is the sandbox HOME) copied into the evidence after the run,
     e.g. an agent CLI's session files; what is missing is skipped."""
+    preset: str | None = None
+    """The preset the command came from (`hangar.agents.presets`), if any."""
+    options: dict[str, str] = Field(default_factory=dict)
+    """The preset's options as chosen (reasoning effort, approval policy, sandbox mode)."""
 
     def digest(self) -> str:
         """sha256 of the agent's config (part of the trial key)."""
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+
+    def settings(self) -> dict[str, object]:
+        """The settings a result records: kind, preset and options, the command's sha256."""
+        return {
+            "kind": self.kind,
+            "preset": self.preset,
+            **self.options,
+            "command_sha256": hashlib.sha256(self.command.encode()).hexdigest(),
+        }
 
 
 class AgentRun(BaseModel):

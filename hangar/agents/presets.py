@@ -1,54 +1,151 @@
 """Ready configs for real agent CLIs, run as command agents through the model relay.
 
-Use one in an agents file as ``name: {preset: codex}`` (other fields override the
-preset's). The sandbox image must hold the CLI:
+Use one in an agents file as ``name: {preset: codex}``, with the preset's options beside
+it (``{preset: codex, reasoning_effort: low, sandbox_mode: workspace-write}``); other
+fields (``env``, ``collect``) override the preset's. The preset and its options stay in
+the agent's config, so they are part of its digest, its trial keys and every result.
+The sandbox image must hold the CLI:
 
 - ``codex``: OpenAI Codex CLI (``codex exec``), talking the Responses API to the relay
-  as a custom provider. Build the image offline with ``hangar image build-base --with
-  codex`` (it installs ``@openai/codex`` from the npm registry on the host and copies the
-  binary in); its session files (``~/.codex/sessions``) go into the evidence.
+  as a custom provider. Options: ``reasoning_effort`` (minimal, low, medium, high,
+  xhigh), ``approval_policy`` (untrusted, on-failure, on-request, never) and
+  ``sandbox_mode`` (read-only, workspace-write, danger-full-access; without it Codex's
+  own sandbox is bypassed, since hangar's container is the sandbox). Build the image
+  offline with ``hangar image build-base --with codex`` (it installs ``@openai/codex``
+  from the npm registry on the host and copies the binary in); its session files
+  (``~/.codex/sessions``) go into the evidence.
 - ``claude``: Claude Code (``claude -p --output-format stream-json``), talking the
-  Anthropic Messages API to the relay. Claude Code needs Node.js 22 or newer, which
-  Debian bookworm does not ship: build an image from a Dockerfile that adds it (see the
-  README); its transcripts (``~/.claude/projects``) go into the evidence.
+  Anthropic Messages API to the relay. Option: ``permission_mode`` (default,
+  acceptEdits, plan, bypassPermissions; without it permissions are skipped). Claude Code
+  needs Node.js 22 or newer, which Debian bookworm does not ship: build an image from a
+  Dockerfile that adds it (see the README); its transcripts (``~/.claude/projects``) go
+  into the evidence.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from hangar.errors import ConfigError
 
-_CODEX = (
-    'mkdir -p "$HOME/.codex" && codex exec --skip-git-repo-check '
-    "--dangerously-bypass-approvals-and-sandbox --json "
-    "-c model_provider=hangar -c model_providers.hangar.name=hangar "
-    '-c "model_providers.hangar.base_url=\\"$OPENAI_BASE_URL\\"" '
-    "-c model_providers.hangar.env_key=OPENAI_API_KEY "
-    "-c model_providers.hangar.wire_api=responses "
-    '-m "$HANGAR_MODEL" - < "$HANGAR_CONTEXT_FILE"'
-)
-_CLAUDE = (
-    "claude -p --output-format stream-json --verbose --dangerously-skip-permissions "
-    '--model "$HANGAR_MODEL" < "$HANGAR_CONTEXT_FILE"'
-)
 
-PRESETS: dict[str, dict[str, Any]] = {
-    "codex": {"command": _CODEX, "collect": ["~/.codex/sessions"]},
-    "claude": {
-        "command": _CLAUDE,
-        "collect": ["~/.claude/projects"],
-        "env": {"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1"},
-    },
+class Option(BaseModel):
+    """One setting of a preset and the command-line text it becomes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    values: tuple[str, ...]
+    """The values the CLI accepts."""
+    flag: str
+    """The text added to the command, ``{value}`` standing for the (quoted) value."""
+    replaces: str = ""
+    """Text of the default command that the option takes the place of."""
+
+
+class Preset(BaseModel):
+    """A ready agent config: its command, what it collects, its options."""
+
+    model_config = ConfigDict(frozen=True)
+
+    command: str
+    """The command line, ``{options}`` marking where option flags go."""
+    collect: tuple[str, ...] = ()
+    """Folders copied into the evidence."""
+    env: dict[str, str] = {}
+    """Extra environment."""
+    options: dict[str, Option] = {}
+    """Settings the preset takes."""
+
+    def render(self, chosen: dict[str, str], where: str) -> str:
+        """The command with the `chosen` options in it (each checked)."""
+        command, flags = self.command, []
+        for name, value in chosen.items():
+            option = self.options.get(name)
+            if option is None:
+                known = ", ".join(self.options) or "none"
+                raise ConfigError(f"{where}: unknown option {name!r} (this preset takes: {known})")
+            if value not in option.values:
+                raise ConfigError(
+                    f"{where}: {name} must be one of {', '.join(option.values)}, got {value!r}"
+                )
+            if option.replaces:
+                command = command.replace(option.replaces, "")
+            flags.append(option.flag.format(value=shlex.quote(value)))
+        return re.sub(" +", " ", command.replace("{options}", " ".join(flags)))
+
+
+_CODEX_BYPASS = "--dangerously-bypass-approvals-and-sandbox"
+_CLAUDE_SKIP = "--dangerously-skip-permissions"
+
+PRESETS: dict[str, Preset] = {
+    "codex": Preset(
+        command=(
+            f'mkdir -p "$HOME/.codex" && codex exec --skip-git-repo-check {_CODEX_BYPASS} '
+            "--json {options} "
+            "-c model_provider=hangar -c model_providers.hangar.name=hangar "
+            '-c "model_providers.hangar.base_url=\\"$OPENAI_BASE_URL\\"" '
+            "-c model_providers.hangar.env_key=OPENAI_API_KEY "
+            "-c model_providers.hangar.wire_api=responses "
+            '-m "$HANGAR_MODEL" - < "$HANGAR_CONTEXT_FILE"'
+        ),
+        collect=("~/.codex/sessions",),
+        options={
+            "reasoning_effort": Option(
+                values=("minimal", "low", "medium", "high", "xhigh"),
+                flag="-c model_reasoning_effort={value}",
+            ),
+            "approval_policy": Option(
+                values=("untrusted", "on-failure", "on-request", "never"),
+                flag="-c approval_policy={value}",
+            ),
+            "sandbox_mode": Option(
+                values=("read-only", "workspace-write", "danger-full-access"),
+                flag="--sandbox {value}",
+                replaces=_CODEX_BYPASS,
+            ),
+        },
+    ),
+    "claude": Preset(
+        command=(
+            f"claude -p --output-format stream-json --verbose {_CLAUDE_SKIP} {{options}} "
+            '--model "$HANGAR_MODEL" < "$HANGAR_CONTEXT_FILE"'
+        ),
+        collect=("~/.claude/projects",),
+        env={"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1"},
+        options={
+            "permission_mode": Option(
+                values=("default", "acceptEdits", "plan", "bypassPermissions"),
+                flag="--permission-mode {value}",
+                replaces=_CLAUDE_SKIP,
+            ),
+        },
+    ),
 }
+
+#: Fields of an agent config that are not a preset's options.
+_AGENT_FIELDS = {"preset", "command", "env", "collect", "kind", "name", "script"}
 
 
 def expand_preset(data: dict[str, Any], where: str) -> dict[str, Any]:
-    """An agent config with its ``preset`` replaced by the preset's fields."""
+    """An agent config with its ``preset`` turned into the preset's command, env and
+    collect (fields given beside it override those); the preset's name and options are
+    kept, as ``preset`` and ``options``."""
     name = data.get("preset")
     if name is None:
         return data
     if name not in PRESETS:
         raise ConfigError(f"{where}: unknown agent preset {name!r} (known: {', '.join(PRESETS)})")
-    rest = {k: v for k, v in data.items() if k != "preset"}
-    return {**PRESETS[name], **rest}
+    preset = PRESETS[name]
+    chosen = {k: str(v) for k, v in data.items() if k not in _AGENT_FIELDS}
+    rest = {k: v for k, v in data.items() if k in _AGENT_FIELDS}
+    return {
+        "command": preset.render(chosen, f"{where}: agent preset {name!r}"),
+        "collect": list(preset.collect),
+        "env": dict(preset.env),
+        **rest,
+        "options": chosen,
+    }

@@ -33,8 +33,8 @@ def verification(**changes: Any) -> dict[str, Any]:
             {"requirement": "even lists work", "status": "pass", "evidence": ["evidence/even.txt"]},
             {"requirement": "odd lists work", "status": "pass", "evidence": ["evidence/odd.txt"]},
         ],
-        "route": "junit",
-        "scope": "hidden tests",
+        "route": {"status": "pass", "evidence": ["evidence/even.txt"]},
+        "scope": {"status": "pass", "evidence": ["evidence/odd.txt"]},
     }
     base.update(changes)
     return base
@@ -159,12 +159,55 @@ def test_wrong_case(artifacts: Path) -> None:
 
 
 @pytest.mark.parametrize("field", ["route", "scope"])
-def test_route_and_scope_required(artifacts: Path, field: str) -> None:
-    assert run(artifacts, verification(**{field: "  "}))[0] is Verdict.FAIL
+def test_route_and_scope_are_findings_never_strings(artifacts: Path, field: str) -> None:
+    # Seed 001: route and scope are Findings; the pre-seed bare string is malformed, and
+    # the message shows the expected shape.
+    for value in ("junit", "  ", None, ["pass"]):
+        verdict, reason = run(artifacts, verification(**{field: value}))
+        assert verdict is Verdict.FAIL
+        assert reason.startswith(f"malformed verification: {field}: {field} must be a Finding")
+        assert '{"status": "pass" | "fail" | "unassessed", "evidence": [' in reason
     v = verification()
     del v[field]
     verdict, reason = run(artifacts, v)
     assert verdict is Verdict.FAIL and f"malformed verification: {field}" in reason
+
+
+@pytest.mark.parametrize("field", ["route", "scope"])
+@pytest.mark.parametrize(
+    ("finding", "words"),
+    [
+        ({"status": "fail", "evidence": ["evidence/odd.txt"]}, "failed {field}"),
+        ({"status": "unassessed", "evidence": []}, "unassessed {field}"),
+        ({"status": "pass", "evidence": []}, "passing {field} without evidence"),
+        ({"status": "pass"}, "passing {field} without evidence"),
+        ({"status": "pass", "evidence": ["../x"]}, "inadmissible evidence for {field}: "),
+        ({"status": "pass", "evidence": ["evidence/no.txt"]}, "'evidence/no.txt' does not exist"),
+        ({"status": "passed", "evidence": []}, "malformed verification: {field}.status"),
+    ],
+)
+def test_route_and_scope_are_admitted_like_checks(
+    artifacts: Path, field: str, finding: dict[str, Any], words: str
+) -> None:
+    verdict, reason = run(artifacts, verification(**{field: finding}))
+    assert verdict is Verdict.FAIL and words.format(field=field) in reason, reason
+
+
+def test_findings_reach_the_judgement(artifacts: Path) -> None:
+    j = judge(
+        json.dumps(verification(scope={"status": "fail", "evidence": ["evidence/odd.txt"]})),
+        case="case-1",
+        trace_sha256=TRACE,
+        completed=True,
+        checklist=CHECKLIST,
+        artifacts=artifacts,
+        commands=[],
+        canaries_found=[],
+    )
+    assert j.verdict is Verdict.FAIL and j.reason == "failed scope"
+    assert j.route is not None and j.route.status == "pass"
+    assert j.route.evidence == ("evidence/even.txt",)
+    assert j.scope is not None and j.scope.status == "fail"
 
 
 @pytest.mark.parametrize("raw", ["", "not json", "[1, 2]", '{"caseId": "case-1"}'])
@@ -201,10 +244,10 @@ def test_canary_voids_even_a_pass(artifacts: Path) -> None:
 
 
 def test_every_broken_rule_is_reported(artifacts: Path) -> None:
-    v = verification(traceSha256="b" * 64, route="")
+    v = verification(traceSha256="b" * 64, route={"status": "unassessed", "evidence": []})
     v["checks"][0]["status"] = "unassessed"
     _, reason = run(artifacts, v, completed=False)
-    for words in ("stale trace", "route is missing", "unassessed finding", "incomplete run"):
+    for words in ("stale trace", "unassessed route", "unassessed finding", "incomplete run"):
         assert words in reason
 
 

@@ -34,7 +34,7 @@ def test_example_is_admitted(scenario_dir: Path, tmp_path: Path) -> None:
 
 def test_changed_script_is_refused(scenario_dir: Path, tmp_path: Path) -> None:
     script = scenario_dir / "verify.py"
-    script.write_bytes(script.read_bytes().replace(b"junit+diff", b"junit+diff "))
+    script.write_bytes(script.read_bytes() + b"\n")
     (found,) = problems(scenario_dir, tmp_path)
     assert "verifier script verify.py does not match its pin" in found
 
