@@ -1,9 +1,10 @@
-"""Removing sandboxes that outlived their trial.
+"""Removing sandboxes (and trial disks) that outlived their trial.
 
 Every docker sandbox carries ``hangar.expires``. A trial removes its own containers in
 every outcome, but a worker or node that dies mid-trial cannot: `collect_garbage`
 removes managed containers whose expiry has passed (or all of a sweep's, on demand),
-and a `Reaper` actor on every node does it periodically.
+and a `Reaper` actor on every node does it periodically, releasing the node's expired
+trial disks (`hangar.sandbox.disk`) as well.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from datetime import UTC, datetime
 import docker.errors
 from pydantic import BaseModel
 
+from hangar.paths import cache_dir
 from hangar.sandbox.base import LABEL_EXPIRES, LABEL_MANAGED, LABEL_SWEEP, LABEL_TRIAL
+from hangar.sandbox.disk import release_expired
 from hangar.sandbox.docker import docker_client
 
 log = logging.getLogger(__name__)
@@ -88,8 +91,10 @@ class Reaper:
             self.reap()
 
     def reap(self) -> int:
-        """Collect now; returns how many containers were removed."""
+        """Collect now; returns how many containers were removed (expired trial disks of
+        this node are released too)."""
         try:
+            release_expired(cache_dir() / "trials")
             n = len(collect_garbage())
         except Exception as exc:
             log.warning("reaper: %s", exc)

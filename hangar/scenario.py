@@ -151,7 +151,8 @@ class ScenarioLimits(_Strict):
     pids: int = Field(default=512, gt=0)
     """Most processes at once."""
     disk: int | None = None
-    """Disk for the workspace (``2g``); recorded, enforced only where the engine can."""
+    """Disk for everything the agent can write: workspace, HOME, /tmp (``2g``; default
+    4g); enforced where hangar runs as root (see `hangar.sandbox.disk`)."""
 
     @field_validator("memory", "disk", mode="before")
     @classmethod

@@ -45,6 +45,7 @@ from hangar.paths import cache_dir, default_evidence_url
 from hangar.results import TrialResult, Usage, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, sandbox_class
 from hangar.sandbox.archive import copy_untrusted_tree, extract_untrusted
+from hangar.sandbox.disk import TrialDisk
 from hangar.sandbox.workspace import (
     MirrorCache,
     WorkspaceError,
@@ -230,7 +231,10 @@ class _Trial:
         self.scenario = spec.scenario.scenario
         work_root = spec.work_root or cache_dir() / "trials"
         self.folder = work_root / f"{spec.trial_key[:20]}-{spec.attempt}"
-        self.workspace = self.folder / "workspace"
+        # Everything the agent can write lives on the trial's size-capped disk.
+        self.disk = TrialDisk(self.folder, spec.scenario.scenario.limits.disk)
+        self.workspace = self.disk.root / "workspace"
+        self.scratch = self.disk.root / "scratch"
         self.artifacts = self.folder / "artifacts"
         self.timings: dict[str, float] = {}
         self.sandboxes: list[Sandbox] = []
@@ -247,7 +251,6 @@ class _Trial:
         self.deadline = time.monotonic() + spec.scenario.scenario.limits.time_s
         self.cache = spec.cache_root or cache_dir()
         self.mirrors = MirrorCache(self.cache / "mirrors")
-        self.scratch = self.folder / "scratch"
         self.home_seed: Path | None = None
 
     def localise(self, spec: TrialSpec) -> None:
@@ -401,6 +404,8 @@ class _Trial:
         self.write("trial.json", self.spec.model_dump(mode="json", exclude={"scenario"}))
         with self.phase("admission"):
             self.admit()
+        with self.phase("disk"):
+            self.write("disk.json", self.disk.open(ttl_s=self.sandbox_spec().ttl_s).model_dump())
         with self.phase("relay_up"):
             self.open_relay()
         starting = None
@@ -460,6 +465,7 @@ class _Trial:
                 self.write("status-initial.json", git_state(sandbox))
         with self.phase("agent"):
             self.run_agent(sandbox, self.remaining())
+            disk_full = self.disk.full()
         with self.phase("final_status"):
             agent_view = final_state(sandbox)  # kills every agent process, before and after
         if self.one_sandbox:
@@ -532,6 +538,9 @@ class _Trial:
                 commands=commands,
                 canaries_found=find_canaries(self.trace.path, self.scenario.canaries),
             )
+            if disk_full and self.judgement.verdict is Verdict.FAIL:
+                limit = self.disk.state.limit / 1024**2
+                self.judgement.reason += f"; the agent filled its disk (limit {limit:g} MiB)"
 
     def final_diff(self, agent_view: dict[str, Any]) -> None:
         """``diff.patch`` and ``status-final.json``: the diff against the pinned commit, taken
@@ -755,6 +764,7 @@ def run_trial(
             with suppress(Exception):
                 trial.close_relay()  # when the trial ended before its agent did
             trial.tear_down(wait=wait_teardown)
+            trial.disk.close()
         finished = datetime.now(UTC)
         result = result_of(
             spec,

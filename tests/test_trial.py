@@ -20,6 +20,7 @@ from hangar.scenario import load_scenario, repin
 from hangar.scheduler.keys import Arm
 from hangar.trial import TrialSpec, run_trial, single_trial
 from hangar.verifiers.bundle import verify_bundle
+from tests.require import skip_or_fail
 
 pytestmark = pytest.mark.docker
 
@@ -189,6 +190,30 @@ def test_special_files_and_nested_links_do_not_break_the_diff(run: Runner) -> No
     final = json.loads(bundle(result, "status-final.json"))
     assert "A\tshadow" in final["changes"] and "pipe" not in final["changes"]
     assert "root:" not in bundle(result, "diff.patch")  # the link, never what it names
+
+
+def _disk_limit(folder: Path, size: str) -> None:
+    path = folder / "scenario.yaml"
+    path.write_text(path.read_text().replace("  pids: 256\n", f"  pids: 256\n  disk: {size}\n"))
+
+
+def test_an_agent_that_fills_its_disk_fails_and_the_node_stays_healthy(
+    run: Runner, tmp_path: Path
+) -> None:
+    free = shutil.disk_usage(tmp_path).free
+    fill = "; ".join(
+        f"dd if=/dev/zero of={where}/big bs=1M count=300 2>&1 | grep -o 'No space left on device'"
+        for where in (".", "/tmp", "$HOME")
+    )
+    result = run(fill, edit=lambda f: _disk_limit(f, "96m"))
+    assert result.verdict is Verdict.FAIL, result.reason
+    assert "the agent filled its disk (limit 96 MiB)" in result.reason
+    assert agent_output(result).count("No space left on device") == 3
+    disk = json.loads(bundle(result, "disk.json"))
+    if not disk["enforced"]:
+        skip_or_fail("disk", f"trial disks are not enforced here: {disk['why']}")
+    assert shutil.disk_usage(tmp_path).free > free - 400 * 1024**2  # not 900 MB gone
+    assert run(GOLD).verdict is Verdict.PASS  # the next trial on the node is fine
 
 
 # -- what the agent can and cannot see ------------------------------------------------------

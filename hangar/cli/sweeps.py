@@ -184,9 +184,14 @@ def gc(
 ) -> None:
     """Remove leftover sandboxes (expired ones; --all: every one, e.g. after a crash)."""
     from hangar.cluster.reaper import collect_garbage
+    from hangar.paths import cache_dir
+    from hangar.sandbox.disk import release_expired
 
     removed = collect_garbage(sweep=sweep, everything=everything, dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
+    if not dry_run and sweep is None:
+        for point in release_expired(cache_dir() / "trials", everything=everything):
+            console.print(f"released the trial disk at {point}", highlight=False)
     for item in removed:
         console.print(
             f"{verb} {item.id} sweep={item.sweep} trial={item.trial[:16]} expires={item.expires}",

@@ -1,0 +1,151 @@
+"""A size-capped file system per trial, for everything its agent can write.
+
+The workspace and the scratch folders (HOME, /tmp, /var/tmp) are host folders mounted
+into the sandbox, so without a cap one agent could fill the node's disk and break every
+other trial on it. `TrialDisk` puts them on a file system of their own: a sparse file of
+``limits.disk`` bytes, formatted ext4 and loop-mounted under the trial's folder. An agent
+that writes past it gets ENOSPC inside the sandbox (its own outcome, a ``fail`` at
+worst); the node keeps its space. The file is sparse, so a trial costs only what it
+writes; it goes (unmounted, deleted) with the trial folder.
+
+Why a loop-mounted image rather than a sized tmpfs: a tmpfs holds the repository in
+memory, and its pages are charged to the memory limit of whoever writes them (the
+sandbox's, so a disk limit would turn into an out-of-memory kill); docker's own
+``--storage-opt size`` needs overlay2 on XFS with project quotas, which few hosts have.
+Mounting needs root and loop devices: where either is missing the folders stay plain
+(the limit is then recorded as not enforced, in the trial's ``disk.json``, and logged).
+
+A worker that dies mid-trial cannot unmount its disk: each disk records when it expires
+(as the sandbox does) and `release_expired` (run by `hangar gc` and the node's reaper)
+unmounts what is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+log = logging.getLogger(__name__)
+
+#: The disk limit of a scenario that sets none.
+DEFAULT_DISK = 4 * 1024**3
+#: Inside the mounted disk: when it may be released (epoch seconds, as text).
+EXPIRES_FILE = ".hangar-expires"
+_warned = False
+#: Room only root (hangar, on the host) may use, so its own writes after the agent (HOME
+#: refilled, hidden files staged) still fit when the agent filled its share (at most
+#: half the limit).
+RESERVE = 128 * 1024**2
+_LAZY = ("-E", "lazy_itable_init=1,nodiscard")
+
+
+class DiskState(BaseModel):
+    """What a trial's disk is, for its evidence (``disk.json``)."""
+
+    limit: int
+    """The cap in bytes."""
+    enforced: bool
+    """Whether the cap holds (False: plain folders on the node's disk)."""
+    why: str = ""
+    """Why it is not enforced."""
+
+
+class TrialDisk:
+    """The file system a trial's workspace and scratch folders live on (see module)."""
+
+    def __init__(self, folder: Path, limit: int | None) -> None:
+        self.image = folder / "disk.img"
+        self.root = folder / "disk"
+        self.state = DiskState(limit=limit or DEFAULT_DISK, enforced=False)
+
+    def open(self, *, ttl_s: float) -> DiskState:
+        """Make `root` (mounted when possible); it may be released after `ttl_s`."""
+        self.root.mkdir(parents=True)
+        why = self._mount()
+        if why:
+            self._warn(why)
+            self.state = self.state.model_copy(update={"why": why})
+        else:
+            self.state = self.state.model_copy(update={"enforced": True})
+            (self.root / "lost+found").rmdir()
+        (self.root / EXPIRES_FILE).write_text(f"{time.time() + ttl_s:.0f}\n")
+        return self.state
+
+    def _mount(self) -> str:
+        """Mount the image at `root`; what prevented it ('' when mounted)."""
+        if os.geteuid() != 0:
+            return "mounting a size-capped file system needs root"
+        for tool in ("mkfs.ext4", "mount", "umount"):
+            if shutil.which(tool) is None:
+                return f"{tool} is not installed (Debian: e2fsprogs, mount)"
+        # The agent gets about `limit` (ext4's own tables take ~2%); root gets its reserve
+        # on top (ext4 reserves at most half a file system).
+        reserve = min(RESERVE, self.state.limit // 2)
+        size = int(self.state.limit * 1.02) + reserve
+        with self.image.open("wb") as sparse:
+            sparse.truncate(size)
+        reserved, image = f"{100 * reserve / size:.4f}", str(self.image)
+        steps = [
+            # No journal: the disk never outlives its trial.
+            [*("mkfs.ext4", "-q", "-F", "-m", reserved, "-O", "^has_journal"), *_LAZY, image],
+            ["mount", "-o", "loop,nosuid,nodev", image, str(self.root)],
+        ]
+        for argv in steps:
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                self.image.unlink(missing_ok=True)
+                return f"{argv[0]} failed: {proc.stderr.strip() or proc.returncode}"
+        return ""
+
+    def full(self) -> bool:
+        """Whether the agent has (about) no room left (what root keeps apart not counted)."""
+        return self.state.enforced and shutil.disk_usage(self.root).free < 1024**2
+
+    @staticmethod
+    def _warn(why: str) -> None:
+        global _warned
+        if not _warned:
+            log.warning("trial disk limits are not enforced on this node: %s", why)
+            _warned = True
+
+    def close(self) -> None:
+        """Unmount and delete the disk (idempotent). A sandbox still being removed keeps
+        its own reference until it is gone (the unmount is lazy)."""
+        if self.state.enforced:
+            release(self.root)
+            self.state = self.state.model_copy(update={"enforced": False})
+        self.image.unlink(missing_ok=True)
+
+
+def release(mount_point: Path) -> None:
+    """Unmount `mount_point` lazily (what still uses it keeps it until done)."""
+    subprocess.run(["umount", "--lazy", str(mount_point)], capture_output=True, check=False)
+
+
+def release_expired(trials: Path, *, everything: bool = False) -> list[Path]:
+    """Unmount the trial disks under `trials` whose expiry passed (all with
+    `everything`); returns the mount points released."""
+    if not trials.is_dir():
+        return []
+    mounted: set[Path] = set()
+    with open("/proc/self/mounts") as mounts:  # noqa: PTH123 - a proc file, not a path
+        for line in mounts:
+            where = line.split()[1].encode().decode("unicode_escape")
+            if where.startswith(f"{trials}/") and where.endswith("/disk"):
+                mounted.add(Path(where))
+    released: list[Path] = []
+    for point in sorted(mounted):
+        try:
+            expires = float((point / EXPIRES_FILE).read_text())
+        except (OSError, ValueError):
+            expires = 0.0  # unreadable: not a reason to keep it forever
+        if everything or expires <= time.time():
+            release(point)
+            released.append(point)
+    return released

@@ -1,0 +1,113 @@
+"""The trial disk: a size-capped file system for what the agent writes; the node keeps
+its space."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hangar.sandbox.disk import DEFAULT_DISK, EXPIRES_FILE, TrialDisk, release_expired
+from tests.require import skip_or_fail
+
+
+def _mounted(point: Path) -> bool:
+    return subprocess.run(["mountpoint", "-q", str(point)], check=False).returncode == 0
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[TrialDisk]:
+    d = TrialDisk(tmp_path / "trial", 32 * 1024**2)
+    (tmp_path / "trial").mkdir()
+    state = d.open(ttl_s=60)
+    try:
+        if not state.enforced:
+            skip_or_fail("disk", f"trial disks cannot be mounted here: {state.why}")
+        yield d
+    finally:
+        d.close()
+
+
+def write_as_agent(folder: Path, name: str, size: int) -> tuple[int, int]:
+    """Write `size` bytes to `folder/name` as uid 1000 (the sandbox user); returns the
+    bytes written and the errno that stopped it (0 when none did)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)  # no path walk as uid 1000
+    written, error = 0, 0
+    os.setegid(1000)
+    os.seteuid(1000)
+    try:
+        out = os.open(name, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        chunk = b"\0" * 1024**2
+        try:
+            while written < size:
+                written += os.write(out, chunk)
+            os.fsync(out)
+        except OSError as exc:
+            error = exc.errno or 0
+        finally:
+            os.close(out)
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+        os.close(fd)
+    return written, error
+
+
+def test_writes_past_the_limit_get_enospc_and_the_node_keeps_its_space(
+    disk: TrialDisk, tmp_path: Path
+) -> None:
+    assert _mounted(disk.root)
+    node_free = shutil.disk_usage(tmp_path).free
+    target = disk.root / "workspace"
+    target.mkdir()
+    os.chown(target, 1000, 1000)
+    written, error = write_as_agent(target, "big", 100 * 1024**2)
+    assert error == errno.ENOSPC
+    assert 24 * 1024**2 < written <= 34 * 1024**2, written  # about the limit, never more
+    assert disk.full()
+    # The node lost no more than the cap (other writers may come and go on the machine).
+    assert node_free - shutil.disk_usage(tmp_path).free < 200 * 1024**2
+    # hangar itself (root, on the host) still has room for what it writes after the agent.
+    (disk.root / "after-the-agent").write_bytes(b"x" * 8 * 1024**2)
+    assert write_as_agent(target, "more", 1024**2) == (0, errno.ENOSPC)
+
+
+def test_close_unmounts_and_deletes(disk: TrialDisk) -> None:
+    (disk.root / "file").write_text("x")
+    disk.close()
+    assert not _mounted(disk.root) and not disk.image.exists()
+    disk.close()  # idempotent
+
+
+def test_expired_disks_are_released(tmp_path: Path) -> None:
+    trials = tmp_path / "trials"
+    old, fresh = TrialDisk(trials / "old", None), TrialDisk(trials / "fresh", None)
+    for d in (old, fresh):
+        d.image.parent.mkdir(parents=True)
+        if not d.open(ttl_s=3600).enforced:
+            skip_or_fail("disk", f"trial disks cannot be mounted here: {d.state.why}")
+    try:
+        assert old.state.limit == DEFAULT_DISK
+        (old.root / EXPIRES_FILE).write_text("0\n")  # its worker died long ago
+        assert release_expired(trials) == [old.root]
+        assert not _mounted(old.root) and _mounted(fresh.root)
+        assert release_expired(trials, everything=True) == [fresh.root]
+    finally:
+        old.close()
+        fresh.close()
+
+
+def test_without_root_the_limit_is_recorded_as_not_enforced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    d = TrialDisk(tmp_path, 1024**3)
+    state = d.open(ttl_s=60)
+    assert not state.enforced and "needs root" in state.why
+    assert d.root.is_dir() and not d.full()
+    d.close()
