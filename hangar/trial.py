@@ -541,6 +541,18 @@ class _Trial:
             if disk_full and self.judgement.verdict is Verdict.FAIL:
                 limit = self.disk.state.limit / 1024**2
                 self.judgement.reason += f"; the agent filled its disk (limit {limit:g} MiB)"
+            error = self.agent_run.provider_error
+            if error is not None and self.judgement.verdict is Verdict.FAIL:
+                # The provider failed the agent, not the other way round: never a counted
+                # fail (a pass stays a pass). The sweep retries it, or stops the model
+                # when its key is refused.
+                self.judgement = self.judgement.model_copy(
+                    update={
+                        "verdict": Verdict.INFRA_ERROR,
+                        "reason": f"provider failure: {error.message} (the trial would "
+                        f"otherwise be a fail: {self.judgement.reason})",
+                    }
+                )
 
     def final_diff(self, agent_view: dict[str, Any]) -> None:
         """``diff.patch`` and ``status-final.json``: the diff against the pinned commit, taken
@@ -676,6 +688,7 @@ class _Trial:
             return
         relay.stop()
         self.usage = relay.usage
+        self.agent_run.provider_error = self.agent_run.provider_error or relay.provider_error()
         self.write(
             "relay.json",
             {
@@ -766,6 +779,7 @@ def run_trial(
             trial.tear_down(wait=wait_teardown)
             trial.disk.close()
         finished = datetime.now(UTC)
+        upstream = trial.agent_run.provider_error if verdict is Verdict.INFRA_ERROR else None
         result = result_of(
             spec,
             verdict,
@@ -777,6 +791,7 @@ def run_trial(
             checks=trial.judgement.checks if trial.judgement else (),
             route=trial.judgement.route if trial.judgement else None,
             scope=trial.judgement.scope if trial.judgement else None,
+            provider_error=upstream,
             timings=trial.timings,
             usage=trial.usage,
             node=spec.node or socket.gethostname(),

@@ -20,9 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hangar.agents.command import AgentRun
 from hangar.models import ModelSpec
+from hangar.models.policy import RelayPolicy, policy_client
 from hangar.models.pricing import cost_of
 from hangar.models.usage import add, from_anthropic, from_openai_chat, from_openai_responses
-from hangar.results import Usage
+from hangar.results import ProviderError, Usage
 from hangar.sandbox.base import Sandbox
 from hangar.trace import TraceWriter
 from hangar.validation import Name
@@ -148,20 +149,39 @@ def run_tool(agent: ChatAgent, sandbox: Sandbox, call: _Call, timeout: float) ->
 
 
 class _Conversation:
-    """One conversation in the shape of one API: call the model, add tool results."""
+    """One conversation in the shape of one API: call the model, add tool results.
 
-    def __init__(self, agent: ChatAgent, model: ModelSpec, context: str) -> None:
+    The SDKs' requests go through `PolicyTransport`: the same rules as the relay's
+    (``store`` off, only the trial's model, no provider-hosted tool) hold for the calls
+    the host makes on the agent's behalf."""
+
+    def __init__(
+        self, agent: ChatAgent, model: ModelSpec, context: str, trace: TraceWriter
+    ) -> None:
         self.agent, self.model, self.api = agent, model, model.chat_api
         key, base = model.api_key(), model.endpoint
+        self.refusals: list[str] = []
+
+        def refused(path: str, reason: str) -> None:
+            self.refusals.append(reason)
+            trace.event("model_refused", path=path, reason=reason)
+
+        policy = RelayPolicy(model)
         if self.api == "messages":
             import anthropic
 
-            self.anthropic = anthropic.Anthropic(api_key=key, base_url=base, max_retries=5)
+            client = policy_client(anthropic, policy, refused, model.timeout_s)
+            self.anthropic = anthropic.Anthropic(
+                api_key=key, base_url=base, max_retries=5, http_client=client
+            )
             self.messages: list[Any] = [{"role": "user", "content": context}]
         else:
             import openai
 
-            self.openai = openai.OpenAI(api_key=key, base_url=base, max_retries=5)
+            client = policy_client(openai, policy, refused, model.timeout_s)
+            self.openai = openai.OpenAI(
+                api_key=key, base_url=base, max_retries=5, http_client=client
+            )
             if self.api == "responses":
                 self.messages = [{"role": "user", "content": context}]
             else:
@@ -269,7 +289,7 @@ def run_chat_agent(
         "agent_start", agent=agent.name, agent_kind="chat", model=model.id, api=model.chat_api
     )
     try:
-        conversation = _Conversation(agent, model, context)
+        conversation = _Conversation(agent, model, context, trace)
     except Exception as exc:  # a missing SDK or key: the run cannot start
         trace.event("agent_end", error=str(exc))
         return AgentRun(reason=f"the chat agent could not start: {exc}"), usage
@@ -282,7 +302,10 @@ def run_chat_agent(
         try:
             text, calls, call_usage = conversation.call(timeout=max(left, 1.0))
         except Exception as exc:  # the SDK already retried what can be retried
-            return _stop(trace, f"model call failed: {type(exc).__name__}: {exc}"), usage
+            run = _stop(trace, f"model call failed: {type(exc).__name__}: {exc}")
+            if not conversation.refusals:
+                run.provider_error = provider_error_of(exc, model)
+            return run, usage
         call_usage = cost_of(call_usage, model.id, provider, model.price)
         usage = add(usage, call_usage)
         trace.event(
@@ -309,6 +332,30 @@ def run_chat_agent(
         if agent.max_cost_usd is not None and usage.cost_usd >= agent.max_cost_usd:
             return _stop(trace, f"cost limit reached (${usage.cost_usd:.4f})"), usage
     return _stop(trace, f"turn limit reached ({agent.max_turns})"), usage
+
+
+def provider_error_of(exc: Exception, model: ModelSpec) -> ProviderError | None:
+    """The provider's failure an SDK exception stands for (None: the request's own fault,
+    such as a 400). Both SDKs name their errors alike."""
+    name = type(exc).__name__
+    status = getattr(exc, "status_code", None)
+    if status in (401, 403):
+        return ProviderError(
+            kind="auth",
+            model=model.id,
+            status=status,
+            key_env=model.key_env,
+            message=f"the provider refused the key in {model.key_env} for model "
+            f"{model.id!r} (HTTP {status}): {exc}",
+        )
+    if status == 429 or (status or 0) >= 500 or name in ("APITimeoutError", "APIConnectionError"):
+        return ProviderError(
+            kind="unavailable",
+            model=model.id,
+            status=status,
+            message=f"model {model.id!r} failed upstream: {name}: {exc}",
+        )
+    return None
 
 
 def _stop(trace: TraceWriter, reason: str) -> AgentRun:

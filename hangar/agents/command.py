@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from hangar.errors import SandboxError, SandboxUnavailable
+from hangar.results import ProviderError
 from hangar.sandbox.base import Sandbox
 from hangar.trace import TraceWriter
 from hangar.validation import Name
@@ -71,6 +72,8 @@ class AgentRun(BaseModel):
     """Ended by itself with exit 0 in its time."""
     reason: str = ""
     """Why the run is not complete, when it is not."""
+    provider_error: ProviderError | None = None
+    """A model provider's failure the run met and did not recover from (not the agent's)."""
 
 
 def collect_outputs(

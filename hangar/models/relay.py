@@ -7,14 +7,19 @@ listens there and tunnels each connection over its own exec stream to the host
 (`tunnel.py`), which joins it to a unix socket on the host. On that socket,
 `ModelRelay` serves HTTP:
 
-- it refuses a request without the trial's token (401), or for a model the trial does
-  not allow (403), and logs the refusal in the trace;
+- it refuses a request without the trial's token (401), and everything the trial's
+  `RelayPolicy` does not allow (403: another model, another endpoint or method,
+  provider-hosted tools, the account's files and stored state, URLs for the provider to
+  fetch), and logs each refusal in the trace as ``model_refused``; a refused request
+  never reaches the provider; the models list is answered here;
 - it adds the real key (from the host environment) and forwards the request to the
-  model's endpoint, and nowhere else;
+  model's endpoint, and nowhere else (``store`` forced off on Responses);
 - it streams the response back as it arrives (SSE included), and meters the call's
   usage from the provider's own response; each call is a ``model_call`` trace event;
 - an upstream that is slow, fails or drops the stream gets the agent a clear error
-  (502/504, or the upstream's own status), never a hang past the relay's timeout.
+  (502/504, or the upstream's own status), never a hang past the relay's timeout; the
+  relay remembers provider failures no later call recovered from, and a refused key
+  (`provider_error`), so the trial can tell them from the agent's own failure.
 
 The sandbox never sees the real key: not in its environment, its files, or the socket.
 """
@@ -30,13 +35,15 @@ import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import httpx
 
 from hangar.models import ModelSpec
+from hangar.models.policy import RelayPolicy
 from hangar.models.pricing import cost_of
 from hangar.models.usage import add, from_body
-from hangar.results import Usage
+from hangar.results import ProviderError, Usage
 from hangar.sandbox.base import MiB
 from hangar.trace import TraceWriter
 
@@ -73,6 +80,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.server.relay.handle(self)
 
+    # Every other method is refused by the policy, and logged like any refusal.
+    do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_POST
+
 
 class ModelRelay:
     """The host end of one trial's relay (see the module docstring)."""
@@ -94,6 +104,10 @@ class ModelRelay:
         self.calls = 0
         self.refused = 0
         self.errors: list[str] = []
+        self.policy = RelayPolicy(model)
+        self._calls_ok = 0  # index of the last call that succeeded
+        self._unavailable: tuple[int, ProviderError] | None = None  # (call index, error)
+        self._auth: ProviderError | None = None
         self._lock = threading.Lock()
         self._key = model.api_key()  # fails now, before any container, if it is missing
         self._server: _Server | None = None
@@ -110,7 +124,9 @@ class ModelRelay:
         server.relay = self
         self.socket_path.chmod(0o666)
         self._server = server
-        threading.Thread(target=server.serve_forever, daemon=True, name="hangar-relay").start()
+        threading.Thread(
+            target=server.serve_forever, args=(0.05,), daemon=True, name="hangar-relay"
+        ).start()  # a short poll: stop() returns at once
         return self
 
     def stop(self) -> None:
@@ -155,57 +171,82 @@ class ModelRelay:
             offered = offered or bearer[7:].strip()
         return hmac.compare_digest(offered.encode(), self.token.encode())
 
-    def _upstream(self, path: str) -> str | None:
-        """The upstream URL for a request path, or None if the model's API has no such path."""
-        messages = path.startswith("/v1/messages")
-        if self.model.provider == "anthropic":
-            return f"{self.model.endpoint}{path}" if messages else None
-        if messages or not path.startswith("/v1/"):
-            return None
-        return f"{self.model.endpoint}{path[len('/v1') :]}"
+    def _api_path(self, path: str) -> str:
+        """The request path relative to the provider's endpoint (the agent's base URL for
+        OpenAI-compatible models ends in ``/v1``; Anthropic's is the host itself)."""
+        if self.model.provider == "anthropic" or not path.startswith("/v1/"):
+            return path
+        return path[len("/v1") :]
+
+    def _refused(self, h: _Handler, status: int, path: str, reason: str, **fields: Any) -> None:
+        with self._lock:
+            self.refused += 1
+        self._event("model_refused", path=path, method=h.command, reason=reason, **fields)
+        self._reply(h, status, f"hangar relay: {reason}")
 
     def handle(self, h: _Handler) -> None:
         """Serve one request (see the module docstring)."""
-        path = h.path.split("?")[0]
+        path, _, raw_query = h.path.partition("?")
         body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
         if not self._authorised(h):
-            with self._lock:
-                self.refused += 1
-            self._event("model_refused", path=path, reason="missing or wrong trial token")
-            self._reply(h, 401, "hangar relay: missing or wrong trial token")
+            self._refused(h, 401, path, "missing or wrong trial token")
             return
-        payload: dict[str, Any] = {}
+        payload: Any = None
         if body:
             try:
                 payload = json.loads(body)
             except ValueError:
-                self._reply(h, 400, "hangar relay: the request body is not JSON")
+                self._refused(h, 400, path, "the request body is not JSON")
                 return
-        requested = str(payload.get("model", "")) if h.command == "POST" else self.model.id
-        url = self._upstream(path)
-        if requested != self.model.id or url is None:
-            with self._lock:
-                self.refused += 1
-            why = (
-                f"model {requested!r} is not allowed in this trial (only {self.model.id!r})"
-                if requested != self.model.id
-                else f"{path} is not an endpoint of {self.model.provider} model {self.model.id!r}"
-            )
-            self._event("model_refused", path=path, requested=requested, reason=why)
-            self._reply(h, 403, f"hangar relay: {why}")
+        query = dict(parse_qsl(raw_query, keep_blank_values=True))
+        api_path = self._api_path(path)
+        decision = self.policy.decide(h.command, api_path, query, payload)
+        if decision.local is not None:
+            self._event("model_local", path=path, answer="models list")
+            self._json(h, 200, decision.local)
             return
+        if not decision.allowed or decision.body is None:
+            requested = payload.get("model") if isinstance(payload, dict) else None
+            self._refused(h, 403, path, decision.reason, requested=requested)
+            return
+        payload = decision.body
         stream = bool(payload.get("stream"))
-        if stream and path.endswith("/chat/completions"):
+        if stream and api_path == "/chat/completions":
             # Meter streamed chat calls from the provider's own usage chunk.
             payload["stream_options"] = {
                 **(payload.get("stream_options") or {}),
                 "include_usage": True,
             }
-            body = json.dumps(payload).encode()
-        self._forward(h, h.command, path, url, body, stream)
+        url = f"{self.model.endpoint}{api_path}" + (f"?{raw_query}" if raw_query else "")
+        self._forward(h, h.command, path, api_path, url, json.dumps(payload).encode(), stream)
+
+    def provider_error(self) -> ProviderError | None:
+        """The provider's failure that is not the agent's: a refused key, or a failure
+        (5xx, 429, timeout, dropped stream) no later call of the trial recovered from."""
+        with self._lock:
+            if self._auth is not None:
+                return self._auth
+            if self._unavailable is not None and self._unavailable[0] > self._calls_ok:
+                return self._unavailable[1]
+        return None
+
+    def _json(self, h: _Handler, status: int, data: dict[str, Any]) -> None:
+        raw = json.dumps(data).encode()
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(raw)))
+        h.end_headers()
+        h.wfile.write(raw)
 
     def _forward(
-        self, h: _Handler, method: str, path: str, url: str, body: bytes, stream: bool
+        self,
+        h: _Handler,
+        method: str,
+        path: str,
+        api_path: str,
+        url: str,
+        body: bytes,
+        stream: bool,
     ) -> None:
         headers = {k: v for k, v in h.headers.items() if k.lower() in _FORWARD}
         headers["Accept-Encoding"] = "identity"
@@ -241,8 +282,14 @@ class ModelRelay:
                 self._reply(h, 502, f"hangar relay: {error}")
         except OSError as exc:  # the agent went away
             error = f"agent connection lost: {exc}"
+            self._event("agent_disconnected", path=path, error=str(exc))
+            agent_gone = True
+        else:
+            agent_gone = False
         content_type = "text/event-stream" if stream else "application/json"
         usage = from_body(path, bytes(seen), content_type) if status == 200 else None
+        if status == 200 and not error:
+            self.policy.note_response(api_path, content_type, bytes(seen))
         if usage is not None:
             usage = cost_of(
                 usage,
@@ -256,6 +303,8 @@ class ModelRelay:
                 self.usage = add(self.usage, usage)
             if error or status >= 400:
                 self.errors.append(error or f"HTTP {status}")
+            if not agent_gone:
+                self._classify(status, error, bytes(seen[:2000]))
         self._event(
             "model_call",
             model=self.model.id,
@@ -266,3 +315,28 @@ class ModelRelay:
             error=error or None,
             usage=usage.model_dump() if usage is not None else None,
         )
+
+    def _classify(self, status: int, error: str, head: bytes) -> None:
+        """Remember what a finished call says about the provider (the lock is held)."""
+        model, env = self.model.id, self.model.key_env
+        if status in (401, 403):
+            message = head.decode(errors="replace")[:300]
+            self._auth = ProviderError(
+                kind="auth",
+                model=model,
+                status=status,
+                key_env=env,
+                message=f"the provider refused the key in {env} for model {model!r} "
+                f"(HTTP {status}): {message}",
+            )
+        elif error or status == 429 or status >= 500:
+            what = error or f"HTTP {status}: {head.decode(errors='replace')[:300]}"
+            failure = ProviderError(
+                kind="unavailable",
+                model=model,
+                status=status or None,
+                message=f"model {model!r} failed upstream: {what}",
+            )
+            self._unavailable = (self.calls, failure)
+        elif status < 400:
+            self._calls_ok = self.calls

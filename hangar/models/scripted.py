@@ -370,27 +370,40 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
-    def do_GET(self) -> None:
-        if self.path.rstrip("/").endswith("/models"):
-            self._json(200, {"object": "list", "data": []})
-        else:
-            self._json(404, {"error": {"message": f"no route {self.path}"}})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+    def _record(self, body: dict[str, Any], turn: int = 0) -> str:
+        """Log the request (every method: tests check what reached the provider)."""
         path = self.path.split("?")[0].rstrip("/")
-        model = str(body.get("model", ""))
-        first, turn = _conversation(path, body)
         self.server.requests.append(
             {
+                "method": self.command,
                 "path": path,
-                "model": model,
+                "query": self.path.partition("?")[2],
+                "model": str(body.get("model", "")),
                 "turn": turn,
                 "stream": bool(body.get("stream")),
                 "body": body,
                 "headers": dict(self.headers),
             }
         )
+        return path
+
+    def do_GET(self) -> None:
+        path = self._record({})
+        if path.endswith("/models"):
+            self._json(200, {"object": "list", "data": [{"id": "every-model-of-the-account"}]})
+        else:
+            self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_DELETE(self) -> None:
+        self._record({})
+        self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        path = self.path.split("?")[0].rstrip("/")
+        model = str(body.get("model", ""))
+        first, turn = _conversation(path, body)
+        self._record(body, turn)
         reply = self.server.script.reply(model, first, turn)
         time.sleep(reply.delay_s)
         if reply.status != 200:
@@ -457,5 +470,5 @@ class ScriptedServer(ThreadingHTTPServer):
 
     def start(self) -> ScriptedServer:
         """Serve in a background thread."""
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True).start()
         return self

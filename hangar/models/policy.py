@@ -1,0 +1,279 @@
+"""What a trial's model traffic may do: an allowlist, not a pipe (DESIGN.md phase 7).
+
+The real API key is the host's. With only its trial token, an agent must buy nothing
+with it but its own model calls: not the provider account's files, not the world (a
+provider-hosted web search or URL fetch is network access by proxy), not state kept on
+the account. `RelayPolicy.decide` judges one request by its API path (relative to the
+provider's endpoint) and body:
+
+- only the inference endpoints of the trial's model's provider: OpenAI-compatible
+  ``POST /chat/completions`` and ``POST /responses``; Anthropic ``POST /v1/messages``
+  and ``POST /v1/messages/count_tokens``; a models list (and the one model) is answered
+  here, naming only the trial's model; any other method or path is refused;
+- only the trial's model;
+- tools only of the kinds the agent runs itself (OpenAI ``function``, ``custom``,
+  ``local_shell``, ``shell``, ``apply_patch``; Anthropic tools without a type or
+  ``custom``, and its client-executed ``bash_*``, ``text_editor_*``, ``computer_*``,
+  ``memory_*``): every provider-hosted tool is refused, named or not yet invented (web
+  search or fetch, file search, code interpreter or execution, computer use on OpenAI,
+  image generation, remote MCP and connectors), as are ``web_search_options``,
+  ``mcp_servers`` and a code-execution ``container``;
+- no reference to what the account holds (``file_id``, a stored ``prompt``, a
+  ``conversation``, ``background`` runs) and no URL for the provider to fetch (an image
+  or file by ``http(s)://``; ``data:`` URLs carry their bytes and are fine);
+- ``store`` forced off (Responses and Chat Completions), and ``previous_response_id``
+  only for a response this trial created (`note_response` records them).
+
+A refused request never reaches the provider. The same policy guards the chat agents'
+host-side calls (`PolicyTransport`), so both kinds of agent live by one set of rules.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pydantic import BaseModel
+
+from hangar.models import ModelSpec
+
+#: Request paths per provider family (relative to its endpoint) that reach the model.
+_INFERENCE = {
+    "openai": ("/chat/completions", "/responses"),
+    "anthropic": ("/v1/messages", "/v1/messages/count_tokens"),
+}
+_MODELS = {"openai": "/models", "anthropic": "/v1/models"}
+#: Tool types an OpenAI-compatible agent executes itself.
+_OPENAI_CLIENT_TOOLS = {"function", "custom", "local_shell", "shell", "apply_patch"}
+#: Anthropic tool types the client executes (versioned: ``bash_20250124``...).
+_ANTHROPIC_CLIENT_TOOLS = re.compile(r"(custom|(bash|text_editor|computer|memory)_\d+)$")
+#: Query parameters passed on (Claude Code's ``beta=true``, Azure's ``api-version``).
+_QUERY = {"beta", "api-version"}
+#: Body fields that name state kept on the provider's account.
+_ACCOUNT_STATE = ("conversation", "prompt", "background", "container")
+_EPOCH = "1970-01-01T00:00:00Z"
+
+
+class Decision(BaseModel):
+    """What to do with one request."""
+
+    allowed: bool
+    """Forward it (with `body`)."""
+    reason: str = ""
+    """Why it was refused."""
+    body: dict[str, Any] | None = None
+    """The request body to send (``store`` forced off)."""
+    local: dict[str, Any] | None = None
+    """An answer given here, without the provider (the models list)."""
+
+
+def _refuse(reason: str) -> Decision:
+    return Decision(allowed=False, reason=reason)
+
+
+def _walk(value: Any) -> Iterator[dict[str, Any]]:
+    """Every mapping inside `value` (messages, content blocks, their sources)."""
+    if isinstance(value, dict):
+        yield value
+        for item in value.values():
+            yield from _walk(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _walk(item)
+
+
+def _is_remote(url: Any) -> bool:
+    return isinstance(url, str) and url.strip().lower().startswith(("http://", "https://"))
+
+
+class RelayPolicy:
+    """The allowlist of one trial's model traffic (see the module docstring)."""
+
+    def __init__(self, model: ModelSpec) -> None:
+        self.model = model
+        self.family = "anthropic" if model.provider == "anthropic" else "openai"
+        self.responses: set[str] = set()
+        """Ids of the responses this trial created (``previous_response_id`` may name them)."""
+
+    # -- requests -------------------------------------------------------------------------
+
+    def decide(
+        self, method: str, path: str, query: dict[str, str], body: dict[str, Any] | None
+    ) -> Decision:
+        """Judge one request to `path` (relative to the provider's endpoint)."""
+        models = _MODELS[self.family]
+        if method == "GET" and path in (models, f"{models}/{self.model.id}"):
+            return Decision(allowed=True, local=self._models(path == models))
+        if method != "POST" or path not in _INFERENCE[self.family]:
+            return _refuse(
+                f"{method} {path} is not an inference endpoint of {self.family} model "
+                f"{self.model.id!r} (allowed: POST {', POST '.join(_INFERENCE[self.family])})"
+            )
+        if extra := sorted(set(query) - _QUERY):
+            return _refuse(f"query parameters {extra} are not passed on")
+        if not isinstance(body, dict):
+            return _refuse("the request body must be a JSON object")
+        requested = str(body.get("model", ""))
+        if requested != self.model.id:
+            return _refuse(
+                f"model {requested!r} is not allowed in this trial (only {self.model.id!r})"
+            )
+        problem = self._body_problem(path, body)
+        if problem:
+            return _refuse(problem)
+        # Responses are stored unless told not to; Chat Completions only when asked (and
+        # some compatible servers refuse a field they do not know, so it is only turned off).
+        if (path == "/responses" and body.get("store") is not False) or (
+            path == "/chat/completions" and body.get("store")
+        ):
+            body = {**body, "store": False}
+        return Decision(allowed=True, body=body)
+
+    def _body_problem(self, path: str, body: dict[str, Any]) -> str:
+        for key in _ACCOUNT_STATE:
+            if body.get(key):
+                return f"{key!r} uses state kept on the provider's account"
+        if body.get("web_search_options") is not None:
+            return "web_search_options: provider-hosted web search reaches the world"
+        if body.get("mcp_servers"):
+            return "mcp_servers: remote MCP servers are reached by the provider"
+        previous = body.get("previous_response_id")
+        if previous is not None and previous not in self.responses:
+            return f"previous_response_id {previous!r} is not a response this trial created"
+        if problem := self._tools_problem(body):
+            return problem
+        sent = [body.get(key) for key in ("input", "messages", "system")]
+        for block in _walk(sent):
+            if "file_id" in block:
+                return "a file_id names a file kept on the provider's account"
+            for key in ("image_url", "file_url", "url"):
+                found = block.get(key)
+                url = found.get("url") if isinstance(found, dict) else found
+                if _is_remote(url):
+                    return f"{key} {str(url)[:80]!r}: the provider would fetch it (network)"
+        return ""
+
+    def _tools_problem(self, body: dict[str, Any]) -> str:
+        tools = body.get("tools") or []
+        if not isinstance(tools, list):
+            return "tools must be a list"
+        for tool in tools:
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            if self.family == "anthropic":
+                hosted = kind is not None and not _ANTHROPIC_CLIENT_TOOLS.match(str(kind))
+            else:
+                hosted = kind not in _OPENAI_CLIENT_TOOLS
+            if hosted:
+                return (
+                    f"tool type {kind!r} is run by the provider, not the agent "
+                    "(only tools the agent runs itself are allowed)"
+                )
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict):
+            kind = choice.get("type")
+            named = {"function", "custom", "allowed_tools", "tool", "auto", "any", "none"}
+            if kind not in named | _OPENAI_CLIENT_TOOLS:
+                return f"tool_choice {kind!r} names a provider-hosted tool"
+        return ""
+
+    def _models(self, listing: bool) -> dict[str, Any]:
+        """The models list (or the one model), naming only the trial's model."""
+        mid = self.model.id
+        one: dict[str, Any]
+        if self.family == "anthropic":
+            one = {"type": "model", "id": mid, "display_name": mid, "created_at": _EPOCH}
+            if not listing:
+                return one
+            return {"data": [one], "has_more": False, "first_id": mid, "last_id": mid}
+        one = {"id": mid, "object": "model", "created": 0, "owned_by": "hangar"}
+        return {"object": "list", "data": [one]} if listing else one
+
+    # -- responses ------------------------------------------------------------------------
+
+    def note_response(self, path: str, content_type: str, data: bytes) -> None:
+        """Remember the ids of responses the provider created for this trial."""
+        if path != "/responses":
+            return
+        if "event-stream" in content_type:
+            for line in data.splitlines():
+                if line.startswith(b"data:"):
+                    self._note(line[5:])
+        else:
+            self._note(data)
+
+    def _note(self, raw: bytes) -> None:
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        response = event.get("response") if "response" in event else event
+        if isinstance(response, dict) and str(response.get("id", "")).startswith("resp"):
+            self.responses.add(str(response["id"]))
+
+
+class PolicyTransport:
+    """A transport for the SDKs' HTTP client that holds a chat agent's own calls to
+    `RelayPolicy`: a refused request gets a 403 answer here and never leaves the host.
+
+    `http` is the HTTP module the SDK is built on (``httpx``, or ``httpx2`` in the
+    newer SDKs: the same API), so the transport speaks its types.
+    """
+
+    def __init__(
+        self, policy: RelayPolicy, http: Any, on_refused: Callable[[str, str], None]
+    ) -> None:
+        self.policy, self.http, self.on_refused = policy, http, on_refused
+        self.inner = http.HTTPTransport()
+
+    def handle_request(self, request: Any) -> Any:
+        """Judge the request; forward it (rewritten) or answer it here."""
+        http, endpoint = self.http, self.policy.model.endpoint
+        url = str(request.url.copy_with(query=None))
+        path = url[len(endpoint) :] if url.startswith(endpoint) else request.url.path
+        body = None
+        if request.content:
+            try:
+                body = json.loads(request.content)
+            except ValueError:
+                body = None
+        decision = self.policy.decide(request.method, path, dict(request.url.params), body)
+        if decision.local is not None:
+            return http.Response(200, json=decision.local, request=request)
+        if not decision.allowed:
+            self.on_refused(path, decision.reason)
+            error = {"error": {"type": "hangar_relay", "message": f"hangar: {decision.reason}"}}
+            return http.Response(403, json=error, request=request)
+        if decision.body is not None and decision.body != body:
+            headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
+            request = http.Request(
+                request.method,
+                request.url,
+                headers=headers,
+                content=json.dumps(decision.body).encode(),
+                extensions=request.extensions,
+            )
+        response = self.inner.handle_request(request)
+        if path == "/responses" and response.status_code == 200:
+            response.read()
+            kind = response.headers.get("content-type", "")
+            self.policy.note_response(path, kind, response.content)
+        return response
+
+    def close(self) -> None:
+        """Close the inner transport."""
+        self.inner.close()
+
+
+def policy_client(
+    sdk: Any, policy: RelayPolicy, on_refused: Callable[[str, str], None], timeout_s: float
+) -> Any:
+    """The `sdk`'s (``openai`` or ``anthropic``) own HTTP client, over `PolicyTransport`."""
+    client_class = sdk.DefaultHttpxClient
+    http = importlib.import_module(client_class.__mro__[1].__module__.split(".")[0])
+    transport = PolicyTransport(policy, http, on_refused)
+    return client_class(transport=transport, timeout=http.Timeout(timeout_s))
