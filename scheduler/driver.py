@@ -13,7 +13,10 @@
 - Ctrl-C once: stop submitting and let running trials finish; twice: cancel them.
 - A sweep budget (``budget_usd``): once this run's and earlier runs' cost reach it, no
   new trial is scheduled; running ones finish. A model's missing API key is an error
-  before any trial starts.
+  before any trial starts; a key its provider refuses (401/403) stops that model's
+  trials (`SweepTally.stopped_models`): each would fail the same way, and none is
+  charged to the agent.
+- Scenario files that do not load are blocked_setup rows, recorded before any trial.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from hangar.cluster.reaper import ensure_reapers
 from hangar.errors import ConfigError, HangarError
 from hangar.models import check_keys
 from hangar.paths import default_evidence_url
-from hangar.results import TrialResult, Verdict
+from hangar.results import ProviderError, TrialResult, Verdict
 from hangar.scheduler.metrics import metric
 from hangar.scheduler.shipping import local_repository, pack_repository, pack_scenario
 from hangar.scheduler.sweep import Sweep
@@ -155,11 +158,32 @@ class SweepTally:
     """Cost of the sweep's attempts in earlier runs."""
     budget_exhausted: bool = False
     """The sweep's budget was spent and no new trial was scheduled after that."""
+    stopped_models: dict[str, ProviderError] = field(default_factory=dict)
+    """Models whose provider refused the key: no more of their trials were scheduled."""
 
     @property
     def finished(self) -> int:
         """Trials final in the store now (before and in this run)."""
         return self.skipped + self.done
+
+    @property
+    def not_run(self) -> int:
+        """Trials with no final verdict yet (budget, stopped models, Ctrl-C, infra_error)."""
+        return self.total - self.finished
+
+    def exit_code(self, *, failures_ok: bool = False) -> int:
+        """`hangar run`'s exit status (documented in the README): 0 when every trial
+        passed; 1 when some failed and all reached a verdict; 3 when some are
+        blocked_setup, infra_error or void, or were not run; 130 after Ctrl-C. With
+        `failures_ok` (failures are results, as in a model comparison) a fail is 0."""
+        if self.interrupted:
+            return 130
+        unjudged = sum(self.verdicts[v] for v in ("blocked_setup", "infra_error", "void"))
+        if unjudged or self.not_run > 0:
+            return 3
+        if self.verdicts["fail"] and not failures_ok:
+            return 1
+        return 0
 
     @property
     def pass_rate(self) -> float | None:
@@ -211,8 +235,16 @@ class SweepRunner:
         self.store.ensure_sweep(self.sweep.id, config.model_dump(mode="json"), self.sweep.size)
         self.tally.spent_before = self.store.cost(self.sweep.id)
         final, last_attempt = self.store.resume_state(self.sweep.id)
+        # Unloadable scenario files: blocked_setup rows, recorded here (no container, no
+        # model call); those recorded by an earlier run count as skipped.
+        blocked = list(self.sweep.blocked_results())
+        new = [r for r in blocked if r.trial_key not in final]
+        self.store.record(new)
+        final |= {r.trial_key for r in new}
+        self.tally.done += len(new)
+        self.tally.skipped += len(blocked) - len(new)
         if len(final) >= self.sweep.size:  # nothing to do: do not start Ray at all
-            self.tally.skipped = self.sweep.size
+            self.tally.skipped = self.sweep.size - self.tally.done
             for verdict, _, _, n in self.store.counts(self.sweep.id):
                 self.tally.verdicts[verdict] += n
             return self.tally
@@ -261,11 +293,17 @@ class SweepRunner:
             cap = self.caps.get(model)
             return cap is None or per_model[model] < cap
 
+        stopped = self.tally.stopped_models
+
         def next_spec() -> TrialSpec | None:
             nonlocal exhausted
             now = time.monotonic()
+            while retries and retries[0][2].model in stopped:  # its key was refused
+                heapq.heappop(retries)
             if retries and retries[0][0] <= now and room(retries[0][2].model):
                 return heapq.heappop(retries)[2]
+            for model in stopped:
+                deferred.pop(model, None)
             for model, queue in deferred.items():
                 if queue and room(model):
                     return queue.popleft()
@@ -276,6 +314,8 @@ class SweepRunner:
                     break
                 if spec.trial_key in final:
                     self.tally.skipped += 1
+                    continue
+                if spec.model in stopped:
                     continue
                 spec = spec.model_copy(update={"attempt": last_attempt.get(spec.trial_key, 0) + 1})
                 if room(spec.model):
@@ -301,8 +341,7 @@ class SweepRunner:
                     per_model[spec.model] += 1
                     metric("in_flight").set(per_model[spec.model], tags={"model": spec.model})
                 idle = not any(deferred.values()) and not retries and exhausted
-                stopped = self._stop or self.tally.budget_exhausted
-                if not in_flight and (idle or stopped):
+                if not in_flight and (idle or self._stop or self.tally.budget_exhausted):
                     break
                 if self._stop >= 2:
                     for ref in in_flight:
@@ -321,9 +360,15 @@ class SweepRunner:
                     metric("in_flight").set(per_model[spec.model], tags={"model": spec.model})
                     result = self._collect(ref, spec, submitted)
                     results.append(result)
+                    error = result.provider_error
+                    if error is not None and error.kind == "auth" and spec.model not in stopped:
+                        # Every trial of the model would meet the same refused key.
+                        stopped[spec.model] = error
+                        log.error("stopped scheduling model %s: %s", spec.model, error.message)
                     if (
                         result.verdict is Verdict.INFRA_ERROR
                         and spec.attempt <= self.policy.infra_retries
+                        and spec.model not in stopped
                     ):
                         again = spec.model_copy(update={"attempt": spec.attempt + 1})
                         ready_at = time.monotonic() + self.policy.backoff(again.attempt)
@@ -384,7 +429,9 @@ class SweepRunner:
             metric("cost").inc(usage.cost_usd, tags={"model": result.model})
         self.tally.cost_usd += usage.cost_usd
         retrying = (
-            result.verdict is Verdict.INFRA_ERROR and result.attempt <= self.policy.infra_retries
+            result.verdict is Verdict.INFRA_ERROR
+            and result.attempt <= self.policy.infra_retries
+            and result.model not in self.tally.stopped_models
         )
         if not retrying:
             self.tally.done += 1

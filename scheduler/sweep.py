@@ -21,16 +21,23 @@ retry: {infra_retries: 2, backoff_s: 2, backoff_max_s: 60}
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import hashlib
+import itertools
+import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hangar.agents import AgentSpec, load_agents, parse_agent
 from hangar.errors import ConfigError, HangarError
 from hangar.models import ModelSpec
+from hangar.results import TrialResult, Verdict
 from hangar.scenario import LoadedScenario, load_scenario, read_yaml
 from hangar.scheduler.keys import Arm
 from hangar.suite import sealed_suite_of
@@ -106,6 +113,22 @@ class SweepFile(BaseModel):
     """Retries of infrastructure failures."""
 
 
+class UnloadableScenario(BaseModel):
+    """A scenario file of the sweep that does not load: its trials are ``blocked_setup``
+    rows (keyed on its path and bytes), counted and listed, never silently left out."""
+
+    path: Path
+    """The file."""
+    scenario_id: str
+    """Its ``id`` when the YAML has one, else its path relative to the sweep file."""
+    digest: str
+    """sha256 of its path and bytes: a fixed file is a new scenario."""
+    suite: str = ""
+    """Its suite."""
+    error: str
+    """Why it does not load."""
+
+
 class Sweep(BaseModel):
     """A loaded sweep: scenarios digested, agents and arms validated."""
 
@@ -123,14 +146,49 @@ class Sweep(BaseModel):
     """Agents by name."""
     arms: list[Arm]
     """Arms."""
-    problems: list[str] = Field(default_factory=list)
-    """Scenario files that could not be loaded (their trials are not expanded)."""
+    unloadable: list[UnloadableScenario] = Field(default_factory=list)
+    """Scenario files that could not be loaded (their trials are blocked_setup rows)."""
 
     @property
     def size(self) -> int:
-        """Number of trials in the matrix."""
+        """Number of trials in the matrix (those of unloadable files included)."""
         c = self.config
-        return len(self.scenarios) * len(self.agents) * len(c.models) * len(self.arms) * c.repeats
+        scenarios = len(self.scenarios) + len(self.unloadable)
+        return scenarios * len(self.agents) * len(c.models) * len(self.arms) * c.repeats
+
+    def blocked_results(self) -> Iterator[TrialResult]:
+        """The blocked_setup result of every trial of an unloadable scenario file."""
+        c = self.config
+        now = datetime.now(UTC)
+        for bad in self.unloadable:
+            for repeat, arm, agent, model in itertools.product(
+                range(c.repeats), self.arms, self.agents.values(), c.models
+            ):
+                payload = [
+                    bad.digest,
+                    agent.digest(),
+                    model.id,
+                    arm.name,
+                    list(arm.plugins),
+                    repeat,
+                ]
+                yield TrialResult(
+                    sweep=self.id,
+                    trial_key=hashlib.sha256(json.dumps(payload).encode()).hexdigest(),
+                    scenario_id=bad.scenario_id,
+                    scenario_digest=bad.digest,
+                    suite=bad.suite,
+                    agent=agent.name,
+                    model=model.id,
+                    arm=arm.name,
+                    repeat=repeat,
+                    verdict=Verdict.BLOCKED_SETUP,
+                    reason=f"the scenario file {bad.path} does not load: {bad.error}",
+                    agent_digest=agent.digest(),
+                    agent_settings=agent.settings(),
+                    started_at=now,
+                    finished_at=now,
+                )
 
     def trials(self, evidence_url: str) -> Iterator[TrialSpec]:
         """The sweep's trials, lazily; models vary fastest, repeats slowest."""
@@ -198,7 +256,7 @@ def load_sweep(path: Path) -> Sweep:
     if not arms:
         raise ConfigError(f"{path}: `arms` is empty (use `control: []` for no plugins)")
     scenarios: list[LoadedScenario] = []
-    problems: list[str] = []
+    unloadable: list[UnloadableScenario] = []
     seen: dict[str, Path] = {}
     files = _scenario_files(base, config.scenarios)
     checked: set[Path] = set()
@@ -217,12 +275,15 @@ def load_sweep(path: Path) -> Sweep:
         try:
             loaded = load_scenario(file)
         except HangarError as exc:
-            problems.append(str(exc))
+            unloadable.append(_unloadable(file, base, suite, str(exc)))
             continue
         sid = loaded.scenario.id
         if sid in seen:
-            problems.append(f"duplicate scenario id {sid!r}: {seen[sid]} and {file}")
-            continue
+            # Seed 001: "Unknown and duplicate case IDs fail fixture admission."
+            raise ConfigError(
+                f"{path}: two scenarios have the id {sid!r}: {seen[sid]} and {file} "
+                "(ids must be unique in a sweep; give one of them another id)"
+            )
         seen[sid] = file
         scenarios.append(loaded.model_copy(update={"suite": suite}))
     return Sweep(
@@ -232,5 +293,21 @@ def load_sweep(path: Path) -> Sweep:
         scenarios=scenarios,
         agents=agents,
         arms=arms,
-        problems=problems,
+        unloadable=unloadable,
     )
+
+
+def _unloadable(file: Path, base: Path, suite: str, error: str) -> UnloadableScenario:
+    """What is known of a scenario file that does not load."""
+    data = file.read_bytes() if file.is_file() else b""
+    try:
+        rel = file.relative_to(base).as_posix()
+    except ValueError:
+        rel = str(file)
+    sid = rel
+    with contextlib.suppress(Exception):
+        parsed = yaml.safe_load(data)
+        if isinstance(parsed, dict) and isinstance(parsed.get("id"), str) and parsed["id"]:
+            sid = parsed["id"]
+    digest = hashlib.sha256(rel.encode() + b"\0" + data).hexdigest()
+    return UnloadableScenario(path=file, scenario_id=sid, digest=digest, suite=suite, error=error)

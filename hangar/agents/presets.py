@@ -85,7 +85,8 @@ PRESETS: dict[str, Preset] = {
     "codex": Preset(
         command=(
             f'mkdir -p "$HOME/.codex" && codex exec --skip-git-repo-check {_CODEX_BYPASS} '
-            "--json {options} "
+            # Its hosted web search would be refused by the relay: not offered at all.
+            "--json -c web_search=disabled {options} "
             "-c model_provider=hangar -c model_providers.hangar.name=hangar "
             '-c "model_providers.hangar.base_url=\\"$OPENAI_BASE_URL\\"" '
             "-c model_providers.hangar.env_key=OPENAI_API_KEY "

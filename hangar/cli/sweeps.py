@@ -34,15 +34,29 @@ def run(
         str | None, typer.Option(help="Ray cluster to attach to (default: embedded Ray).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON.")] = False,
+    allow_failures: Annotated[
+        bool,
+        typer.Option(
+            help="Failed trials are expected results (a model comparison): exit 0 when every "
+            "trial reached pass or fail."
+        ),
+    ] = False,
 ) -> None:
-    """Run a sweep: new trials only, resuming where an earlier run stopped."""
+    """Run a sweep: new trials only, resuming where an earlier run stopped.
+
+    Exit status: 0 every trial passed; 1 some failed; 3 some are blocked_setup,
+    infra_error or void, or were not run (budget, a refused key); 130 Ctrl-C; 2 a
+    configuration error.
+    """
     from hangar.scheduler.driver import SweepRunner, SweepTally
     from hangar.scheduler.sweep import load_sweep
     from hangar.store import ResultsStore
 
     sweep = load_sweep(sweep_file)
-    for problem in sweep.problems:
-        err_console.print(f"[yellow]skipped:[/] {problem}", highlight=False)
+    for bad in sweep.unloadable:
+        err_console.print(
+            f"[yellow]blocked_setup:[/] {bad.path} does not load: {bad.error}", highlight=False
+        )
     store = ResultsStore(sweep.config.store)
 
     def stats(tally: SweepTally) -> str:
@@ -78,9 +92,12 @@ def run(
         "cost_usd": round(tally.cost_usd, 6),
         "retries": tally.retries,
         "infra_errors_left": tally.lost,
+        "not_run": tally.not_run,
         "interrupted": tally.interrupted,
         "budget_exhausted": tally.budget_exhausted,
+        "stopped_models": {m: e.message for m, e in tally.stopped_models.items()},
         "store": store._safe_url,
+        "exit_code": tally.exit_code(failures_ok=allow_failures),
     }
     if as_json:
         console.print_json(json.dumps(outcome))
@@ -102,7 +119,13 @@ def run(
                 f"{tally.lost} trial(s) still infra_error: run the sweep again to retry them",
                 highlight=False,
             )
-    raise typer.Exit(130 if tally.interrupted else 1 if tally.lost else 0)
+    for model, error in tally.stopped_models.items():
+        err_console.print(
+            f"[bold red]error:[/] stopped model {model}: {error.message}. Set a valid key in "
+            f"{error.key_env} and run the sweep again: its trials were not run or not counted",
+            highlight=False,
+        )
+    raise typer.Exit(tally.exit_code(failures_ok=allow_failures))
 
 
 @sweep_app.command("check")
@@ -127,7 +150,7 @@ def sweep_check(
         f"{sweep.size} trials",
         highlight=False,
     )
-    problems = list(sweep.problems)
+    problems = [f"{bad.path} does not load: {bad.error}" for bad in sweep.unloadable]
     mirrors = MirrorCache(cache_dir() / "mirrors")
     image_problem = sandbox_class(c.backend).image_problem
     for loaded in sweep.scenarios:

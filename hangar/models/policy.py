@@ -12,7 +12,8 @@ provider's endpoint) and body:
   here, naming only the trial's model; any other method or path is refused;
 - only the trial's model;
 - tools only of the kinds the agent runs itself (OpenAI ``function``, ``custom``,
-  ``local_shell``, ``shell``, ``apply_patch``; Anthropic tools without a type or
+  ``local_shell``, ``shell``, ``apply_patch``, and ``namespace`` groups of those;
+  Anthropic tools without a type or
   ``custom``, and its client-executed ``bash_*``, ``text_editor_*``, ``computer_*``,
   ``memory_*``): every provider-hosted tool is refused, named or not yet invented (web
   search or fetch, file search, code interpreter or execution, computer use on OpenAI,
@@ -156,21 +157,29 @@ class RelayPolicy:
                     return f"{key} {str(url)[:80]!r}: the provider would fetch it (network)"
         return ""
 
-    def _tools_problem(self, body: dict[str, Any]) -> str:
-        tools = body.get("tools") or []
+    def _hosted_tool(self, tools: Any) -> str | None:
+        """The type of the first tool in `tools` the provider would run (None: none)."""
         if not isinstance(tools, list):
-            return "tools must be a list"
+            return "a tools value that is not a list"
         for tool in tools:
             kind = tool.get("type") if isinstance(tool, dict) else None
             if self.family == "anthropic":
-                hosted = kind is not None and not _ANTHROPIC_CLIENT_TOOLS.match(str(kind))
-            else:
-                hosted = kind not in _OPENAI_CLIENT_TOOLS
-            if hosted:
-                return (
-                    f"tool type {kind!r} is run by the provider, not the agent "
-                    "(only tools the agent runs itself are allowed)"
-                )
+                if kind is not None and not _ANTHROPIC_CLIENT_TOOLS.match(str(kind)):
+                    return str(kind)
+            elif kind == "namespace":  # a named group of tools: judged by its members
+                if (inner := self._hosted_tool(tool.get("tools"))) is not None:
+                    return inner
+            elif kind not in _OPENAI_CLIENT_TOOLS:
+                return str(kind)
+        return None
+
+    def _tools_problem(self, body: dict[str, Any]) -> str:
+        kind = self._hosted_tool(body.get("tools") or [])
+        if kind is not None:
+            return (
+                f"tool type {kind!r} is run by the provider, not the agent "
+                "(only tools the agent runs itself are allowed)"
+            )
         choice = body.get("tool_choice")
         if isinstance(choice, dict):
             kind = choice.get("type")

@@ -256,7 +256,7 @@ class ModelRelay:
             headers["Authorization"] = f"Bearer {self._key}"
         started = time.monotonic()
         seen = bytearray()
-        status, error = 0, ""
+        status, error, agent_gone = 0, "", False
         try:
             with self._client.stream(method, url, content=body, headers=headers) as up:
                 status = up.status_code
@@ -284,8 +284,6 @@ class ModelRelay:
             error = f"agent connection lost: {exc}"
             self._event("agent_disconnected", path=path, error=str(exc))
             agent_gone = True
-        else:
-            agent_gone = False
         content_type = "text/event-stream" if stream else "application/json"
         usage = from_body(path, bytes(seen), content_type) if status == 200 else None
         if status == 200 and not error:

@@ -89,6 +89,30 @@ def test_chat_agent_fixes_the_bug(
             api
         ]
     ] * 3
+    if api == "responses":  # the relay's rules hold for the host's own calls: nothing stored
+        assert [r["body"]["store"] for r in server.requests] == [False] * 3
+
+
+@pytest.mark.parametrize("status", [500, 401])
+def test_a_provider_failure_is_not_the_chat_agents(
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    status: int,
+) -> None:
+    monkeypatch.setenv("HANGAR_TEST_CHAT_KEY", "sk-chat-test")
+    (tmp_path / "script.yaml").write_text(
+        json.dumps({"conversations": [{"replies": [{"status": status}]}]})
+    )
+    failing = ScriptedServer(Script.load(tmp_path / "script.yaml")).start()
+    try:
+        result = run(failing, "responses", tmp_path)
+    finally:
+        failing.shutdown()
+    assert result.verdict is Verdict.INFRA_ERROR, result.reason
+    assert result.provider_error is not None
+    assert result.provider_error.kind == ("auth" if status == 401 else "unavailable")
+    assert result.provider_error.status == status
 
 
 @pytest.mark.parametrize(

@@ -136,6 +136,11 @@ OPENAI_REFUSED = {
     ),
     "a connector": ("POST", "/v1/responses", responses(tools=[{"type": "connector"}])),
     "a future hosted tool": ("POST", "/v1/responses", responses(tools=[{"type": "browser"}])),
+    "a hosted tool in a namespace": (
+        "POST",
+        "/v1/responses",
+        responses(tools=[{"type": "namespace", "name": "n", "tools": [{"type": "web_search"}]}]),
+    ),
     "hosted tool choice": (
         "POST",
         "/v1/responses",
@@ -259,11 +264,12 @@ def test_anthropic_refusals_never_reach_the_provider(
 
 def test_honest_openai_calls_stream_and_not(openai: Agent, upstream: ScriptedServer) -> None:
     tool = {"type": "function", "name": "bash", "parameters": {"type": "object"}}
+    group = {"type": "namespace", "name": "agents", "tools": [tool]}  # Codex groups its tools
     plain = openai.call("POST", "/v1/chat/completions", chat())
     assert plain.status_code == 200 and plain.json()["choices"][0]["message"]["content"] == "hi"
     streamed = openai.call("POST", "/v1/chat/completions", chat(stream=True))
     assert streamed.status_code == 200 and '"hi"' in streamed.text and "[DONE]" in streamed.text
-    first = openai.call("POST", "/v1/responses", responses(tools=[tool], store=True))
+    first = openai.call("POST", "/v1/responses", responses(tools=[tool, group], store=True))
     assert first.status_code == 200
     shell = openai.call(
         "POST",

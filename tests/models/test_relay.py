@@ -153,7 +153,7 @@ def _script(tmp_path: Path, replies: list[dict[str, Any]]) -> ScriptedServer:
     ],
     ids=["429", "500", "slow"],
 )
-def test_a_failing_upstream_ends_the_trial_clearly_and_the_next_one_is_fine(
+def test_a_failing_upstream_is_an_infra_error_and_the_next_one_is_fine(
     docker_client: docker.DockerClient,
     server: ScriptedServer,
     key: str,
@@ -167,9 +167,64 @@ def test_a_failing_upstream_ends_the_trial_clearly_and_the_next_one_is_fine(
         result = run(tmp_path, TOOLLOOP, model(bad, **extra))
     finally:
         bad.shutdown()
-    assert result.verdict is Verdict.FAIL
-    assert "incomplete run" in result.reason and words in result.reason, result.reason
+    # The provider failed the agent: never a counted fail (the sweep retries it).
+    assert result.verdict is Verdict.INFRA_ERROR, result.reason
+    assert result.reason.startswith("provider failure: model 'scripted-fixer' failed upstream")
+    assert words in result.reason and "incomplete run" in result.reason, result.reason
+    assert result.provider_error is not None and result.provider_error.kind == "unavailable"
     assert run(tmp_path, TOOLLOOP, model(server)).verdict is Verdict.PASS
+
+
+def test_a_refused_key_is_an_auth_error_naming_the_variable(
+    docker_client: docker.DockerClient, key: str, tmp_path: Path
+) -> None:
+    bad = _script(tmp_path, [{"status": 401}])
+    try:
+        result = run(tmp_path, TOOLLOOP, model(bad))
+    finally:
+        bad.shutdown()
+    assert result.verdict is Verdict.INFRA_ERROR, result.reason
+    error = result.provider_error
+    assert error is not None and error.kind == "auth" and error.status == 401
+    assert error.key_env == "HANGAR_TEST_MODEL_KEY" and "HANGAR_TEST_MODEL_KEY" in result.reason
+    assert SECRET not in result.model_dump_json()
+
+
+TRESPASS = r"""python3 - <<'PY'
+import json, os, urllib.request, urllib.error
+base, token, model = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"], os.environ["HANGAR_MODEL"]
+def ask(method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    r = urllib.request.Request(base + path, data=data, method=method, headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+    try:
+        return urllib.request.urlopen(r, timeout=30).status
+    except urllib.error.HTTPError as e:
+        return e.code
+hello = [{"role": "user", "content": "statkit"}]
+print("files", ask("GET", "/files"))
+print("file-content", ask("GET", "/files/file-abc/content"))
+print("web-search", ask("POST", "/responses", {"model": model, "input": hello, "tools": [{"type": "web_search"}]}))
+print("store", ask("POST", "/responses", {"model": model, "input": hello, "store": True}))
+print("models", ask("GET", "/models"))
+PY"""
+
+
+def test_a_sandboxed_agent_cannot_buy_more_than_its_model_calls(
+    docker_client: docker.DockerClient, server: ScriptedServer, key: str, tmp_path: Path
+) -> None:
+    result = run(tmp_path, TRESPASS, model(server))
+    out = "".join(e["text"] for e in events(result, "stdout"))
+    assert "files 403" in out and "file-content 403" in out and "web-search 403" in out
+    assert "store 200" in out and "models 200" in out
+    # Only the honest call reached the provider, with store forced off.
+    assert [(r["method"], r["path"]) for r in server.requests] == [("POST", "/v1/responses")]
+    assert server.requests[0]["body"]["store"] is False
+    refused = events(result, "model_refused")
+    assert [e["path"] for e in refused] == [
+        "/v1/files",
+        "/v1/files/file-abc/content",
+        "/v1/responses",
+    ]
 
 
 def test_a_dropped_stream_is_a_clear_failure(

@@ -56,9 +56,35 @@ def test_suite_folder_and_bad_scenarios(tmp_path: Path) -> None:
     path = sweep_file(tmp_path, scenarios=["ex/"])
     broken = tmp_path / "ex" / "broken.scenario.yaml"
     broken.write_text("id: broken\n")
+    (tmp_path / "ex" / "garbled.scenario.yaml").write_text("id: [unclosed\n")
     sweep = load_sweep(path)
     assert [s.scenario.id for s in sweep.scenarios] == ["statkit-median-even"]
-    assert len(sweep.problems) == 1 and "broken.scenario.yaml" in sweep.problems[0]
+    assert [(b.scenario_id, b.path.name) for b in sweep.unloadable] == [
+        ("broken", "broken.scenario.yaml"),  # its id, when the YAML has one
+        ("ex/garbled.scenario.yaml", "garbled.scenario.yaml"),  # else its path
+    ]
+    assert "field `repository`" in sweep.unloadable[0].error
+    # Their trials are in the sweep, as blocked_setup rows: counted, never left out.
+    assert sweep.size == 3 * 2 * 2 * 1 * 3
+    blocked = list(sweep.blocked_results())
+    assert len(blocked) == 2 * 2 * 2 * 3 and {r.verdict.value for r in blocked} == {"blocked_setup"}
+    assert "broken.scenario.yaml does not load: " in blocked[0].reason
+    assert len({r.trial_key for r in blocked}) == len(blocked)
+    # Keyed on the file's path and bytes: the same file, the same keys; a changed one, new.
+    again = [r.trial_key for r in load_sweep(path).blocked_results()]
+    assert again == [r.trial_key for r in blocked]
+    broken.write_text("id: broken\nrepository: x\n")
+    assert load_sweep(path).unloadable[0].digest != sweep.unloadable[0].digest
+
+
+def test_duplicate_ids_refuse_the_sweep(tmp_path: Path) -> None:
+    path = sweep_file(tmp_path, scenarios=["ex/median/scenario.yaml", "ex/copy.scenario.yaml"])
+    shutil.copy(
+        tmp_path / "ex" / "median" / "scenario.yaml", tmp_path / "ex" / "copy.scenario.yaml"
+    )
+    with pytest.raises(ConfigError, match="two scenarios have the id 'statkit-median-even'") as e:
+        load_sweep(path)
+    assert "median/scenario.yaml and " in str(e.value) and "copy.scenario.yaml" in str(e.value)
 
 
 @pytest.mark.parametrize(
