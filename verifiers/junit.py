@@ -11,9 +11,10 @@ not found. The evidence of a finding is the report that holds the test case.
 Route and scope are Findings of their own (seed 001), each with an evidence file this
 verifier writes under ``verifier/``:
 
-- **route** (how the result was reached): pass when every verifier command exited 0 in
-  time and wrote at least one report that was read; fail when a command failed (its
-  output files are the evidence); unassessed when no report could be read.
+- **route** (how the result was reached: the verifier commands): pass when every
+  command exited 0 in time (the reports read are evidence too); fail when a command
+  failed (its output files are the evidence); unassessed when the scenario has no
+  command, so nothing ran to judge from.
 - **scope** (what the agent touched, from ``diff.patch``): fail when the agent changed a
   test file that holds a checklist test case (an agent must not edit the tests it is
   judged by), or, when the scenario lists ``scope`` patterns, a path none of them
@@ -110,11 +111,11 @@ def _route(request: VerificationRequest, reports: list[str]) -> Finding:
             "reports": reports,
         },
     )
+    if not request.commands:
+        return Finding(status="unassessed", evidence=[note])  # nothing ran to judge from
     if failed:
         outputs = [p for c in failed for p in (c.stdout, c.stderr) if (artifacts / p).is_file()]
         return Finding(status="fail", evidence=[note, *outputs])
-    if not reports:
-        return Finding(status="unassessed", evidence=[note])
     return Finding(status="pass", evidence=[note, *reports])
 
 

@@ -290,3 +290,74 @@ def test_a_worker_that_cannot_unpack_its_scenario_reports_why(
     assert result.reason.startswith(expected), result.reason
     assert "unpack_scenario" in _evidence_file(result.evidence_uri, "error.txt")
     assert runs(tmp_path) == []  # no agent ran
+
+
+def test_unloadable_scenarios_are_blocked_rows(ray_local: None, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.scenario.yaml"
+    broken.write_text("id: broken\nrevision: nope\n")
+    path = write_sweep(tmp_path, scenarios=[str(TINY), str(broken)], arms={"control": []})
+    tally, store = go(path)
+    assert tally.total == 2 and tally.done == 2
+    assert tally.verdicts == {"pass": 1, "blocked_setup": 1}
+    assert tally.exit_code() == 3  # a blocked trial needs a look before the results mean much
+    (blocked,) = [r for r in store.results("drv") if r.verdict is Verdict.BLOCKED_SETUP]
+    assert (
+        blocked.scenario_id == "broken" and "broken.scenario.yaml does not load" in blocked.reason
+    )
+    assert sorted(store.counts("drv")) == [
+        ("blocked_setup", "m1", "control", 1),
+        ("pass", "m1", "control", 1),
+    ]
+    again, _ = go(path)  # recorded once: the next run skips it like any final trial
+    assert again.skipped == 2 and again.done == 0 and again.exit_code() == 3
+    assert len(list(store.results("drv", all_attempts=True))) == 2
+
+
+def test_exit_codes(tmp_path: Path) -> None:
+    tally = SweepTally(total=4, done=4)
+    tally.verdicts.update({"pass": 4})
+    assert tally.exit_code() == 0
+    tally.verdicts.update({"pass": -1, "fail": 1})
+    assert tally.exit_code() == 1 and tally.exit_code(failures_ok=True) == 0
+    tally.verdicts.update({"fail": -1, "infra_error": 1})
+    assert tally.exit_code() == 3 and tally.exit_code(failures_ok=True) == 3
+    budget = SweepTally(total=4, done=2)
+    budget.verdicts.update({"pass": 2})
+    assert budget.exit_code() == 3  # two trials were not run
+    stopped = SweepTally(total=4, done=1, interrupted=True)
+    assert stopped.exit_code() == 130
+
+
+def test_a_refused_key_stops_its_model_only(ray_local: None, tmp_path: Path) -> None:
+    from hangar.models.scripted import Script, ScriptedServer
+
+    (tmp_path / "script.yaml").write_text(
+        json.dumps({"conversations": [{"model": "locked", "replies": [{"status": 401}]}]})
+    )
+    server = ScriptedServer(Script.load(tmp_path / "script.yaml")).start()
+    # A key set before Ray started (Ray's workers keep the environment they started with).
+    path = write_sweep(
+        tmp_path,
+        agents={"chat": {"kind": "chat", "max_turns": 1}},
+        models=[
+            {"id": "locked", "base_url": f"{server.url}/v1", "api_key_env": "HANGAR_SCRIPTED_KEY"},
+            {"id": "m1", "provider": "none"},
+        ],
+        repeats=3,
+        arms={"control": []},
+        agents_file=None,
+        concurrency={"sandbox_slots": 1, "max_in_flight": 1},
+    )
+    # The chat agent needs a model: "m1" (none) gives blocked_setup rows, "locked" a 401.
+    try:
+        tally, store = go(path)
+    finally:
+        server.shutdown()
+    assert list(tally.stopped_models) == ["locked"]
+    error = tally.stopped_models["locked"]
+    assert error.kind == "auth" and error.key_env == "HANGAR_SCRIPTED_KEY"
+    locked = [r for r in store.results("drv", all_attempts=True) if r.model == "locked"]
+    assert len(locked) == 1 and locked[0].verdict is Verdict.INFRA_ERROR  # never retried
+    assert [r["model"] for r in server.requests] == ["locked"]  # nothing more was sent
+    assert len([r for r in store.results("drv") if r.model == "m1"]) == 3  # the other model ran
+    assert tally.retries == 0 and tally.exit_code() == 3

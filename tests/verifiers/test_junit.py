@@ -76,8 +76,13 @@ def test_a_failing_command_fails_the_route(tmp_path: Path) -> None:
     assert route["failing"] == ["pytest"]
 
 
-def test_no_report_leaves_the_route_unassessed(tmp_path: Path) -> None:
-    assert junit.verify(request(tmp_path, ["test_mean"])).route.status == "unassessed"
+def test_the_route_is_the_commands(tmp_path: Path) -> None:
+    # Commands that exit 0 are the route even without a report (a check like `test -f`).
+    v = junit.verify(request(tmp_path, []))
+    assert v.route.status == "pass" and v.route.evidence == ["verifier/junit-route.json"]
+    # With no command at all, nothing ran to judge from.
+    empty = request(tmp_path, []).model_copy(update={"commands": []})
+    assert junit.verify(empty).route.status == "unassessed"
 
 
 def _diff(*paths: str) -> str:
