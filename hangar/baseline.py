@@ -10,7 +10,11 @@ for a subject present in both:
 - a checklist requirement's pass rate (in one group) drops by more than
   ``requirement_drop`` (0.5).
 
-The thresholds are configurable; the CLI exits non-zero when any regression is found.
+Only like is compared with like: a scenario whose digest (or an arm's plugin bytes)
+changed, or an agent whose settings changed, is listed as not comparable and left out of
+every rate, its groups' included (seed 001: "Compare runs only after their sources,
+cases, settings, and evidence match"). The thresholds are configurable; the CLI exits 1
+when a regression is found, 3 when some subjects were not comparable.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from hangar.errors import ConfigError
-from hangar.report import COUNTED, build_report
+from hangar.report import COUNTED, NotComparable, build_report, split_versions
 from hangar.results import TrialResult
 from hangar.store import ResultsStore, baselines
 
@@ -38,6 +42,17 @@ class Rate(BaseModel):
     def rate(self) -> float:
         """passes / trials (0 with no trial)."""
         return self.passes / self.trials if self.trials else 0.0
+
+
+class Versions(BaseModel):
+    """What a snapshot's scores were measured on: comparable means the same versions."""
+
+    scenarios: dict[str, str] = Field(default_factory=dict)
+    """Scenario id -> its digest (the canonical scenario and every file it references)."""
+    agents: dict[str, str] = Field(default_factory=dict)
+    """Agent name -> the digest of its settings (command or preset and options)."""
+    plugins: dict[str, str] = Field(default_factory=dict)
+    """``scenario · arm`` -> the digest of the plugin bytes the arm installed."""
 
 
 class Snapshot(BaseModel):
@@ -55,6 +70,10 @@ class Snapshot(BaseModel):
     """Group label -> scenario -> rate."""
     requirements: dict[str, dict[str, Rate]] = Field(default_factory=dict)
     """Group label -> requirement -> rate."""
+    requirement_scenarios: dict[str, dict[str, dict[str, Rate]]] = Field(default_factory=dict)
+    """Group label -> requirement -> scenario -> rate (to leave out what is not comparable)."""
+    versions: Versions | None = None
+    """The versions measured (None in a baseline taken before hangar kept them)."""
 
 
 class Thresholds(BaseModel):
@@ -84,11 +103,36 @@ class Regression(BaseModel):
     """The threshold it exceeded."""
 
 
+class BaselineComparison(BaseModel):
+    """What `compare` found."""
+
+    regressions: list[Regression]
+    """Drops past their thresholds, among comparable subjects."""
+    not_comparable: list[NotComparable]
+    """Subjects whose versions differ: left out, never compared."""
+
+
 def snapshot(name: str, sweep: str, results: Iterable[TrialResult]) -> Snapshot:
     """The scores of `results` as a snapshot."""
-    rows = list(results)
+    rows, _ = split_versions(results)
     report = build_report(sweep, rows)
-    snap = Snapshot(name=name, sweep=sweep, created_at=datetime.now(UTC))
+    snap = Snapshot(name=name, sweep=sweep, created_at=datetime.now(UTC), versions=Versions())
+    assert snap.versions is not None
+    for r in rows:
+        snap.versions.scenarios[r.scenario_id] = r.scenario_digest
+        snap.versions.agents[r.agent] = r.agent_digest
+        snap.versions.plugins[f"{r.scenario_id} · {r.arm}"] = r.plugins_digest
+        if r.verdict not in COUNTED:
+            continue
+        label = f"{r.agent} · {r.model} · {r.arm}"
+        for check in r.checks:
+            rate = (
+                snap.requirement_scenarios.setdefault(label, {})
+                .setdefault(check.requirement, {})
+                .setdefault(r.scenario_id, Rate(passes=0, trials=0))
+            )
+            rate.passes += check.status == "pass"
+            rate.trials += 1
     snap.groups = {g.label: Rate(passes=g.passes, trials=g.trials) for g in report.groups}
     for row in report.scenarios:
         for label, (passes, trials) in row.cells.items():
@@ -133,8 +177,104 @@ def load_baseline(store: ResultsStore, name: str) -> Snapshot:
     return Snapshot.model_validate(row.snapshot)
 
 
-def compare(before: Snapshot, after: Snapshot, t: Thresholds) -> list[Regression]:
-    """Regressions from `before` to `after` (see the module docstring)."""
+def _differences(before: Versions, after: Versions) -> list[NotComparable]:
+    """Subjects present in both whose versions differ."""
+    found = []
+    changed_plugins: dict[str, list[str]] = {}
+    for key, digest in sorted(before.plugins.items()):
+        other = after.plugins.get(key)
+        if other is not None and other != digest:
+            scenario, _, arm = key.partition(" · ")
+            changed_plugins.setdefault(scenario, []).append(arm)
+            found.append(
+                NotComparable(
+                    kind="plugins",
+                    subject=key,
+                    kept=other,
+                    other=[digest],
+                    sentence=f"the plugins of arm {arm} in scenario {scenario} changed "
+                    f"({digest[:12]} -> {other[:12]}): scenario {scenario} not compared",
+                )
+            )
+    for kind, old, new in (
+        ("scenario", before.scenarios, after.scenarios),
+        ("agent", before.agents, after.agents),
+    ):
+        for subject, digest in sorted(old.items()):
+            other = new.get(subject)
+            if (
+                other is None
+                or other == digest
+                or (kind == "scenario" and subject in changed_plugins)
+            ):
+                continue
+            what = "scenario" if kind == "scenario" else "agent settings of"
+            found.append(
+                NotComparable(
+                    kind=kind,  # type: ignore[arg-type]
+                    subject=subject,
+                    kept=other,
+                    other=[digest],
+                    sentence=f"the {what} {subject} changed ({digest[:12]} -> {other[:12]}): "
+                    "not compared",
+                )
+            )
+    return found
+
+
+def _restricted(snap: Snapshot, scenarios: set[str], agents: set[str]) -> Snapshot:
+    """`snap` without the given scenarios and the groups of the given agents; the group
+    and requirement rates recomputed from what is left."""
+    out = snap.model_copy(deep=True)
+    for label in list(out.groups):
+        if label.split(" · ", 1)[0] in agents:
+            del out.groups[label]
+            out.scenarios.pop(label, None)
+            out.requirements.pop(label, None)
+    if not scenarios:
+        return out
+    for label, per in out.scenarios.items():
+        for scenario in scenarios:
+            per.pop(scenario, None)
+        if label in out.groups:
+            out.groups[label] = Rate(
+                passes=sum(r.passes for r in per.values()),
+                trials=sum(r.trials for r in per.values()),
+            )
+    for label in list(out.requirements):
+        detail = out.requirement_scenarios.get(label)
+        if detail is None:  # an older baseline: its totals cannot be split by scenario
+            del out.requirements[label]
+            continue
+        out.requirements[label] = {
+            req: Rate(
+                passes=sum(r.passes for s, r in per.items() if s not in scenarios),
+                trials=sum(r.trials for s, r in per.items() if s not in scenarios),
+            )
+            for req, per in detail.items()
+        }
+    return out
+
+
+def compare(before: Snapshot, after: Snapshot, t: Thresholds) -> BaselineComparison:
+    """Regressions from `before` to `after` among what is comparable (same scenario, plugin
+    and agent-settings digests); the rest is listed as not comparable, never mixed."""
+    aside = (
+        _differences(before.versions, after.versions)
+        if before.versions is not None and after.versions is not None
+        else []
+    )
+    scenarios = {a.subject.split(" · ")[0] for a in aside if a.kind != "agent"}
+    agents = {a.subject for a in aside if a.kind == "agent"}
+    if aside:
+        before, after = (
+            _restricted(before, scenarios, agents),
+            _restricted(after, scenarios, agents),
+        )
+    return BaselineComparison(regressions=_regressions(before, after, t), not_comparable=aside)
+
+
+def _regressions(before: Snapshot, after: Snapshot, t: Thresholds) -> list[Regression]:
     found = []
     for label, b in before.groups.items():
         a = after.groups.get(label)

@@ -2,7 +2,10 @@
 paired comparisons, with the statistics of `hangar.stats`.
 
 A *group* is one (agent, model, arm). Only `pass` and `fail` count in rates; the other
-verdicts are counted apart. Comparisons pair two groups that differ in exactly one of
+verdicts are counted apart (never-run trials are listed by scenario). Each scenario and
+agent is scored at one version only (`split_versions`): trials of an older scenario
+digest or agent settings, left in the sweep by an earlier run, are listed as not
+comparable, never mixed. Comparisons pair two groups that differ in exactly one of
 agent, model or arm, over the scenarios both ran. `build_report` makes the `Report`
 model (which is also the JSON form); `hangar.report_render` renders text, Markdown and
 HTML.
@@ -14,6 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from statistics import median
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -109,6 +113,82 @@ class Voided(BaseModel):
     reason: str
 
 
+class NotComparable(BaseModel):
+    """Trials (or baseline subjects) of another version than the one compared: listed,
+    never mixed into a score (seed 001: "Compare runs only after their sources, cases,
+    settings, and evidence match")."""
+
+    kind: Literal["scenario", "agent", "plugins"]
+    """What differs: a scenario's digest, an agent's settings, an arm's plugin bytes."""
+    subject: str
+    """The scenario id, the agent name, or ``scenario · arm``."""
+    kept: str
+    """The version scored (the digest of the most recent trial; the candidate's, in a
+    comparison with a baseline)."""
+    other: list[str]
+    """The other versions (digests)."""
+    trials: int = 0
+    """Trials set aside (0 in a comparison with a baseline)."""
+    sentence: str
+    """What happened, in words."""
+
+
+def split_versions(
+    results: Iterable[TrialResult],
+) -> tuple[list[TrialResult], list[NotComparable]]:
+    """Keep each scenario's and each agent's most recent version (a sweep whose scenario
+    file or agent settings changed between runs holds both); the trials of older
+    versions are set aside and listed, never mixed with the rest."""
+    rows = list(results)
+    aside: list[NotComparable] = []
+    kinds: tuple[tuple[Literal["scenario", "agent"], str, str], ...] = (
+        ("scenario", "scenario_id", "scenario_digest"),
+        ("agent", "agent", "agent_digest"),
+    )
+    for kind, subject_field, version_field in kinds:
+        latest: dict[str, TrialResult] = {}
+        for r in rows:
+            current = latest.get(getattr(r, subject_field))
+            if current is None or r.finished_at > current.finished_at:
+                latest[getattr(r, subject_field)] = r
+        kept: list[TrialResult] = []
+        older: dict[str, Counter[str]] = defaultdict(Counter)
+        for r in rows:
+            subject, version = getattr(r, subject_field), getattr(r, version_field)
+            keep = getattr(latest[subject], version_field)
+            if version == keep or not version or not keep:  # "": a row from before digests
+                kept.append(r)
+            else:
+                older[subject][version] += 1
+        for subject, versions in sorted(older.items()):
+            keep, n = getattr(latest[subject], version_field), sum(versions.values())
+            aside.append(
+                NotComparable(
+                    kind=kind,
+                    subject=subject,
+                    kept=keep,
+                    other=sorted(versions),
+                    trials=n,
+                    sentence=f"{kind} {subject} changed during the sweep "
+                    f"({', '.join(d[:12] for d in sorted(versions))} -> {keep[:12]}): "
+                    f"{n} trial(s) of the older version set aside, not mixed",
+                )
+            )
+        rows = kept
+    return rows, aside
+
+
+class Blocked(BaseModel):
+    """Trials that never ran, grouped by scenario and reason."""
+
+    scenario: str
+    """Scenario id."""
+    reason: str
+    """Why (the first such trial's reason)."""
+    trials: int
+    """How many trials."""
+
+
 class Report(BaseModel):
     """Everything `hangar report` shows (its JSON form, too)."""
 
@@ -130,6 +210,10 @@ class Report(BaseModel):
     """Paired comparisons."""
     voided: list[Voided]
     """Trials voided by a canary."""
+    blocked: list[Blocked] = Field(default_factory=list)
+    """Trials that never ran (blocked_setup), by scenario."""
+    not_comparable: list[NotComparable] = Field(default_factory=list)
+    """Trials of older scenario or agent versions, set aside."""
     notes: list[str] = Field(default_factory=list)
     """Caveats a reader should see (few scenarios, no counted trials...)."""
 
@@ -149,8 +233,9 @@ def build_report(
     sweep: str, results: Iterable[TrialResult], *, margin: float = 0.05, seed: int = 0
 ) -> Report:
     """The report of a sweep's latest attempts."""
+    kept, aside = split_versions(results)
     by_group: dict[tuple[str, str, str], list[TrialResult]] = defaultdict(list)
-    for r in results:
+    for r in kept:
         by_group[_group_key(r)].append(r)
     groups, outcomes = [], {}
     for key in sorted(by_group):
@@ -224,7 +309,11 @@ def build_report(
         for r in rows
         if r.verdict is Verdict.VOID
     ]
-    notes = []
+    blocked: dict[tuple[str, str], list[TrialResult]] = defaultdict(list)
+    for r in kept:
+        if r.verdict is Verdict.BLOCKED_SETUP:
+            blocked[(r.scenario_id, r.reason.split(": ", 1)[0])].append(r)
+    notes = [a.sentence for a in aside]
     if len(scenario_ids) < 5 and comparisons:
         notes.append(
             f"only {len(scenario_ids)} scenario(s): the paired intervals reflect too few "
@@ -241,6 +330,11 @@ def build_report(
         requirements=requirements,
         comparisons=comparisons,
         voided=voided,
+        blocked=[
+            Blocked(scenario=scenario, reason=trials[0].reason, trials=len(trials))
+            for (scenario, _), trials in sorted(blocked.items())
+        ],
+        not_comparable=aside,
         notes=notes,
     )
 

@@ -105,6 +105,8 @@ def render_text(report: Report, width: int = 160) -> str:
         )
     for v in report.voided:
         console.print(f"[magenta]void[/] {v.scenario} {v.group} {v.trial_key[:12]}: {v.reason}")
+    for b in report.blocked:
+        console.print(f"[yellow]not run[/] {b.scenario} ({b.trials} trial(s)): {b.reason}")
     for note in report.notes:
         console.print(f"[yellow]note:[/] {note}")
     return buf.getvalue()
@@ -166,6 +168,12 @@ def render_markdown(report: Report) -> str:
                 f"- {v.scenario} ({v.group}) `{v.trial_key[:12]}`: {v.reason}"
                 for v in report.voided
             ]
+            + [""]
+        )
+    if report.blocked:
+        parts += (
+            ["## Not run (blocked_setup)", ""]
+            + [f"- {b.scenario} ({b.trials} trial(s)): {b.reason}" for b in report.blocked]
             + [""]
         )
     parts += [f"> note: {n}" for n in report.notes]
@@ -306,6 +314,9 @@ def render_html(report: Report) -> str:
         f'<li class="v">{esc(v.scenario)} ({esc(v.group)}): {esc(v.reason)}</li>'
         for v in report.voided
     )
+    blocked = "".join(
+        f"<li>{esc(b.scenario)} ({b.trials} trial(s)): {esc(b.reason)}</li>" for b in report.blocked
+    )
     notes = "".join(f'<p class="note">note: {esc(n)}</p>' for n in report.notes)
     head = "".join(f"<th>{esc(h)}</th>" for h in GROUP_HEAD)
     label_heads = "".join(f"<th>{esc(x)}</th>" for x in labels)
@@ -325,5 +336,6 @@ seeded paired bootstrap over scenarios for differences).</p>{notes}
 <h2>Checklist requirements</h2>
 <table><tr><th>requirement</th><th>group</th><th>pass rate</th></tr>{reqs}</table>
 <h2>Voided trials</h2><ul>{voided or "<li>none</li>"}</ul>
+<h2>Not run (blocked_setup)</h2><ul>{blocked or "<li>none</li>"}</ul>
 </body></html>
 """

@@ -180,6 +180,119 @@ def test_baseline_is_immutable_and_compare_gates(store: ResultsStore) -> None:
     assert loose.exit_code == 0
 
 
+def _version(
+    rows: list[TrialResult], scenario: str = "", agent: str = "", **update: str
+) -> list[TrialResult]:
+    """`rows` with the given fields changed where the scenario (or agent) matches."""
+    return [
+        r.model_copy(update=update)
+        if (scenario and r.scenario_id == scenario) or (agent and r.agent == agent)
+        else r
+        for r in rows
+    ]
+
+
+def test_a_changed_scenario_is_not_mixed_into_a_report() -> None:
+    rows = skill_sweep("sw")
+    # An earlier run of the sweep, before s1's file changed: its trials fail everywhere.
+    old = [
+        r.model_copy(
+            update={
+                "scenario_digest": "e" * 64,
+                "trial_key": "old" + r.trial_key[3:],
+                "verdict": Verdict.FAIL,
+                "finished_at": r.finished_at - timedelta(days=1),
+            }
+        )
+        for r in rows
+        if r.scenario_id == "s1"
+    ]
+    report = build_report("sw", rows + old)
+    assert report.groups == build_report("sw", rows).groups  # the old version is not mixed in
+    (aside,) = report.not_comparable
+    assert (aside.kind, aside.subject, aside.kept, aside.other) == (
+        "scenario",
+        "s1",
+        "d" * 64,
+        ["e" * 64],
+    )
+    assert aside.trials == 4 and "4 trial(s) of the older version set aside" in aside.sentence
+    assert aside.sentence in render_text(report) and aside.sentence in render_markdown(report)
+
+
+def test_changed_agent_settings_are_not_mixed_into_a_report() -> None:
+    rows = [r.model_copy(update={"agent_digest": "a" * 64}) for r in skill_sweep("sw")]
+    older = [
+        r.model_copy(
+            update={
+                "agent_digest": "b" * 64,
+                "trial_key": "old" + r.trial_key[3:],
+                "finished_at": r.finished_at - timedelta(days=1),
+            }
+        )
+        for r in rows[:4]
+    ]
+    report = build_report("sw", rows + older)
+    assert [(a.kind, a.subject, a.trials) for a in report.not_comparable] == [("agent", "codex", 4)]
+
+
+def test_blocked_trials_are_listed() -> None:
+    report = build_report("sw", skill_sweep("sw"))
+    assert [(b.scenario, b.trials) for b in report.blocked] == [("s6", 1)]
+    assert "not run" in render_text(report) and "Not run (blocked_setup)" in render_markdown(report)
+
+
+def test_compare_leaves_out_what_is_not_comparable(tmp_path: Path) -> None:
+    from hangar.baseline import Thresholds, compare, snapshot
+
+    digests = {"agent_digest": "a" * 64, "plugins_digest": "p" * 64}
+    base = [r.model_copy(update=digests) for r in skill_sweep("sw")]
+    worse = [r.model_copy(update=digests) for r in skill_sweep("worse", skill_fails=True)]
+    before = snapshot("v1", "sw", base)
+    assert before.versions is not None and before.versions.scenarios["s1"] == "d" * 64
+    # Every scenario changed: nothing is comparable, so nothing regresses, and all is listed.
+    changed = snapshot(
+        "c", "worse", [r.model_copy(update={"scenario_digest": "e" * 64}) for r in worse]
+    )
+    outcome = compare(before, changed, Thresholds())
+    assert outcome.regressions == []
+    assert {a.subject for a in outcome.not_comparable} == {f"s{i}" for i in range(8)}
+    # The same candidate at the baseline's versions regresses.
+    same = compare(before, snapshot("c", "worse", worse), Thresholds())
+    assert {r.kind for r in same.regressions} == {"group", "scenario", "requirement"}
+    assert same.not_comparable == []
+    # One scenario's plugins changed: it is left out of the group rate, its regression too.
+    plugins = _version(worse, scenario="s2", plugins_digest="q" * 64, scenario_digest="f" * 64)
+    partial = compare(before, snapshot("c", "worse", plugins), Thresholds())
+    kinds = {(a.kind, a.subject) for a in partial.not_comparable}
+    assert kinds == {("plugins", "s2 · skill"), ("plugins", "s2 · control")}
+    assert "s2" not in {r.subject for r in partial.regressions}
+    assert partial.regressions  # the other five scenarios still regress
+    # The agent's settings changed: its groups are not compared at all.
+    agent = _version(worse, agent="codex", agent_digest="z" * 64)
+    moved = compare(before, snapshot("c", "worse", agent), Thresholds())
+    assert moved.regressions == [] and [a.kind for a in moved.not_comparable] == ["agent"]
+
+
+def test_compare_exit_status_when_not_comparable(store: ResultsStore) -> None:
+    url = store.url
+    assert (
+        runner.invoke(app, ["baseline", "create", "v1", "--from", "sw", "--store", url]).exit_code
+        == 0
+    )
+    store.record(
+        [
+            r.model_copy(update={"sweep": "edited", "scenario_digest": "e" * 64})
+            for r in skill_sweep("edited")
+        ]
+    )
+    result = runner.invoke(
+        app, ["compare", "--baseline", "v1", "--candidate", "edited", "--store", url]
+    )
+    assert result.exit_code == 3, result.output
+    assert "not comparable: the scenario s0 changed" in result.output
+
+
 def test_sealed_suite(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
     shutil.copytree(EXAMPLES / "median", suite / "median")

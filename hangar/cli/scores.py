@@ -100,23 +100,32 @@ def compare(
     requirement_drop: Annotated[float, typer.Option(help="Pass-rate drop of a requirement.")] = 0.5,
     store: StoreOption = None,
 ) -> None:
-    """Flag regressions of a candidate sweep against a baseline; exit 1 when any."""
+    """Flag regressions of a candidate sweep against a baseline.
+
+    Only subjects of the same versions are compared (scenario, plugin and agent-settings
+    digests); the others are listed as not comparable. Exit status: 0 no regression and
+    everything comparable; 1 a regression; 3 no regression, but something was not
+    comparable.
+    """
     from hangar.baseline import Thresholds, load_baseline, snapshot
     from hangar.baseline import compare as find
 
     sweep_id, _, results = resolve_sweep(candidate, store)
     before = load_baseline(results, baseline)
     after = snapshot("candidate", sweep_id, results.results(sweep_id))
-    found = find(
+    outcome = find(
         before,
         after,
         Thresholds(
             group_drop=group_drop, scenario_drop=scenario_drop, requirement_drop=requirement_drop
         ),
     )
+    for item in outcome.not_comparable:
+        err_console.print(f"[yellow]not comparable:[/] {item.sentence}", highlight=False)
+    found = outcome.regressions
     if not found:
         console.print(f"no regression of {sweep_id} against baseline {baseline}")
-        raise typer.Exit(0)
+        raise typer.Exit(3 if outcome.not_comparable else 0)
     table = Table(
         "kind",
         "group",

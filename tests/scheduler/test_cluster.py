@@ -223,7 +223,7 @@ def test_driver_killed_then_resumed(tmp_path: Path) -> None:
     assert second.returncode == 0, second.stderr[-3000:]
     outcome = json.loads(second.stdout)
     assert outcome["skipped"] == len(done_before) and outcome["done"] == 10 - len(done_before)
-    runs = Counter(Path(line).parent.name[:20] for line in log.read_text().split())
+    runs = Counter(Path(line).parents[1].name[:20] for line in log.read_text().split())
     for key in done_before:
         assert runs[key[:20]] == 1, "a trial finished before the kill ran again"
     assert len(final_rows(store, "kill")) == 10

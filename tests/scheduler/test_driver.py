@@ -274,7 +274,14 @@ def test_a_worker_that_cannot_unpack_its_scenario_reports_why(
     from hangar.scheduler.task import run_trial_task
     from hangar.trial import single_trial
 
-    sweep = load_sweep(write_sweep(tmp_path))
+    # A scenario this node has never unpacked (a new digest), so the package is read.
+    fresh = tmp_path / "fresh.scenario.yaml"
+    fresh.write_text(
+        TINY.read_text()
+        .replace("../../../examples", str(TINY.parents[3] / "examples"))
+        .replace("id: tiny", f"id: fresh\ncanaries: [{tmp_path.name}]")
+    )
+    sweep = load_sweep(write_sweep(tmp_path, scenarios=[str(fresh)]))
     spec = single_trial(
         sweep.scenarios[0],
         sweep.agents["ok"],
