@@ -2,8 +2,8 @@
 
 Infrastructure tests skip with a reason when their service is missing, except for
 the services named in ``HANGAR_REQUIRE`` (comma-separated: docker, ray, postgres, s3,
-prometheus, chromium, k8s, disk: trial disks can be mounted), where the same condition fails the test. CI sets it, so CI can
-never pass by skipping.
+prometheus, chromium, k8s, disk: trial disks can be mounted), where the same condition
+fails the test. CI sets it, so CI can never pass by skipping.
 """
 
 from __future__ import annotations
