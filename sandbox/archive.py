@@ -42,10 +42,20 @@ def tar_directory(source: Path, fileobj: IO[bytes], *, uid: int, gid: int) -> No
     fileobj.flush()
 
 
-def extract_untrusted(fileobj: IO[bytes], target: Path, *, strip: int, limit: int) -> None:
+def extract_untrusted(
+    fileobj: IO[bytes],
+    target: Path,
+    *,
+    strip: int,
+    limit: int,
+    skipped: list[str] | None = None,
+) -> None:
     """Extract an untrusted tar stream into `target`, dropping `strip` leading components.
 
-    Raises `SandboxError` for a member the ``data`` filter refuses and
+    Raises `SandboxError` for a member the ``data`` filter refuses, unless `skipped` is
+    given: then such a member (a device or a pipe, a link leaving `target`) is left out
+    and named there, which is what an agent's own workspace coming back needs (what the
+    agent put there is its outcome, never the farm's failure). Raises
     `SandboxFileTooLarge` when the regular files add up to more than `limit` bytes.
     """
     target.mkdir(parents=True, exist_ok=True)
@@ -62,7 +72,13 @@ def extract_untrusted(fileobj: IO[bytes], target: Path, *, strip: int, limit: in
         total += member.size if member.isreg() else 0
         if total > limit:
             raise SandboxFileTooLarge(f"the folder is larger than the cap of {limit} bytes")
-        return tarfile.data_filter(member.replace(**changes, deep=False), dest)  # type: ignore[arg-type]
+        try:
+            return tarfile.data_filter(member.replace(**changes, deep=False), dest)  # type: ignore[arg-type]
+        except tarfile.FilterError as exc:
+            if skipped is None:
+                raise
+            skipped.append(f"{changes['name']}: {exc}")
+            return None
 
     try:
         with tarfile.open(fileobj=fileobj) as tar:

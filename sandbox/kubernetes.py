@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import logging
 import os
 import re
 import shlex
@@ -62,6 +63,8 @@ from hangar.sandbox.base import (
     describe,
     timeout_argv,
 )
+
+log = logging.getLogger(__name__)
 
 SANDBOX_UID = 1000
 HOST_MARGIN_S = 15.0
@@ -280,8 +283,13 @@ class KubernetesSandbox(Sandbox):
 
     def _sync_back(self, target: str, source: Path) -> None:
         staging = Path(tempfile.mkdtemp(prefix="hangar-k8s-"))
+        skipped: list[str] = []
         try:
-            self.copy_out(target, staging / "out")
+            # What the agent put in its workspace is its outcome: a pipe or a link out of
+            # it is left behind (and logged), never a failure of the farm.
+            self._copy_out(target, staging / "out", skipped)
+            if skipped:
+                log.warning("left in pod %s when copying %s back: %s", self.name, target, skipped)
             for child in source.iterdir():  # deletions in the pod are deletions here
                 shutil.rmtree(
                     child
@@ -506,6 +514,9 @@ class KubernetesSandbox(Sandbox):
 
     def copy_out(self, source: str, target: Path) -> None:
         """Copy the contents of sandbox folder `source` into host folder `target`."""
+        self._copy_out(source, target)
+
+    def _copy_out(self, source: str, target: Path, skipped: list[str] | None = None) -> None:
         q = shlex.quote(self.resolve(source))
         res = self._run(
             ["sh", "-c", f"[ -d {q} ] || exit 3; tar -c -C {q} . | base64"],
@@ -518,7 +529,9 @@ class KubernetesSandbox(Sandbox):
         data = base64.b64decode(res.stdout)
         if len(data) > self.spec.read_limit + 1024 * 1024:
             raise SandboxFileTooLarge(f"{source} is larger than the cap of {self.spec.read_limit}")
-        extract_untrusted(io.BytesIO(data), target, strip=1, limit=self.spec.read_limit)
+        extract_untrusted(
+            io.BytesIO(data), target, strip=1, limit=self.spec.read_limit, skipped=skipped
+        )
 
 
 class _WebSocketStream(ExecStream):

@@ -16,6 +16,7 @@ import pytest
 
 from hangar.agents import CommandAgent, load_agents
 from hangar.results import TrialResult, Verdict
+from hangar.sandbox.disk import TrialDisk
 from hangar.scenario import load_scenario, repin
 from hangar.scheduler.keys import Arm
 from hangar.trial import TrialSpec, run_trial, single_trial
@@ -200,18 +201,22 @@ def _disk_limit(folder: Path, size: str) -> None:
 def test_an_agent_that_fills_its_disk_fails_and_the_node_stays_healthy(
     run: Runner, tmp_path: Path
 ) -> None:
+    probe = TrialDisk(tmp_path / "probe", 1024**2)
+    probe.image.parent.mkdir()
+    state = probe.open(ttl_s=60)
+    probe.close()
+    if not state.enforced:  # before writing 900 MB to a disk that is not capped
+        skip_or_fail("disk", f"trial disks cannot be mounted here: {state.why}")
     free = shutil.disk_usage(tmp_path).free
     fill = "; ".join(
         f"dd if=/dev/zero of={where}/big bs=1M count=300 2>&1 | grep -o 'No space left on device'"
         for where in (".", "/tmp", "$HOME")
     )
     result = run(fill, edit=lambda f: _disk_limit(f, "96m"))
+    assert json.loads(bundle(result, "disk.json"))["enforced"]
     assert result.verdict is Verdict.FAIL, result.reason
     assert "the agent filled its disk (limit 96 MiB)" in result.reason
     assert agent_output(result).count("No space left on device") == 3
-    disk = json.loads(bundle(result, "disk.json"))
-    if not disk["enforced"]:
-        skip_or_fail("disk", f"trial disks are not enforced here: {disk['why']}")
     assert shutil.disk_usage(tmp_path).free > free - 400 * 1024**2  # not 900 MB gone
     assert run(GOLD).verdict is Verdict.PASS  # the next trial on the node is fine
 

@@ -79,3 +79,17 @@ def test_absolute_paths_land_inside_the_target(tmp_path: Path) -> None:
     extract_untrusted(_tar((_member("/tmp/hangar-evil"), b"x")), tmp_path, strip=0, limit=99)
     assert (tmp_path / "tmp" / "hangar-evil").read_bytes() == b"x"
     assert not Path("/tmp/hangar-evil").exists()
+
+
+def test_refused_members_can_be_skipped_and_named(tmp_path: Path) -> None:
+    """An agent's own workspace coming back: what the filter refuses is left out, named."""
+    buf = _tar(
+        (_member("top/ok.txt"), b"fine"),
+        (_member("top/pipe", tarfile.FIFOTYPE), b""),
+        (_member("top/out", tarfile.SYMTYPE, linkname="/etc/passwd"), b""),
+    )
+    skipped: list[str] = []
+    extract_untrusted(buf, tmp_path, strip=1, limit=1 << 20, skipped=skipped)
+    assert (tmp_path / "ok.txt").read_bytes() == b"fine"
+    assert not (tmp_path / "pipe").exists() and not (tmp_path / "out").exists()
+    assert [s.split(":")[0] for s in skipped] == ["pipe", "out"]
