@@ -12,7 +12,9 @@ EXTRAS  ?= dev,s3,postgres,k8s
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	# setuptools warns that a folder named like the package may shadow it: these are the
+	# package's own folders (the package-dir mapping), so the warning is noise here.
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $@
 
 venv: $(VENV)/.installed

@@ -32,6 +32,7 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
+    inspect,
     select,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -210,9 +211,12 @@ class ResultsStore:
                     f"hangar's {SCHEMA_VERSION}: upgrade hangar"
                 )
             elif int(version) < SCHEMA_VERSION:
+                # Only what is missing (a store an interrupted upgrade left half done).
+                have = {c["name"] for c in inspect(conn).get_columns("trials")}
                 for step in range(int(version) + 1, SCHEMA_VERSION + 1):
                     for column in _ADDED[step]:
-                        conn.exec_driver_sql(f"ALTER TABLE trials ADD COLUMN {column}")
+                        if column.split()[0] not in have:
+                            conn.exec_driver_sql(f"ALTER TABLE trials ADD COLUMN {column}")
                 self._set_meta(conn, "schema_version", str(SCHEMA_VERSION))
             if self._meta(conn, "views_version") != str(VIEWS_VERSION):
                 for statement in views_sql(self.engine.dialect.name):

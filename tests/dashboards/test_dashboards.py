@@ -94,11 +94,13 @@ def test_old_store_is_migrated(tmp_path: Path) -> None:
     with store.engine.begin() as conn:  # make it a schema-1 store again
         for view in ("v_daily_model_scores", "v_trials", "v_attempts"):
             conn.exec_driver_sql(f"DROP VIEW {view}")
-        conn.exec_driver_sql("ALTER TABLE trials DROP COLUMN suite")
+        for column in ("suite", "route", "scope", "agent_digest", "agent_settings"):
+            conn.exec_driver_sql(f"ALTER TABLE trials DROP COLUMN {column}")
+        # plugins_digest and provider_error stay: a store an interrupted upgrade left half done
         conn.exec_driver_sql("UPDATE hangar_meta SET value = '1' WHERE key = 'schema_version'")
         conn.exec_driver_sql("DELETE FROM hangar_meta WHERE key = 'views_version'")
     store = ResultsStore(url)
     with store.engine.connect() as conn:
         columns = [r[1] for r in conn.exec_driver_sql("PRAGMA table_info(trials)")]
-        assert "suite" in columns
+        assert {"suite", "route", "scope", "agent_digest", "plugins_digest"} <= set(columns)
         assert conn.exec_driver_sql("SELECT COUNT(*) FROM v_daily_model_scores").scalar() == 0
