@@ -1,4 +1,1 @@
-"""Ray cluster bring-up and attach, the per-node reaper, cluster launcher configs.
-
-Filled in by the sweep issue (DESIGN.md section 4).
-"""
+"""Ray cluster bring-up and attach, the per-node reaper, Kubernetes manifests."""

@@ -14,11 +14,7 @@ import os
 import shutil
 import subprocess
 
-from hangar.errors import HangarError
-
-
-class ClusterError(HangarError):
-    """`ray start` or `ray stop` failed."""
+from hangar.errors import ClusterError
 
 
 def _ray() -> str:

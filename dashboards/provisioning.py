@@ -18,15 +18,11 @@ from pydantic import BaseModel, Field
 from hangar.dashboards.model import PG, PROM, Dashboard
 from hangar.dashboards.operations import operations_dashboard
 from hangar.dashboards.scores import scores_dashboard
-from hangar.errors import ConfigError, HangarError
+from hangar.errors import ConfigError, GrafanaError
 
 GENERATED = Path(__file__).with_name("generated")
 FOLDER_UID, FOLDER_TITLE = "hangar", "hangar"
 RAY_SERVICE_DISCOVERY = "/tmp/ray/prom_metrics_service_discovery.json"
-
-
-class GrafanaError(HangarError):
-    """A Grafana cannot be reached, refuses the token, or rejects a request."""
 
 
 def dashboards() -> list[Dashboard]:
@@ -39,13 +35,19 @@ def rendered() -> dict[str, str]:
     return {f"{d.uid}.json": d.render() for d in dashboards()}
 
 
+#: The Helm chart's copy (Helm reads no file outside its chart), in a checkout.
+CHART_DASHBOARDS = GENERATED.resolve().parent.parent / "helm" / "hangar" / "dashboards"
+
+
 def write_generated(folder: Path = GENERATED) -> list[Path]:
-    """Rewrite the committed JSON from the builders."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Rewrite the committed JSON from the builders (and the chart's copy, in a checkout)."""
+    folders = [folder] + ([CHART_DASHBOARDS] if CHART_DASHBOARDS.is_dir() else [])
     written = []
-    for name, text in rendered().items():
-        (folder / name).write_text(text)
-        written.append(folder / name)
+    for target in folders:
+        target.mkdir(parents=True, exist_ok=True)
+        for name, text in rendered().items():
+            (target / name).write_text(text)
+            written.append(target / name)
     return written
 
 

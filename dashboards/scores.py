@@ -113,6 +113,33 @@ FROM per ORDER BY model, finished DESC""",
     ("model", "sweep_id", "finished", "trials", "passes", "pass_rate", "cost_usd"),
 )
 
+#: Every score panel honours the metric variable too.
+SCORE_FILTER = f"{FILTER} AND metric IN ($metric) AND value IS NOT NULL"
+
+METRIC_BY_GROUP = Sql(
+    f"""WITH g AS (
+  SELECT agent, model, arm, metric, MIN(scale) AS scale, COUNT(*)::float AS n,
+         SUM(value)::float AS k, AVG(value) AS mean, STDDEV_SAMP(value) AS sd
+  FROM v_scores WHERE {TIME} AND {SCORE_FILTER}
+  GROUP BY agent, model, arm, metric)
+SELECT agent, model, arm, metric, scale, n::int AS n, mean,
+       CASE WHEN scale = 'binary' THEN {WILSON_LOW}
+            ELSE mean - {Z} * COALESCE(sd, 0) / sqrt(n) END AS low,
+       CASE WHEN scale = 'binary' THEN {WILSON_HIGH}
+            ELSE mean + {Z} * COALESCE(sd, 0) / sqrt(n) END AS high
+FROM g ORDER BY agent, model, arm, metric""",
+    ("agent", "model", "arm", "metric", "scale", "n", "mean", "low", "high"),
+)
+
+METRIC_OVER_TIME = Sql(
+    f"""SELECT $__timeGroupAlias(finished_at, '1d'), model || ' · ' || metric AS metric,
+       AVG(value) AS value
+FROM v_scores WHERE {TIME} AND {SCORE_FILTER}
+GROUP BY 1, 2 ORDER BY 1, 2""",
+    ("time", "metric", "value"),
+    "time_series",
+)
+
 BAND = (
     {
         "matcher": {"id": "byRegexp", "options": ".* 95% (low|high)"},
@@ -136,6 +163,7 @@ def scores_dashboard() -> Dashboard:
             ("arm", "arm", "arm"),
         )
     ]
+    var.append(Variable("metric", "SELECT DISTINCT metric FROM v_scores ORDER BY 1", "metric"))
     return Dashboard(
         uid="hangar-scores",
         title="hangar: scores and cost",
@@ -157,6 +185,22 @@ def scores_dashboard() -> Dashboard:
                 (SCORES_BY_GROUP,),
                 "Counted trials, passes, pass rate and its 95% Wilson interval per group.",
                 "percentunit",
+            ),
+            Panel(
+                "Scores per agent, model, arm and metric",
+                "table",
+                (METRIC_BY_GROUP,),
+                "Every metric the trials were scored on (variable `metric`): assessed scores, "
+                "their mean, and a 95% interval (Wilson for binary scores; for points and "
+                "counts the normal approximation, where `hangar report` bootstraps).",
+                "short",
+            ),
+            Panel(
+                "Mean score per model over time",
+                "timeseries",
+                (METRIC_OVER_TIME,),
+                "Daily mean of each selected metric per model.",
+                "short",
             ),
             Panel(
                 "Each arm against control",
@@ -224,4 +268,6 @@ ALL_QUERIES = {
     "durations": DURATIONS,
     "verdict_mix": VERDICT_MIX,
     "latest_sweep": LATEST_SWEEP,
+    "metric_by_group": METRIC_BY_GROUP,
+    "metric_over_time": METRIC_OVER_TIME,
 }

@@ -9,7 +9,12 @@
    on 127.0.0.1:8765; with OPENAI_API_KEY set, a real provider (HANGAR_DEMO_MODEL,
    default gpt-4o-mini).
 
-Each trial clones the pinned revision, runs its agent in a docker sandbox with the
+3. `examples/decision/sweep.yaml`: a decision suite (seed 001): eight cases over two
+   skills, each answered with the skill supplied (arm skill) and without it (arm control)
+   by the scripted model, graded by the choice grader; then the paired comparison with
+   fixed roles (control as the baseline, skill as the candidate).
+
+Each execution trial clones the pinned revision, runs its agent in a docker sandbox with the
 network off, runs the hidden tests in the same sandbox wiped, is judged by the pinned host
 verifier and stores its evidence bundle; results go to SQLite under ./runs. Prints every
 result with its bundle, tokens and cost; exits non-zero if a verdict is not the expected
@@ -24,10 +29,12 @@ from pathlib import Path
 
 from hangar.cli import console, print_result
 from hangar.models import ModelSpec
-from hangar.models.scripted import Script, ScriptedServer
+from hangar.report import build_report
+from hangar.report_render import render_text
 from hangar.scheduler.driver import SweepRunner
 from hangar.scheduler.sweep import Sweep, load_sweep
 from hangar.store import ResultsStore
+from hangar.testing.scripted import Script, ScriptedServer
 
 HERE = Path(__file__).resolve().parent
 
@@ -75,13 +82,38 @@ def main() -> int:
         models = models.model_copy(update={"config": config, "id": f"{models.id}-{model.id}"})
         ok &= run(models, None)  # a real model's verdict is its own
     else:
-        server = ScriptedServer(Script.load(HERE / "scripted-model.yaml"), port=8765).start()
+        server = ScriptedServer(scripted(), port=8765).start()
         try:
             ok &= run(models, {"toolloop": "pass", "chat": "pass"})
+            ok &= decide(load_sweep(HERE / "decision" / "sweep.yaml"))
         finally:
             server.shutdown()
     console.print("check a bundle with: hangar evidence verify URI")
     return 0 if ok else 1
+
+
+def scripted() -> Script:
+    """The scripted model of every demo sweep (the decision demo's replies included)."""
+    main, decisions = (
+        Script.load(HERE / p) for p in ("scripted-model.yaml", "decision/scripted-model.yaml")
+    )
+    return Script(conversations=main.conversations + decisions.conversations)
+
+
+def decide(sweep: Sweep) -> bool:
+    """Run the decision suite and show the paired skill-vs-control result."""
+    store = ResultsStore(sweep.config.store)
+    console.rule(f"sweep {sweep.id}: {sweep.size} trials (decision suite)")
+    tally = SweepRunner(sweep, store).run()
+    report = build_report(
+        sweep.id, store.results(sweep.id), margin=0.15, roles=("control", "skill")
+    )
+    console.out(render_text(report), highlight=False)
+    console.print(f"{tally.done} trial(s) ran now, {tally.skipped} were final already (resume)")
+    sentences = [c.sentence for c in report.comparisons if c.metric == "correct"]
+    want = "control is shown to lose by at least 15 points on correct"
+    console.print(f"decision -> {'; '.join(sentences)}", highlight=False)
+    return sentences == [want]
 
 
 if __name__ == "__main__":

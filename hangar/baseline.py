@@ -1,7 +1,7 @@
 """Baselines (immutable snapshots of a sweep's scores) and regression checks against them.
 
-`hangar compare` flags a regression (DESIGN.md section 6) when, from baseline to candidate,
-for a subject present in both:
+`hangar compare` flags a regression (docs/architecture.md, "Scores") when, from baseline
+to candidate, for a subject present in both:
 
 - a group's (agent · model · arm) pass rate drops by more than ``group_drop`` (0.3 on the
   0..1 scale of a pass rate, i.e. 30 points);
@@ -13,8 +13,11 @@ for a subject present in both:
 Only like is compared with like: a scenario whose digest (or an arm's plugin bytes)
 changed, or an agent whose settings changed, is listed as not comparable and left out of
 every rate, its groups' included (seed 001: "Compare runs only after their sources,
-cases, settings, and evidence match"). The thresholds are configurable; the CLI exits 1
-when a regression is found, 3 when some subjects were not comparable.
+cases, settings, and evidence match"). Every metric besides ``pass`` (a decision case's
+``correct``, a rubric's points) gets the same group and scenario checks, its drops
+measured as fractions of the metric's range (1 for 0/1 scores, 4 for 1-5). The
+thresholds are configurable; the CLI exits 1 when a regression is found, 3 when some
+subjects were not comparable.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from hangar.errors import ConfigError
-from hangar.report import COUNTED, NotComparable, build_report, split_versions
+from hangar.report import COUNTED, build_report
 from hangar.results import TrialResult
 from hangar.store import ResultsStore, baselines
+from hangar.versions import NotComparable, split_versions
 
 
 class Rate(BaseModel):
@@ -42,6 +46,20 @@ class Rate(BaseModel):
     def rate(self) -> float:
         """passes / trials (0 with no trial)."""
         return self.passes / self.trials if self.trials else 0.0
+
+
+class Tally(BaseModel):
+    """The assessed scores of one metric in one group and scenario."""
+
+    total: float = 0.0
+    """Their sum."""
+    n: int = 0
+    """How many."""
+
+    @property
+    def mean(self) -> float:
+        """total / n (0 with none)."""
+        return self.total / self.n if self.n else 0.0
 
 
 class Versions(BaseModel):
@@ -74,6 +92,11 @@ class Snapshot(BaseModel):
     """Group label -> requirement -> scenario -> rate (to leave out what is not comparable)."""
     versions: Versions | None = None
     """The versions measured (None in a baseline taken before hangar kept them)."""
+    metrics: dict[str, dict[str, dict[str, Tally]]] = Field(default_factory=dict)
+    """Metric -> group label -> scenario -> its scores (every metric but ``pass``, which
+    the fields above keep)."""
+    spans: dict[str, float] = Field(default_factory=dict)
+    """Metric -> its range (1 for binary, high - low for points): drops are fractions of it."""
 
 
 class Thresholds(BaseModel):
@@ -93,6 +116,8 @@ class Regression(BaseModel):
     """The group it is in."""
     subject: str
     """The scenario or requirement (the group itself for kind group)."""
+    metric: str = "pass"
+    """The metric that dropped."""
     before: float
     """Baseline pass rate."""
     after: float
@@ -125,6 +150,18 @@ def snapshot(name: str, sweep: str, results: Iterable[TrialResult]) -> Snapshot:
         if r.verdict not in COUNTED:
             continue
         label = f"{r.agent} · {r.model} · {r.arm}"
+        for score in r.scored:
+            if score.metric == "pass" or score.value is None:
+                continue
+            tally = (
+                snap.metrics.setdefault(score.metric, {})
+                .setdefault(label, {})
+                .setdefault(r.scenario_id, Tally())
+            )
+            tally.total += score.value
+            tally.n += 1
+            span = (score.high or 0) - (score.low or 0) if score.scale == "points" else 1.0
+            snap.spans[score.metric] = span or 1.0
         for check in r.checks:
             rate = (
                 snap.requirement_scenarios.setdefault(label, {})
@@ -226,6 +263,13 @@ def _restricted(snap: Snapshot, scenarios: set[str], agents: set[str]) -> Snapsh
     """`snap` without the given scenarios and the groups of the given agents; the group
     and requirement rates recomputed from what is left."""
     out = snap.model_copy(deep=True)
+    for per_group in out.metrics.values():
+        for label in list(per_group):
+            if label.split(" · ", 1)[0] in agents:
+                del per_group[label]
+                continue
+            for scenario in scenarios:
+                per_group[label].pop(scenario, None)
     for label in list(out.groups):
         if label.split(" · ", 1)[0] in agents:
             del out.groups[label]
@@ -304,6 +348,57 @@ def _regressions(before: Snapshot, after: Snapshot, t: Thresholds) -> list[Regre
         t.requirement_drop,
         lambda b, a: b.rate - a.rate,
     )
+    for metric, groups in before.metrics.items():
+        found += _metric_regressions(
+            metric, groups, after.metrics.get(metric, {}), before.spans.get(metric, 1.0), t
+        )
+    return found
+
+
+def _metric_regressions(
+    metric: str,
+    before: dict[str, dict[str, Tally]],
+    after: dict[str, dict[str, Tally]],
+    span: float,
+    t: Thresholds,
+) -> list[Regression]:
+    """A metric's group and scenario drops, as fractions of its range (see the module)."""
+    found = []
+    for label, scenarios in before.items():
+        later = after.get(label, {})
+        shared = [s for s in scenarios if s in later and scenarios[s].n and later[s].n]
+        if not shared:
+            continue
+        b = Tally(
+            total=sum(scenarios[s].total for s in shared), n=sum(scenarios[s].n for s in shared)
+        )
+        a = Tally(total=sum(later[s].total for s in shared), n=sum(later[s].n for s in shared))
+        cases = [("group", label, b, a, (b.mean - a.mean) / span, t.group_drop)]
+        cases += [
+            (
+                "scenario",
+                s,
+                scenarios[s],
+                later[s],
+                (scenarios[s].mean - later[s].mean) / span * scenarios[s].n,
+                t.scenario_drop,
+            )
+            for s in shared
+        ]
+        found += [
+            Regression(
+                kind=kind,
+                group=label,
+                subject=subject,
+                metric=metric,
+                before=old.mean,
+                after=new.mean,
+                drop=drop,
+                threshold=threshold,
+            )
+            for kind, subject, old, new, drop, threshold in cases
+            if drop > threshold
+        ]
     return found
 
 

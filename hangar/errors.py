@@ -11,11 +11,18 @@ without a traceback and exits non-zero.
     ├── ImageError                   an image cannot be found or built
     │   ├── ImageNotFound            the image a sandbox asks for is not on the engine
     │   └── ImageBuildError          `hangar image build-base` / `build` failed
-    └── SandboxError                 a sandbox operation failed
-        ├── SandboxUnavailable       the infrastructure broke: no engine, a dead container
-        ├── SandboxFileNotFound      read of a path that does not exist (also FileNotFoundError)
-        ├── SandboxIsADirectory      read_file of a directory (also IsADirectoryError)
-        └── SandboxFileTooLarge      a read over the read cap
+    ├── SandboxError                 a sandbox operation failed
+    │   ├── SandboxUnavailable       the infrastructure broke: no engine, a dead container
+    │   ├── SandboxFileNotFound      read of a path that does not exist (also FileNotFoundError)
+    │   ├── SandboxIsADirectory      read_file of a directory (also IsADirectoryError)
+    │   ├── SandboxFileTooLarge      a read over the read cap
+    │   └── MissingPython            the image has no python3 for the model relay's forwarder
+    ├── WorkspaceError               a repository or revision cannot be mirrored or checked out
+    ├── StoreError                   the results store cannot be opened or written
+    ├── EvidenceStoreError           an evidence store cannot be reached, or lacks an object
+    ├── RayUnavailable               Ray could not be started or reached
+    ├── ClusterError                 `ray start` / `ray stop` failed
+    └── GrafanaError                 Grafana is unreachable, refuses the token or a request
 
 A non-zero exit code or a timed-out command is *not* an exception: it is an
 `ExecResult` with `returncode`, `timed_out` and `oom_killed` set.
@@ -65,3 +72,31 @@ class SandboxIsADirectory(SandboxError, IsADirectoryError):
 
 class SandboxFileTooLarge(SandboxError):
     """A file read from a sandbox is larger than the read cap."""
+
+
+class MissingPython(SandboxError):
+    """The sandbox image has no python3 to run the model relay's forwarder."""
+
+
+class WorkspaceError(HangarError):
+    """A repository or revision cannot be mirrored or checked out (a fixture problem)."""
+
+
+class StoreError(HangarError):
+    """The results store cannot be opened or written."""
+
+
+class EvidenceStoreError(HangarError):
+    """An evidence store cannot be reached, or lacks what was asked for."""
+
+
+class RayUnavailable(HangarError):
+    """Ray could not be started or reached."""
+
+
+class ClusterError(HangarError):
+    """`ray start` or `ray stop` failed."""
+
+
+class GrafanaError(HangarError):
+    """A Grafana cannot be reached, refuses the token, or rejects a request."""

@@ -8,7 +8,8 @@ digest or agent settings, left in the sweep by an earlier run, are listed as not
 comparable, never mixed. Comparisons pair two groups that differ in exactly one of
 agent, model or arm, over the scenarios both ran. `build_report` makes the `Report`
 model (which is also the JSON form); `hangar.report_render` renders text, Markdown and
-HTML.
+HTML. Beside the pass rate of each group, every metric its trials were scored on is
+summarised (`MetricSummary`) and compared (`hangar.comparisons`).
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from statistics import median
-from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from hangar import stats
-from hangar.results import TrialResult, Verdict
+from hangar.comparisons import Comparison, GroupKey, compare_groups
+from hangar.results import COUNTED_VERDICTS, Scale, Score, TrialResult, Verdict
+from hangar.versions import NotComparable, split_versions
 
-COUNTED = (Verdict.PASS, Verdict.FAIL)
+COUNTED = COUNTED_VERDICTS
 
 
 class Group(BaseModel):
@@ -62,6 +64,8 @@ class Group(BaseModel):
     """Median duration of counted trials."""
     duration_p95_s: float | None
     """95th percentile duration of counted trials."""
+    metrics: list[MetricSummary] = Field(default_factory=list)
+    """Every metric its trials were scored on."""
 
     @property
     def label(self) -> str:
@@ -91,17 +95,28 @@ class RequirementRow(BaseModel):
     """Findings in counted trials."""
 
 
-class Comparison(BaseModel):
-    """A paired comparison of two groups that differ in one factor."""
+class MetricSummary(BaseModel):
+    """One group's scores on one metric (a JSON contract: see README)."""
 
-    factor: str
-    """What differs: agent, model or arm."""
-    within: str
-    """What they share (e.g. ``gold · none`` for an arm comparison)."""
-    result: stats.PairedDifference
-    """The paired difference, interval and decision sentence."""
-    per_scenario: dict[str, float]
-    """Per-scenario differences (A - B)."""
+    metric: str
+    """The metric (``pass``, ``correct``...)."""
+    scale: Scale
+    """binary, points or count."""
+    n: int
+    """Assessed scores (of counted trials)."""
+    mean: float | None
+    """Their mean (a rate for a binary score); None with none assessed."""
+    ci_low: float | None
+    """Lower bound of the 95% interval (Wilson for binary, a seeded bootstrap of the
+    mean otherwise)."""
+    ci_high: float | None
+    """Upper bound."""
+    unassessed: int = 0
+    """Scores of counted trials that were not assessed (shown, never dropped)."""
+    low: float | None = None
+    """A points scale's lowest value."""
+    high: float | None = None
+    """A points scale's highest value."""
 
 
 class Voided(BaseModel):
@@ -111,71 +126,6 @@ class Voided(BaseModel):
     scenario: str
     group: str
     reason: str
-
-
-class NotComparable(BaseModel):
-    """Trials (or baseline subjects) of another version than the one compared: listed,
-    never mixed into a score (seed 001: "Compare runs only after their sources, cases,
-    settings, and evidence match")."""
-
-    kind: Literal["scenario", "agent", "plugins"]
-    """What differs: a scenario's digest, an agent's settings, an arm's plugin bytes."""
-    subject: str
-    """The scenario id, the agent name, or ``scenario · arm``."""
-    kept: str
-    """The version scored (the digest of the most recent trial; the candidate's, in a
-    comparison with a baseline)."""
-    other: list[str]
-    """The other versions (digests)."""
-    trials: int = 0
-    """Trials set aside (0 in a comparison with a baseline)."""
-    sentence: str
-    """What happened, in words."""
-
-
-def split_versions(
-    results: Iterable[TrialResult],
-) -> tuple[list[TrialResult], list[NotComparable]]:
-    """Keep each scenario's and each agent's most recent version (a sweep whose scenario
-    file or agent settings changed between runs holds both); the trials of older
-    versions are set aside and listed, never mixed with the rest."""
-    rows = list(results)
-    aside: list[NotComparable] = []
-    kinds: tuple[tuple[Literal["scenario", "agent"], str, str], ...] = (
-        ("scenario", "scenario_id", "scenario_digest"),
-        ("agent", "agent", "agent_digest"),
-    )
-    for kind, subject_field, version_field in kinds:
-        latest: dict[str, TrialResult] = {}
-        for r in rows:
-            current = latest.get(getattr(r, subject_field))
-            if current is None or r.finished_at > current.finished_at:
-                latest[getattr(r, subject_field)] = r
-        kept: list[TrialResult] = []
-        older: dict[str, Counter[str]] = defaultdict(Counter)
-        for r in rows:
-            subject, version = getattr(r, subject_field), getattr(r, version_field)
-            keep = getattr(latest[subject], version_field)
-            if version == keep or not version or not keep:  # "": a row from before digests
-                kept.append(r)
-            else:
-                older[subject][version] += 1
-        for subject, versions in sorted(older.items()):
-            keep, n = getattr(latest[subject], version_field), sum(versions.values())
-            aside.append(
-                NotComparable(
-                    kind=kind,
-                    subject=subject,
-                    kept=keep,
-                    other=sorted(versions),
-                    trials=n,
-                    sentence=f"{kind} {subject} changed during the sweep "
-                    f"({', '.join(d[:12] for d in sorted(versions))} -> {keep[:12]}): "
-                    f"{n} trial(s) of the older version set aside, not mixed",
-                )
-            )
-        rows = kept
-    return rows, aside
 
 
 class Blocked(BaseModel):
@@ -192,14 +142,17 @@ class Blocked(BaseModel):
 class Report(BaseModel):
     """Everything `hangar report` shows (its JSON form, too)."""
 
-    schema_version: int = 1
+    schema_version: int = 2
     """Version of this shape."""
     sweep: str
     """Sweep id."""
     generated_at: datetime
     """When the report was made (UTC)."""
     margin: float
-    """The margin of the decision sentences (0.05 = 5 points)."""
+    """The margin of the decision sentences, in points of a metric's range (0.05 = 5
+    points)."""
+    roles: tuple[str, str] | None = None
+    """(baseline, candidate) when the comparisons' roles were given."""
     groups: list[Group]
     """Per (agent, model, arm)."""
     scenarios: list[ScenarioRow]
@@ -207,7 +160,7 @@ class Report(BaseModel):
     requirements: list[RequirementRow]
     """Checklist requirements."""
     comparisons: list[Comparison]
-    """Paired comparisons."""
+    """Paired comparisons, per metric."""
     voided: list[Voided]
     """Trials voided by a canary."""
     blocked: list[Blocked] = Field(default_factory=list)
@@ -230,9 +183,15 @@ def _group_key(r: TrialResult) -> tuple[str, str, str]:
 
 
 def build_report(
-    sweep: str, results: Iterable[TrialResult], *, margin: float = 0.05, seed: int = 0
+    sweep: str,
+    results: Iterable[TrialResult],
+    *,
+    margin: float = 0.05,
+    seed: int = 0,
+    roles: tuple[str, str] | None = None,
 ) -> Report:
-    """The report of a sweep's latest attempts."""
+    """The report of a sweep's latest attempts; `roles` (baseline, candidate) fixes the
+    comparisons' roles (see `hangar.comparisons`)."""
     kept, aside = split_versions(results)
     by_group: dict[tuple[str, str, str], list[TrialResult]] = defaultdict(list)
     for r in kept:
@@ -281,6 +240,7 @@ def build_report(
                 },
                 duration_p50_s=median(durations) if durations else None,
                 duration_p95_s=_percentile(durations, 0.95),
+                metrics=_summaries(counted, seed),
             )
         )
     labels = {(g.agent, g.model, g.arm): g.label for g in groups}
@@ -297,7 +257,9 @@ def build_report(
         for s in scenario_ids
     ]
     requirements = _requirements(by_group, labels)
-    comparisons = _comparisons(outcomes, margin, seed)
+    comparisons = compare_groups(
+        _values(by_group), _spans(kept), points=margin * 100, seed=seed, roles=roles
+    )
     voided = [
         Voided(
             trial_key=r.trial_key,
@@ -325,6 +287,7 @@ def build_report(
         sweep=sweep,
         generated_at=datetime.now(UTC),
         margin=margin,
+        roles=roles,
         groups=groups,
         scenarios=matrix,
         requirements=requirements,
@@ -358,40 +321,63 @@ def _requirements(
     return rows
 
 
-def _comparisons(
-    outcomes: dict[tuple[str, str, str], dict[str, list[bool]]], margin: float, seed: int
-) -> list[Comparison]:
-    found = []
-    keys = sorted(outcomes)
-    factors = ("agent", "model", "arm")
-    for i, first in enumerate(keys):
-        for second in keys[i + 1 :]:
-            differ = [f for f, x, y in zip(factors, first, second, strict=True) if x != y]
-            if len(differ) != 1:
+def _values(
+    by_group: dict[GroupKey, list[TrialResult]],
+) -> dict[GroupKey, dict[str, dict[str, list[float]]]]:
+    """group -> metric -> scenario -> the assessed scores of its counted trials."""
+    values: dict[GroupKey, dict[str, dict[str, list[float]]]] = {}
+    for key, rows in by_group.items():
+        per = values.setdefault(key, {})
+        for r in rows:
+            if r.verdict not in COUNTED:
                 continue
-            factor = differ[0]
-            at = factors.index(factor)
-            # The better group goes first, so the sentence reads "A is (not) shown to beat B".
-            a, b = first, second
-            rate_a = stats.per_scenario_rates(outcomes[a])
-            rate_b = stats.per_scenario_rates(outcomes[b])
-            shared = rate_a.keys() & rate_b.keys()
-            if not shared:
-                continue
-            if sum(rate_b[s] for s in shared) > sum(rate_a[s] for s in shared):
-                a, b, rate_a, rate_b = b, a, rate_b, rate_a
-            result = stats.paired_difference(
-                outcomes[a], outcomes[b], labels=(a[at], b[at]), margin=margin, seed=seed
+            for score in r.scored:
+                if score.value is not None:
+                    per.setdefault(score.metric, {}).setdefault(r.scenario_id, []).append(
+                        score.value
+                    )
+    return values
+
+
+def _spans(rows: list[TrialResult]) -> dict[str, float]:
+    """Each metric's range (1 for binary; high - low for points; 1 for counts)."""
+    spans: dict[str, float] = {}
+    for r in rows:
+        for score in r.scored:
+            if score.scale == "points" and score.low is not None and score.high is not None:
+                spans[score.metric] = score.high - score.low
+            else:
+                spans.setdefault(score.metric, 1.0)
+    return spans
+
+
+def _summaries(counted: list[TrialResult], seed: int) -> list[MetricSummary]:
+    """Per metric: n, mean and its 95% interval by the metric's scale; unassessed."""
+    by_metric: dict[str, list[Score]] = defaultdict(list)
+    for r in counted:
+        for score in r.scored:
+            by_metric[score.metric].append(score)
+    out = []
+    for metric, found in sorted(by_metric.items()):
+        values = [s.value for s in found if s.value is not None]
+        first = found[0]
+        if not values:
+            interval = None
+        elif first.scale == "binary":
+            interval = stats.wilson(int(sum(values)), len(values))
+        else:
+            interval = stats.mean_interval(values, seed=seed)
+        out.append(
+            MetricSummary(
+                metric=metric,
+                scale=first.scale,
+                n=len(values),
+                mean=interval.estimate if interval else None,
+                ci_low=interval.low if interval else None,
+                ci_high=interval.high if interval else None,
+                unassessed=len(found) - len(values),
+                low=first.low,
+                high=first.high,
             )
-            if result is None:
-                continue
-            within = " · ".join(x for f, x in zip(factors, a, strict=True) if f != factor)
-            found.append(
-                Comparison(
-                    factor=factor,
-                    within=within,
-                    result=result,
-                    per_scenario={s: rate_a[s] - rate_b[s] for s in sorted(shared)},
-                )
-            )
-    return found
+        )
+    return out

@@ -11,9 +11,11 @@ import html
 from io import StringIO
 
 from rich.console import Console
+from rich.markup import escape as plain
 from rich.table import Table
 
-from hangar.report import Report
+from hangar.comparisons import Comparison
+from hangar.report import MetricSummary, Report
 
 VERDICTS = ("pass", "fail", "blocked_setup", "infra_error", "void")
 
@@ -70,21 +72,23 @@ GROUP_HEAD = [
 
 
 def render_text(report: Report, width: int = 160) -> str:
-    """The report as terminal tables."""
+    """The report as terminal tables. Every string that comes from results (ids, reasons,
+    requirement texts) is escaped: none of it is read as Rich markup."""
     buf = StringIO()
     console = Console(file=buf, width=width, force_terminal=False)
     console.print(
-        f"[bold]sweep {report.sweep}[/]  (only pass and fail count; other verdicts shown apart)"
+        f"[bold]sweep {plain(report.sweep)}[/]  "
+        "(only pass and fail count; other verdicts shown apart)"
     )
     table = Table(*GROUP_HEAD, title="groups")
     for row in _group_rows(report):
-        table.add_row(*row)
+        table.add_row(*map(plain, row))
     console.print(table)
     labels = [g.label for g in report.groups]
-    matrix = Table("scenario", *labels, title="pass matrix (passes/trials)")
+    matrix = Table("scenario", *map(plain, labels), title="pass matrix (passes/trials)")
     for s in report.scenarios:
         matrix.add_row(
-            s.scenario,
+            plain(s.scenario),
             *(
                 f"{p}/{n}" if (p, n) != (0, 0) else "-"
                 for p, n in (s.cells.get(x, (0, 0)) for x in labels)
@@ -94,22 +98,56 @@ def render_text(report: Report, width: int = 160) -> str:
     if report.requirements:
         req = Table("requirement", "group", "pass rate", title="checklist requirements")
         for r in report.requirements:
-            req.add_row(r.requirement, r.group, f"{r.passes}/{r.assessed}")
+            req.add_row(plain(r.requirement), plain(r.group), f"{r.passes}/{r.assessed}")
         console.print(req)
+    metrics = [(g, m) for g in report.groups for m in g.metrics if m.metric != "pass"]
+    if metrics:
+        table = Table("group", "metric", "n", "mean [95% CI]", "unassessed", title="scores")
+        for g, m in metrics:
+            table.add_row(
+                plain(g.label), plain(m.metric), str(m.n), plain(_metric(m)), str(m.unassessed)
+            )
+        console.print(table)
     for c in report.comparisons:
-        d = c.result
         console.print(
-            f"[bold]{c.factor}[/] {d.a} vs {d.b} ({c.within}, {d.scenarios} scenarios): "
-            f"{d.difference * 100:+.1f} points [{d.low * 100:+.1f}, {d.high * 100:+.1f}], "
-            f"SE {d.se * 100:.1f}\n  {d.decision}"
+            f"[bold]{plain(c.factor)}[/] {plain(c.candidate)} vs {plain(c.baseline)} "
+            f"({plain(c.within)}, {plain(c.metric)}, {c.scenarios} scenarios): {plain(_diff(c))}, "
+            f"SE {_points(c, c.se):.1f}\n  {plain(c.sentence)}"
         )
     for v in report.voided:
-        console.print(f"[magenta]void[/] {v.scenario} {v.group} {v.trial_key[:12]}: {v.reason}")
+        console.print(
+            f"[magenta]void[/] {plain(v.scenario)} {plain(v.group)} {v.trial_key[:12]}: "
+            f"{plain(v.reason)}"
+        )
     for b in report.blocked:
-        console.print(f"[yellow]not run[/] {b.scenario} ({b.trials} trial(s)): {b.reason}")
+        console.print(
+            f"[yellow]not run[/] {plain(b.scenario)} ({b.trials} trial(s)): {plain(b.reason)}"
+        )
     for note in report.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {plain(note)}")
     return buf.getvalue()
+
+
+def _metric(m: MetricSummary) -> str:
+    """A metric's mean and interval: a percentage for a rate, the value otherwise."""
+    if m.mean is None or m.ci_low is None or m.ci_high is None:
+        return "-"
+    if m.scale == "binary":
+        return f"{_pct(m.mean)} [{_pct(m.ci_low)}, {_pct(m.ci_high)}]"
+    return f"{m.mean:.2f} [{m.ci_low:.2f}, {m.ci_high:.2f}]"
+
+
+def _points(c: Comparison, value: float) -> float:
+    """`value` in points of the metric's range (a rate's percentage points)."""
+    return value / c.span * 100
+
+
+def _diff(c: Comparison) -> str:
+    """The difference and its interval, in points of the metric's range."""
+    return (
+        f"{_points(c, c.difference):+.1f} points, 95% CI "
+        f"[{_points(c, c.ci_low):+.1f}, {_points(c, c.ci_high):+.1f}]"
+    )
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
@@ -151,14 +189,24 @@ def render_markdown(report: Report) -> str:
             ),
             "",
         ]
+    metrics = [(g, m) for g in report.groups for m in g.metrics if m.metric != "pass"]
+    if metrics:
+        parts += [
+            "## Scores",
+            "",
+            _md_table(
+                ["group", "metric", "n", "mean [95% CI]", "unassessed"],
+                [[g.label, m.metric, str(m.n), _metric(m), str(m.unassessed)] for g, m in metrics],
+            ),
+            "",
+        ]
     if report.comparisons:
         parts += ["## Comparisons", ""]
         for c in report.comparisons:
-            d = c.result
             parts.append(
-                f"- **{c.factor}** {d.a} vs {d.b} ({c.within}, {d.scenarios} scenarios): "
-                f"{d.difference * 100:+.1f} points, 95% CI [{d.low * 100:+.1f}, "
-                f"{d.high * 100:+.1f}], SE {d.se * 100:.1f}. **{d.decision}.**"
+                f"- **{c.factor}** {c.candidate} vs {c.baseline} ({c.within}, {c.metric}, "
+                f"{c.scenarios} scenarios): {_diff(c)}, SE {_points(c, c.se):.1f}. "
+                f"**{c.sentence}.**"
             )
         parts.append("")
     if report.voided:
@@ -264,7 +312,8 @@ def _svg_differences(report: Report) -> str:
             'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="per-scenario differences">',
             f'<line x1="{mid}" y1="5" x2="{mid}" y2="{h - 5}" stroke="#888"/>',
         ]
-        for i, (scenario, diff) in enumerate(items):
+        for i, (scenario, value) in enumerate(items):
+            diff = value / c.span  # a fraction of the metric's range
             y = 12 + 24 * i
             x, width = (mid, half * diff) if diff >= 0 else (mid + half * diff, -half * diff)
             color = "#2f9e44" if diff >= 0 else "#c92a2a"
@@ -276,9 +325,9 @@ def _svg_differences(report: Report) -> str:
                 f'<text x="{mid + half + 5}" y="{y + 12}" font-size="10">{diff * 100:+.0f}</text>'
             )
         out.append("</svg>")
-        d = c.result
         blocks.append(
-            f"<h3>{html.escape(c.factor)}: {html.escape(d.a)} - {html.escape(d.b)} "
+            f"<h3>{html.escape(c.factor)}: {html.escape(c.candidate)} - "
+            f"{html.escape(c.baseline)} on {html.escape(c.metric)} "
             f"({html.escape(c.within)})</h3>" + "".join(out)
         )
     return "".join(blocks)
@@ -304,11 +353,16 @@ def render_html(report: Report) -> str:
         for r in report.requirements
     )
     comps = "".join(
-        f"<li>{esc(c.factor)} {esc(c.result.a)} vs {esc(c.result.b)} ({esc(c.within)}, "
-        f"{c.result.scenarios} scenarios): {c.result.difference * 100:+.1f} points, 95% CI "
-        f"[{c.result.low * 100:+.1f}, {c.result.high * 100:+.1f}] "
-        f'<span class="decision">{esc(c.result.decision)}</span></li>'
+        f"<li>{esc(c.factor)} {esc(c.candidate)} vs {esc(c.baseline)} ({esc(c.within)}, "
+        f"{esc(c.metric)}, {c.scenarios} scenarios): {_diff(c)} "
+        f'<span class="decision">{esc(c.sentence)}</span></li>'
         for c in report.comparisons
+    )
+    scores = "".join(
+        f"<tr><td>{esc(g.label)}</td><td>{esc(m.metric)}</td><td>{m.n}</td>"
+        f"<td>{esc(_metric(m))}</td><td>{m.unassessed}</td></tr>"
+        for g in report.groups
+        for m in g.metrics
     )
     voided = "".join(
         f'<li class="v">{esc(v.scenario)} ({esc(v.group)}): {esc(v.reason)}</li>'
@@ -328,6 +382,8 @@ def render_html(report: Report) -> str:
 count in rates; other verdicts are shown apart. Intervals are 95% (Wilson for rates, a
 seeded paired bootstrap over scenarios for differences).</p>{notes}
 <h2>Groups</h2><table><tr>{head}</tr>{groups}</table>
+<h2>Scores per metric</h2><table><tr><th>group</th><th>metric</th><th>n</th>
+<th>mean [95% CI]</th><th>unassessed</th></tr>{scores}</table>
 <h2>Pass rate with 95% interval</h2>{_svg_intervals(report)}
 <h2>Cost per trial against pass rate</h2>{_svg_cost(report)}
 <h2>Comparisons</h2><ul>{comps or "<li>none</li>"}</ul>

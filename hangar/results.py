@@ -10,9 +10,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-RESULT_SCHEMA_VERSION = 2
+RESULT_SCHEMA_VERSION = 3
 
 
 class Verdict(StrEnum):
@@ -35,6 +35,9 @@ class Verdict(StrEnum):
         return self is not Verdict.INFRA_ERROR
 
 
+#: The verdicts that say something of the agent: only these are scored.
+COUNTED_VERDICTS = (Verdict.PASS, Verdict.FAIL)
+
 CheckStatus = Literal["pass", "fail", "unassessed"]
 
 
@@ -54,6 +57,30 @@ class CheckOutcome(FindingOutcome):
 
     requirement: str
     """The exact checklist string."""
+
+
+Scale = Literal["binary", "points", "count"]
+
+
+class Score(BaseModel):
+    """What a trial is worth on one metric, beside its verdict (what happened).
+
+    ``binary`` is 0 or 1 (an execution trial's ``pass``, a decision case's ``correct``);
+    ``points`` lies within `low`..`high` (a rubric's 1-5); ``count`` is a number of
+    things. A score whose value is None was not assessed (shown, never dropped)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    metric: str
+    """The metric's name (``pass``, ``correct``...)."""
+    value: float | None
+    """The score (None: not assessed)."""
+    scale: Scale = "binary"
+    """How to read it (and which statistics apply)."""
+    low: float | None = None
+    """The lowest value of a ``points`` scale."""
+    high: float | None = None
+    """The highest value of a ``points`` scale."""
 
 
 class ProviderError(BaseModel):
@@ -138,6 +165,14 @@ class TrialResult(BaseModel):
     """sha256 of the names and bytes of the plugins the arm installed."""
     provider_error: ProviderError | None = None
     """The model provider's failure that decided an infra_error, if one did."""
+    kind: Literal["execution", "prompt"] = "execution"
+    """The kind of trial (docs/architecture.md)."""
+    scores: tuple[Score, ...] = ()
+    """What it is worth, per metric (only for pass and fail: what happened to the others
+    says nothing of the agent)."""
+    details: dict[str, Any] = Field(default_factory=dict)
+    """What its kind records beyond the rest (a decision case: the skill and its digest,
+    the case-set and grader digests, the references supplied, the selected choices)."""
     timings: dict[str, float] = Field(default_factory=dict)
     """Seconds per lifecycle phase."""
     usage: Usage = Field(default_factory=Usage)
@@ -152,6 +187,23 @@ class TrialResult(BaseModel):
     """When the trial started (UTC)."""
     finished_at: datetime
     """When it ended (UTC)."""
+
+    @field_validator("scores")
+    @classmethod
+    def _by_metric(cls, value: tuple[Score, ...]) -> tuple[Score, ...]:
+        """Scores in metric order (as the store gives them back)."""
+        metrics = [s.metric for s in value]
+        if len(set(metrics)) != len(metrics):
+            raise ValueError(f"a trial has one score per metric, got {metrics}")
+        return tuple(sorted(value, key=lambda s: s.metric))
+
+    @property
+    def scored(self) -> tuple[Score, ...]:
+        """Its scores; for an execution trial recorded before scores existed (an older
+        store), the ``pass`` its verdict implies."""
+        if self.scores or self.kind != "execution" or self.verdict not in COUNTED_VERDICTS:
+            return self.scores
+        return (Score(metric="pass", value=float(self.verdict is Verdict.PASS)),)
 
     @property
     def duration_s(self) -> float:

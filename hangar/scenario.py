@@ -233,6 +233,13 @@ class LoadedScenario(BaseModel):
     """sha256 of the scenario and the bytes of every file it references."""
     suite: str = ""
     """The suite it belongs to in a sweep (its sealed suite's or suite folder's name)."""
+    kind: Literal["execution"] = "execution"
+    """The kind of trial a scenario is."""
+
+    @property
+    def id(self) -> str:
+        """The scenario's id."""
+        return self.scenario.id
 
     @property
     def folder(self) -> Path:

@@ -1,4 +1,4 @@
-"""The statistics behind hangar's scores (DESIGN.md section 6), pure Python.
+"""The statistics behind hangar's scores (docs/architecture.md, "Scores"), pure Python.
 
 Only `pass` and `fail` trials count; `blocked_setup`, `infra_error` and `void` are shown
 apart and never enter these numbers. Each function names its formula and source; the
@@ -128,14 +128,23 @@ class PairedDifference(BaseModel):
     """The decision sentence."""
 
 
-def per_scenario_rates(outcomes: Mapping[str, Sequence[bool]]) -> dict[str, float]:
-    """Each scenario's pass rate (its repeats averaged)."""
+def per_scenario_rates(outcomes: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """Each scenario's mean score (its repeats averaged): a pass rate for 0/1 scores."""
     return {s: fmean(map(float, v)) for s, v in outcomes.items() if v}
 
 
+def mean_interval(values: Sequence[float], *, seed: int = 0) -> Interval:
+    """The mean of a points or count score with its seeded percentile-bootstrap 95%
+    interval (`bootstrap_interval`); n = 0 gives 0 in [0, 0], n = 1 the value itself."""
+    if not values:
+        return Interval(estimate=0.0, low=0.0, high=0.0)
+    low, high = bootstrap_interval(values, seed=seed)
+    return Interval(estimate=fmean(values), low=low, high=high)
+
+
 def paired_difference(
-    a: Mapping[str, Sequence[bool]],
-    b: Mapping[str, Sequence[bool]],
+    a: Mapping[str, Sequence[float]],
+    b: Mapping[str, Sequence[float]],
     *,
     labels: tuple[str, str] = ("A", "B"),
     margin: float = 0.0,

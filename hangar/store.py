@@ -39,13 +39,13 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
-from hangar.errors import ConfigError, HangarError
+from hangar.errors import ConfigError, StoreError
 from hangar.paths import runs_dir
-from hangar.results import CheckOutcome, TrialResult, Usage, Verdict
+from hangar.results import CheckOutcome, Score, TrialResult, Usage, Verdict
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Bump when a view's definition changes; views are rebuilt when the store is opened.
-VIEWS_VERSION = 2
+VIEWS_VERSION = 3
 
 metadata = MetaData()
 
@@ -97,6 +97,9 @@ trials = Table(
     Column("agent_settings", JSON),
     Column("plugins_digest", String(64), nullable=False, server_default=""),
     Column("provider_error", JSON),
+    # schema 4
+    Column("kind", String(16), nullable=False, server_default="execution"),
+    Column("details", JSON),
     Index("ix_trials_sweep_final", "sweep_id", "final"),
     Index("ix_trials_finished", "finished_at"),
     Index("ix_trials_model_arm", "model", "arm"),
@@ -112,6 +115,19 @@ checks = Table(
     Column("requirement", Text, nullable=False),
     Column("status", String(16), nullable=False),
     Column("evidence", JSON, nullable=False),
+)
+
+scores = Table(
+    "scores",
+    metadata,
+    Column("sweep_id", String(200), primary_key=True),
+    Column("trial_key", String(64), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("metric", String(100), primary_key=True),
+    Column("value", Float),
+    Column("scale", String(16), nullable=False),
+    Column("low", Float),
+    Column("high", Float),
 )
 
 baselines = Table(
@@ -142,11 +158,8 @@ _ADDED = {
         "plugins_digest VARCHAR(64) NOT NULL DEFAULT ''",
         "provider_error JSON",
     ],
+    4: ["kind VARCHAR(16) NOT NULL DEFAULT 'execution'", "details JSON"],
 }
-
-
-class StoreError(HangarError):
-    """The results store cannot be opened or written."""
 
 
 def default_store_url() -> str:
@@ -263,7 +276,7 @@ class ResultsStore:
 
     def record(self, results: Iterable[TrialResult]) -> int:
         """Write results in one transaction (a row already there is kept); returns rows."""
-        rows, check_rows = [], []
+        rows, check_rows, score_rows = [], [], []
         for r in results:
             rows.append(
                 {
@@ -301,8 +314,19 @@ class ResultsStore:
                     "agent_settings": r.agent_settings,
                     "plugins_digest": r.plugins_digest,
                     "provider_error": _json(r.provider_error),
+                    "kind": r.kind,
+                    "details": r.details,
                 }
             )
+            score_rows += [
+                {
+                    "sweep_id": r.sweep,
+                    "trial_key": r.trial_key,
+                    "attempt": r.attempt,
+                    **score.model_dump(),
+                }
+                for score in r.scores
+            ]
             check_rows += [
                 {
                     "sweep_id": r.sweep,
@@ -322,6 +346,8 @@ class ResultsStore:
                 conn.execute(self._insert(trials).on_conflict_do_nothing(), rows)
                 if check_rows:
                     conn.execute(self._insert(checks).on_conflict_do_nothing(), check_rows)
+                if score_rows:
+                    conn.execute(self._insert(scores).on_conflict_do_nothing(), score_rows)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot write results to {self._safe_url}: {exc}") from exc
         return len(rows)
@@ -398,11 +424,19 @@ class ResultsStore:
                         requirement=c.requirement, status=c.status, evidence=tuple(c.evidence)
                     )
                 )
+            valued: dict[tuple[str, int], list[Score]] = {}
+            for v in conn.execute(
+                select(scores).where(scores.c.sweep_id == sweep_id).order_by(scores.c.metric)
+            ):
+                valued.setdefault((v.trial_key, v.attempt), []).append(
+                    Score(metric=v.metric, value=v.value, scale=v.scale, low=v.low, high=v.high)
+                )
             query = (
                 select(source).where(source.c.sweep_id == sweep_id).order_by(source.c.finished_at)
             )
             for row in conn.execute(query):
-                yield _result(row, tuple(found.get((row.trial_key, row.attempt), [])))
+                key = (row.trial_key, row.attempt)
+                yield _result(row, tuple(found.get(key, [])), tuple(valued.get(key, [])))
 
 
 def views_sql(dialect: str) -> list[str]:
@@ -410,6 +444,8 @@ def views_sql(dialect: str) -> list[str]:
 
     - ``v_attempts``: every attempt, with ``passed``/``counted`` flags and ``day``;
     - ``v_trials``: each trial's latest attempt, the same columns;
+    - ``v_scores``: each trial's latest attempt, one row per score (metric, value,
+      scale, bounds);
     - ``v_daily_model_scores``: per day, sweep, suite, agent, model and arm: counted
       trials, passes, cost, tokens, of latest attempts.
     """
@@ -422,6 +458,7 @@ def views_sql(dialect: str) -> list[str]:
         FROM trials t"""  # noqa: S608 - built from constants, no input
     return [
         f"DROP VIEW IF EXISTS v_daily_model_scores{drop}",
+        f"DROP VIEW IF EXISTS v_scores{drop}",
         f"DROP VIEW IF EXISTS v_trials{drop}",
         f"DROP VIEW IF EXISTS v_attempts{drop}",
         f"CREATE VIEW v_attempts AS {attempts}",
@@ -431,6 +468,13 @@ def views_sql(dialect: str) -> list[str]:
               FROM trials GROUP BY sweep_id, trial_key) l
           ON a.sweep_id = l.sweep_id AND a.trial_key = l.trial_key
          AND a.attempt = l.last_attempt""",
+        """CREATE VIEW v_scores AS
+        SELECT t.sweep_id, t.trial_key, t.attempt, t.scenario_id, t.suite, t.agent, t.model,
+               t.arm, t.kind, t.verdict, t.finished_at, t.day, t.cost_usd,
+               s.metric, s.value, s.scale, s.low, s.high
+        FROM v_trials t JOIN scores s
+          ON s.sweep_id = t.sweep_id AND s.trial_key = t.trial_key
+         AND s.attempt = t.attempt""",
         """CREATE VIEW v_daily_model_scores AS
         SELECT day, sweep_id, suite, agent, model, arm,
                SUM(counted) AS trials, SUM(passed) AS passes, SUM(cost_usd) AS cost_usd,
@@ -446,7 +490,7 @@ def copy_store(source: ResultsStore, target: ResultsStore) -> dict[str, int]:
     """
     copied = {}
     with source.engine.connect() as src, target.engine.begin() as dst:
-        for table in (sweeps, trials, checks, baselines):
+        for table in (sweeps, trials, checks, scores, baselines):
             rows = [dict(r._mapping) for r in src.execute(select(table))]
             if rows:
                 dst.execute(target._insert(table).on_conflict_do_nothing(), rows)
@@ -463,7 +507,9 @@ def _loaded(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _result(row: Any, found: tuple[CheckOutcome, ...]) -> TrialResult:
+def _result(
+    row: Any, found: tuple[CheckOutcome, ...], valued: tuple[Score, ...] = ()
+) -> TrialResult:
     timings = _loaded(row.timings)
     return TrialResult(
         schema_version=row.schema_version,
@@ -499,6 +545,9 @@ def _result(row: Any, found: tuple[CheckOutcome, ...]) -> TrialResult:
         agent_settings=_loaded(row.agent_settings) or {},
         plugins_digest=row.plugins_digest,
         provider_error=_loaded(row.provider_error),
+        kind=row.kind,
+        details=_loaded(row.details) or {},
+        scores=valued,
         started_at=_aware(row.started_at),
         finished_at=_aware(row.finished_at),
     )

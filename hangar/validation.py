@@ -31,7 +31,7 @@ def validation_message(where: str, what: str, exc: ValidationError) -> str:
         field = ".".join(str(p) for p in err["loc"] if p not in UNION_TAGS) or "(top level)"
         kind, msg = err["type"], err["msg"].removeprefix("Value error, ")
         if kind == "extra_forbidden":
-            msg = "unknown field (check its spelling against DESIGN.md section 2)"
+            msg = "unknown field (check its spelling against the README)"
         elif kind == "missing":
             msg = "required field is missing"
         lines.append(f"  field `{field}`: {msg}")

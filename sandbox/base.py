@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -116,7 +117,7 @@ class SandboxSpec(BaseModel):
     home: str = "/home/agent"
     """HOME inside the sandbox: private to this sandbox (at most the trial's own folder)."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Environment of every command (never a secret: see DESIGN.md section 9)."""
+    """Environment of every command (never a secret: keys reach agents only through the relay)."""
     mounts: tuple[Mount, ...] = ()
     """Host folders the sandbox may see: the trial's own folders and nothing else."""
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
@@ -217,6 +218,65 @@ class TailBuffer:
     def text(self) -> str:
         """The kept bytes decoded as UTF-8, invalid sequences replaced."""
         return self.getvalue().decode("utf-8", errors="replace")
+
+
+#: The exit status of a command killed by SIGKILL (as a shell reports it).
+SIGKILL_EXIT = 137
+#: How long past a command's own timeout (and its kill-after) the host waits for it.
+HOST_MARGIN_S = 15.0
+
+
+class ExecOutput:
+    """What every backend's `Sandbox.exec` does with a running command's output: the
+    tails of stdout and stderr within the caps, the live callback, the host-side
+    deadline, and the `ExecResult` it ends in."""
+
+    def __init__(
+        self,
+        spec: SandboxSpec,
+        timeout: float | None,
+        on_output: OutputCallback | None,
+        *,
+        stdout_limit: int | None = None,
+    ) -> None:
+        self.timeout, self.on_output = timeout, on_output
+        self.out = TailBuffer(stdout_limit or spec.output_limit)
+        self.err = TailBuffer(spec.output_limit)
+        self.started = time.monotonic()
+        #: When the host stops waiting (the in-sandbox ``timeout -k`` should act first).
+        self.deadline = (
+            None if timeout is None else self.started + timeout + spec.kill_after_s + HOST_MARGIN_S
+        )
+
+    def feed(self, stream: Literal["stdout", "stderr"], data: bytes) -> None:
+        """One chunk of output as it arrives."""
+        (self.out if stream == "stdout" else self.err).write(data)
+        if self.on_output is not None:
+            self.on_output(stream, data)
+
+    @property
+    def past_deadline(self) -> bool:
+        """Whether the host's wait is over."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def timed_out(self, code: int) -> bool:
+        """Whether `code` is the command's timeout: ``timeout``'s 124, or a SIGKILL
+        (its kill-after, or the host's) at or past the limit."""
+        duration = time.monotonic() - self.started
+        return self.timeout is not None and code in (124, SIGKILL_EXIT) and duration >= self.timeout
+
+    def result(self, code: int, *, timed_out: bool | None = None, oom: bool = False) -> ExecResult:
+        """The command's `ExecResult`."""
+        return ExecResult(
+            returncode=code,
+            stdout=self.out.text(),
+            stderr=self.err.text(),
+            stdout_truncated=self.out.truncated,
+            stderr_truncated=self.err.truncated,
+            timed_out=self.timed_out(code) if timed_out is None else timed_out,
+            oom_killed=oom,
+            duration_s=time.monotonic() - self.started,
+        )
 
 
 def command_argv(cmd: str | Sequence[str]) -> list[str]:

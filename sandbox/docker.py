@@ -39,21 +39,18 @@ from hangar.errors import (
 )
 from hangar.sandbox.archive import extract_untrusted, tar_directory
 from hangar.sandbox.base import (
+    SIGKILL_EXIT,
+    ExecOutput,
     ExecResult,
     ExecStream,
     OutputCallback,
     Sandbox,
     SandboxSpec,
-    TailBuffer,
     command_argv,
     describe,
     timeout_argv,
 )
 
-#: Host-side margin on top of timeout + kill grace before we stop waiting on an exec.
-HOST_MARGIN_S = 15.0
-#: Exit code of a process killed by SIGKILL, as the exec API reports it.
-SIGKILL_EXIT = 137
 #: (image id, user) -> (uid, gid), shared by the sandboxes of this process.
 _USER_IDS: dict[tuple[str, str], tuple[int, int]] = {}
 
@@ -240,7 +237,7 @@ class DockerSandbox(Sandbox):
     ) -> ExecResult:
         """Run a command in the container (see `Sandbox.exec`)."""
         argv = timeout_argv(command_argv(cmd), timeout, self.spec.kill_after_s)
-        started = time.monotonic()
+        output = ExecOutput(self.spec, timeout, on_output)
         exec_id, sock, raw = self._start_exec(
             argv,
             stdin=stdin is not None,
@@ -248,49 +245,32 @@ class DockerSandbox(Sandbox):
             workdir=self.resolve(cwd) if cwd else self.spec.workdir,
             user=user,
         )
-        out, err = TailBuffer(self.spec.output_limit), TailBuffer(self.spec.output_limit)
-        deadline = (
-            None if timeout is None else started + timeout + self.spec.kill_after_s + HOST_MARGIN_S
-        )
         try:
             if stdin is not None:
                 raw.sendall(stdin.encode() if isinstance(stdin, str) else stdin)
                 raw.shutdown(socket.SHUT_WR)
-            for stream, chunk in _frames(raw, deadline):
-                (out if stream == 1 else err).write(chunk)
-                if on_output is not None:
-                    on_output("stdout" if stream == 1 else "stderr", chunk)
+            for stream, chunk in _frames(raw, output.deadline):
+                output.feed("stdout" if stream == 1 else "stderr", chunk)
         except OSError as exc:
             self._raise_if_dead(f"while running {describe(argv)}")
             raise SandboxUnavailable(f"lost the exec stream of {describe(argv)}: {exc}") from exc
         finally:
             sock.close()
-        duration = time.monotonic() - started
         info = self._exec_inspect(exec_id)
         if info.get("Running") or info.get("ExitCode") is None:
             # Stream ended (host deadline or a dead container) while the process still ran.
             self._raise_if_dead(f"while running {describe(argv)}")
-            host_timed_out = deadline is not None and time.monotonic() >= deadline
-            if not host_timed_out:
+            if not output.past_deadline:
                 raise SandboxUnavailable(f"exec stream of {describe(argv)} ended early")
             code = SIGKILL_EXIT
         else:
             code = int(info["ExitCode"])
-        timed_out = timeout is not None and code in (124, SIGKILL_EXIT) and duration >= timeout
+        timed_out = output.timed_out(code)
         oom = code == SIGKILL_EXIT and not timed_out and self._new_oom_kill()
         if code == SIGKILL_EXIT and not oom:
             # A SIGKILL we did not send may be the container dying under us.
             self._raise_if_dead(f"while running {describe(argv)}")
-        return ExecResult(
-            returncode=code,
-            stdout=out.text(),
-            stderr=err.text(),
-            stdout_truncated=out.truncated,
-            stderr_truncated=err.truncated,
-            timed_out=timed_out,
-            oom_killed=oom,
-            duration_s=duration,
-        )
+        return output.result(code, timed_out=timed_out, oom=oom)
 
     def _start_exec(
         self,

@@ -53,12 +53,13 @@ from hangar.errors import (
 from hangar.sandbox.archive import extract_untrusted, tar_directory
 from hangar.sandbox.base import (
     LABEL_MANAGED,
+    SIGKILL_EXIT,
+    ExecOutput,
     ExecResult,
     ExecStream,
     OutputCallback,
     Sandbox,
     SandboxSpec,
-    TailBuffer,
     command_argv,
     describe,
     timeout_argv,
@@ -67,7 +68,6 @@ from hangar.sandbox.base import (
 log = logging.getLogger(__name__)
 
 SANDBOX_UID = 1000
-HOST_MARGIN_S = 15.0
 _PULL_FAILURES = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 _BROKEN = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 
@@ -386,44 +386,25 @@ class KubernetesSandbox(Sandbox):
             argv = ["sh", "-c", 'f="$0"; shift; exec "$@" < "$f"', path, *argv]
         pairs = [f"{k}={v}" for k, v in (env or {}).items()]
         argv = ["env", "-C", self.resolve(cwd) if cwd else self.spec.workdir, *pairs, *argv]
-        started = time.monotonic()
-        deadline = (
-            None if timeout is None else started + timeout + self.spec.kill_after_s + HOST_MARGIN_S
-        )
-        out, err = TailBuffer(limit), TailBuffer(self.spec.output_limit)
+        output = ExecOutput(self.spec, timeout, on_output, stdout_limit=limit)
         ws = self._stream(argv)
         try:
-            while ws.is_open():
-                if deadline is not None and time.monotonic() > deadline:
-                    break
+            while ws.is_open() and not output.past_deadline:
                 ws.update(timeout=1)
-                for name, buf in (("stdout", out), ("stderr", err)):
-                    text = ws.read_stdout() if name == "stdout" else ws.read_stderr()
-                    if text:
-                        data = text.encode()
-                        buf.write(data)
-                        if on_output is not None:
-                            on_output(name, data)  # type: ignore[arg-type]
+                if text := ws.read_stdout():
+                    output.feed("stdout", text.encode())
+                if text := ws.read_stderr():
+                    output.feed("stderr", text.encode())
             code = ws.returncode
         finally:
             ws.close()
-        duration = time.monotonic() - started
         if code is None:
             if not self._running():
                 raise SandboxUnavailable(
                     f"sandbox pod {self.name} went away during {describe(argv)}"
                 )
-            code = 137
-        timed_out = timeout is not None and code in (124, 137) and duration >= timeout
-        return ExecResult(
-            returncode=int(code),
-            stdout=out.text(),
-            stderr=err.text(),
-            stdout_truncated=out.truncated,
-            stderr_truncated=err.truncated,
-            timed_out=timed_out,
-            duration_s=duration,
-        )
+            code = SIGKILL_EXIT
+        return output.result(int(code))
 
     def check_alive(self) -> None:
         """Raise `SandboxUnavailable` when the pod is gone (see `Sandbox`)."""

@@ -36,12 +36,12 @@ from hangar.errors import (
 )
 from hangar.sandbox.archive import extract_untrusted, tar_directory
 from hangar.sandbox.base import (
+    ExecOutput,
     ExecResult,
     ExecStream,
     OutputCallback,
     Sandbox,
     SandboxSpec,
-    TailBuffer,
     command_argv,
 )
 
@@ -115,7 +115,7 @@ class LocalSandbox(Sandbox):
         argv = command_argv(cmd)
         workdir = self.host_path(cwd or self.spec.workdir)
         environ = self._environ(env)
-        started = time.monotonic()
+        output = ExecOutput(self.spec, timeout, on_output)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -133,20 +133,11 @@ class LocalSandbox(Sandbox):
             with contextlib.suppress(BrokenPipeError):
                 proc.stdin.write(stdin.encode() if isinstance(stdin, str) else stdin)
             proc.stdin.close()
-        out, err = TailBuffer(self.spec.output_limit), TailBuffer(self.spec.output_limit)
-        timed_out = self._pump(proc, out, err, on_output, timeout, started)
+        timed_out = self._pump(proc, output)
         code = proc.wait()
         if code < 0:  # killed by a signal: report it as a shell (and `timeout`) would
             code = 124 if timed_out and code == -signal.SIGTERM else 128 - code
-        return ExecResult(
-            returncode=code,
-            stdout=out.text(),
-            stderr=err.text(),
-            stdout_truncated=out.truncated,
-            stderr_truncated=err.truncated,
-            timed_out=timed_out,
-            duration_s=time.monotonic() - started,
-        )
+        return output.result(code, timed_out=timed_out)
 
     def _environ(self, env: dict[str, str] | None) -> dict[str, str]:
         """A command's whole environment: nothing of hangar's own but PATH."""
@@ -176,40 +167,29 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"cannot start {argv[0]}: {exc}") from exc
         return _PipeStream(proc)
 
-    def _pump(
-        self,
-        proc: subprocess.Popen[bytes],
-        out: TailBuffer,
-        err: TailBuffer,
-        on_output: OutputCallback | None,
-        timeout: float | None,
-        started: float,
-    ) -> bool:
-        """Copy the process's output into the buffers until it ends or times out."""
+    def _pump(self, proc: subprocess.Popen[bytes], output: ExecOutput) -> bool:
+        """Copy the process's output until it ends or times out; whether it timed out
+        (the local stand-in for the ``timeout -k`` the other backends run inside)."""
         sel = selectors.DefaultSelector()
         assert proc.stdout is not None and proc.stderr is not None
-        sel.register(proc.stdout, selectors.EVENT_READ, ("stdout", out))
-        sel.register(proc.stderr, selectors.EVENT_READ, ("stderr", err))
-        timed_out = False
+        sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
+        sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
+        timeout, timed_out = output.timeout, False
         term_at: float | None = None
         while sel.get_map():
             now = time.monotonic()
-            if timeout is not None and not timed_out and now - started >= timeout:
+            if timeout is not None and not timed_out and now - output.started >= timeout:
                 timed_out, term_at = True, now
                 _signal_group(proc, signal.SIGTERM)
             if term_at is not None and now - term_at >= self.spec.kill_after_s:
                 _signal_group(proc, signal.SIGKILL)
                 term_at = None
-            wait = 0.1 if timeout is not None else None
-            for key, _ in sel.select(wait):
+            for key, _ in sel.select(0.1 if timeout is not None else None):
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
                     sel.unregister(key.fileobj)
                     continue
-                name, buf = key.data
-                buf.write(chunk)
-                if on_output is not None:
-                    on_output(name, chunk)
+                output.feed(key.data, chunk)
         sel.close()
         if timed_out:
             _signal_group(proc, signal.SIGKILL)  # stragglers that closed their pipes

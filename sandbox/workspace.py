@@ -26,7 +26,7 @@ from typing import IO
 
 from pydantic import BaseModel
 
-from hangar.errors import HangarError
+from hangar.errors import WorkspaceError
 
 #: Identity for commits made in a workspace (agents commit; a fresh HOME has none).
 GIT_IDENTITY = ("hangar-agent", "agent@hangar.invalid")
@@ -38,10 +38,6 @@ _GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "LANG": "C.UTF-8",
 }
-
-
-class WorkspaceError(HangarError):
-    """A repository or revision cannot be mirrored or checked out (a fixture problem)."""
 
 
 def _git(

@@ -36,26 +36,23 @@ from typing import Any
 from urllib.parse import urlparse
 
 from hangar.cluster.reaper import ensure_reapers
-from hangar.errors import ConfigError, HangarError
+from hangar.errors import ConfigError, RayUnavailable
 from hangar.models import check_keys
 from hangar.paths import default_evidence_url
 from hangar.results import ProviderError, TrialResult, Verdict
+from hangar.scenario import LoadedScenario
 from hangar.scheduler.metrics import metric
 from hangar.scheduler.shipping import local_repository, pack_repository, pack_scenario
 from hangar.scheduler.sweep import Sweep
 from hangar.scheduler.task import run_trial_task
 from hangar.store import ResultsStore
-from hangar.trial import TrialSpec, lost_result
+from hangar.trials import TrialSpec, lost_result
 
 log = logging.getLogger(__name__)
 
 SANDBOX_RESOURCE = "hangar_sandbox"
 #: Terminal colours in Ray's error reports (evidence is plain text).
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class RayUnavailable(HangarError):
-    """Ray could not be started or reached."""
 
 
 def connect(address: str | None, slots: int) -> int:
@@ -263,6 +260,10 @@ class SweepRunner:
             max_retries=self.policy.node_retries,
             retry_exceptions=False,
         )
+        # A prompt trial (a decision case) needs no sandbox: only the window bounds it.
+        prompt_task = ray.remote(run_trial_task).options(
+            num_cpus=0, max_retries=self.policy.node_retries, retry_exceptions=False
+        )
         pending: Iterator[TrialSpec] = iter(self.sweep.trials(self.evidence_url))
         deferred: dict[str, deque[TrialSpec]] = defaultdict(deque)
         retries: list[tuple[float, int, TrialSpec]] = []  # heap by ready time
@@ -277,10 +278,13 @@ class SweepRunner:
         repositories: dict[Path, tuple[str, Any]] = {}  # local repository -> (sha256, bundle)
 
         def submit(spec: TrialSpec) -> Any:
-            digest = spec.scenario.digest
+            loaded = spec.scenario
+            if not isinstance(loaded, LoadedScenario):
+                return prompt_task.remote(spec, None, None, None)
+            digest = loaded.digest
             if digest not in packages:
-                packages[digest] = ray.put(pack_scenario(spec.scenario))
-            repo = local_repository(spec.scenario)
+                packages[digest] = ray.put(pack_scenario(loaded))
+            repo = local_repository(loaded)
             key, bundle = None, None
             if repo is not None and repo.exists():
                 if repo not in repositories:

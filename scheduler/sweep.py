@@ -26,23 +26,30 @@ import glob
 import hashlib
 import itertools
 import json
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from hangar.agents import AgentSpec, load_agents, parse_agent
+from hangar.agents import AgentSpec, PromptAgent, load_agents, parse_agent
+from hangar.decision import (
+    CONTROL_ARM,
+    SKILL_ARM,
+    LoadedCase,
+    is_decision_suite,
+    load_decision_suite,
+)
 from hangar.errors import ConfigError, HangarError
 from hangar.models import ModelSpec
 from hangar.results import TrialResult, Verdict
 from hangar.scenario import LoadedScenario, load_scenario, read_yaml
-from hangar.scheduler.keys import Arm
 from hangar.suite import sealed_suite_of
 from hangar.suite import verify as verify_suite
-from hangar.trial import TrialSpec, single_trial
+from hangar.trials import Arm, TrialSpec, case_trial, single_trial
 from hangar.validation import Name, validation_message
 
 
@@ -127,6 +134,8 @@ class UnloadableScenario(BaseModel):
     """Its suite."""
     error: str
     """Why it does not load."""
+    kind: Literal["execution", "prompt"] = "execution"
+    """``prompt`` for a decision suite (``kind: decision``) that does not load."""
 
 
 class Sweep(BaseModel):
@@ -141,28 +150,74 @@ class Sweep(BaseModel):
     config: SweepFile
     """The file's content."""
     scenarios: list[LoadedScenario]
-    """The scenarios, in file order."""
+    """The execution scenarios, in file order."""
     agents: dict[str, AgentSpec]
     """Agents by name."""
     arms: list[Arm]
-    """Arms."""
+    """Arms (of execution scenarios; decision cases run in ``skill`` and ``control``)."""
+    cases: list[LoadedCase] = Field(default_factory=list)
+    """The cases of the decision suites, in file order."""
     unloadable: list[UnloadableScenario] = Field(default_factory=list)
     """Scenario files that could not be loaded (their trials are blocked_setup rows)."""
+
+    @property
+    def execution_agents(self) -> list[AgentSpec]:
+        """The agents that run execution scenarios (command and chat)."""
+        return [a for a in self.agents.values() if not isinstance(a, PromptAgent)]
+
+    @property
+    def prompt_agents(self) -> list[AgentSpec]:
+        """The agents that answer decision cases (the default one when none is named)."""
+        named: list[AgentSpec] = [a for a in self.agents.values() if isinstance(a, PromptAgent)]
+        return named or [PromptAgent()]
+
+    def _shape(self, kind: str) -> tuple[list[AgentSpec], list[Arm]]:
+        """The agents and arms of a kind of task."""
+        if kind == "prompt":
+            return self.prompt_agents, [Arm(name=SKILL_ARM), Arm(name=CONTROL_ARM)]
+        return self.execution_agents, self.arms
 
     @property
     def size(self) -> int:
         """Number of trials in the matrix (those of unloadable files included)."""
         c = self.config
-        scenarios = len(self.scenarios) + len(self.unloadable)
-        return scenarios * len(self.agents) * len(c.models) * len(self.arms) * c.repeats
+        tasks = [*(s.kind for s in self.scenarios), *(k.kind for k in self.cases)]
+        tasks += [bad.kind for bad in self.unloadable]
+        per_kind = {
+            kind: len(self._shape(kind)[0]) * len(self._shape(kind)[1]) for kind in set(tasks)
+        }
+        return sum(per_kind[kind] for kind in tasks) * len(c.models) * c.repeats
+
+    def margins(self) -> list[float | None]:
+        """The margins (points) the sweep's decision suites declare."""
+        return [case.margin for case in self.cases]
+
+    def narrowed(self, pattern: str | None = None, repeats: int | None = None) -> Sweep:
+        """Only the scenarios and cases whose id matches `pattern` (a regular expression,
+        searched), and `repeats` repeats (`hangar run --filter --repeat`)."""
+        update: dict[str, Any] = {}
+        if pattern is not None:
+            try:
+                found = re.compile(pattern).search
+            except re.error as exc:
+                raise ConfigError(
+                    f"--filter {pattern!r} is not a regular expression: {exc}"
+                ) from None
+            update["scenarios"] = [s for s in self.scenarios if found(s.id)]
+            update["cases"] = [c for c in self.cases if found(c.id)]
+            update["unloadable"] = [u for u in self.unloadable if found(u.scenario_id)]
+        if repeats is not None:
+            update["config"] = self.config.model_copy(update={"repeats": repeats})
+        return self.model_copy(update=update)
 
     def blocked_results(self) -> Iterator[TrialResult]:
         """The blocked_setup result of every trial of an unloadable scenario file."""
         c = self.config
         now = datetime.now(UTC)
         for bad in self.unloadable:
+            agents, arms = self._shape(bad.kind)
             for repeat, arm, agent, model in itertools.product(
-                range(c.repeats), self.arms, self.agents.values(), c.models
+                range(c.repeats), arms, agents, c.models
             ):
                 payload = [
                     bad.digest,
@@ -194,9 +249,22 @@ class Sweep(BaseModel):
         """The sweep's trials, lazily; models vary fastest, repeats slowest."""
         c = self.config
         for repeat in range(c.repeats):
+            for case in self.cases:
+                for arm_name in (SKILL_ARM, CONTROL_ARM):
+                    for agent in self.prompt_agents:
+                        for model in c.models:
+                            yield case_trial(
+                                case,
+                                agent,
+                                arm_name,
+                                model=model,
+                                repeat=repeat,
+                                sweep=self.id,
+                                evidence_url=evidence_url,
+                            )
             for loaded in self.scenarios:
                 for arm in self.arms:
-                    for agent in self.agents.values():
+                    for agent in self.execution_agents:
                         for model in c.models:
                             yield single_trial(
                                 loaded,
@@ -245,8 +313,6 @@ def load_sweep(path: Path) -> Sweep:
         agents.update(load_agents(base / config.agents_file))
     for name, cfg in config.agents.items():
         agents[name] = parse_agent(name, cfg, str(path), base)
-    if not agents:
-        raise ConfigError(f"{path}: no agents: give `agents` or `agents_file`")
     if not config.models:
         raise ConfigError(f"{path}: `models` is empty")
     try:
@@ -256,6 +322,7 @@ def load_sweep(path: Path) -> Sweep:
     if not arms:
         raise ConfigError(f"{path}: `arms` is empty (use `control: []` for no plugins)")
     scenarios: list[LoadedScenario] = []
+    cases: list[LoadedCase] = []
     unloadable: list[UnloadableScenario] = []
     seen: dict[str, Path] = {}
     files = _scenario_files(base, config.scenarios)
@@ -273,28 +340,46 @@ def load_sweep(path: Path) -> Sweep:
                 )
     for file, suite in files.items():
         try:
-            loaded = load_scenario(file)
+            found = _load_tasks(file)
         except HangarError as exc:
             unloadable.append(_unloadable(file, base, suite, str(exc)))
             continue
-        sid = loaded.scenario.id
-        if sid in seen:
-            # Seed 001: "Unknown and duplicate case IDs fail fixture admission."
-            raise ConfigError(
-                f"{path}: two scenarios have the id {sid!r}: {seen[sid]} and {file} "
-                "(ids must be unique in a sweep; give one of them another id)"
-            )
-        seen[sid] = file
-        scenarios.append(loaded.model_copy(update={"suite": suite}))
-    return Sweep(
+        for task in found:
+            if task.id in seen:
+                # Seed 001: "Unknown and duplicate case IDs fail fixture admission."
+                raise ConfigError(
+                    f"{path}: two scenarios have the id {task.id!r}: {seen[task.id]} and {file} "
+                    "(ids must be unique in a sweep; give one of them another id)"
+                )
+            seen[task.id] = file
+            if isinstance(task, LoadedScenario):
+                scenarios.append(task.model_copy(update={"suite": suite}))
+            else:
+                cases.append(task)
+    sweep = Sweep(
         id=config.id or path.stem,
         path=path,
         config=config,
         scenarios=scenarios,
         agents=agents,
         arms=arms,
+        cases=cases,
         unloadable=unloadable,
     )
+    if scenarios and not sweep.execution_agents:
+        raise ConfigError(
+            f"{path}: no agents for its scenarios: give `agents` or `agents_file` "
+            "(command or chat agents; prompt agents answer decision suites only)"
+        )
+    return sweep
+
+
+def _load_tasks(file: Path) -> list[LoadedScenario] | list[LoadedCase]:
+    """A scenario file's scenario, or a decision suite's cases."""
+    data = read_yaml(file)
+    if is_decision_suite(data):
+        return load_decision_suite(file, data)
+    return [load_scenario(file)]
 
 
 def _unloadable(file: Path, base: Path, suite: str, error: str) -> UnloadableScenario:
@@ -305,9 +390,14 @@ def _unloadable(file: Path, base: Path, suite: str, error: str) -> UnloadableSce
     except ValueError:
         rel = str(file)
     sid = rel
+    kind: Literal["execution", "prompt"] = "execution"
     with contextlib.suppress(Exception):
         parsed = yaml.safe_load(data)
         if isinstance(parsed, dict) and isinstance(parsed.get("id"), str) and parsed["id"]:
             sid = parsed["id"]
+        if is_decision_suite(parsed):
+            kind = "prompt"
     digest = hashlib.sha256(rel.encode() + b"\0" + data).hexdigest()
-    return UnloadableScenario(path=file, scenario_id=sid, digest=digest, suite=suite, error=error)
+    return UnloadableScenario(
+        path=file, scenario_id=sid, digest=digest, suite=suite, error=error, kind=kind
+    )

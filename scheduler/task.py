@@ -10,9 +10,10 @@ import socket
 
 from hangar.paths import cache_dir
 from hangar.results import TrialResult
+from hangar.scenario import LoadedScenario
 from hangar.scheduler.metrics import metric
 from hangar.scheduler.shipping import unpack_scenario
-from hangar.trial import TrialSpec, run_trial
+from hangar.trials import TrialSpec, run_trial
 
 
 def run_trial_task(
@@ -33,8 +34,8 @@ def run_trial_task(
     shipped = (repository_key, repository) if repository_key and repository else None
 
     def localise(spec: TrialSpec) -> TrialSpec:
-        if package is None:
-            return spec
+        if package is None or not isinstance(spec.scenario, LoadedScenario):
+            return spec  # a decision case carries its texts with it
         cache = spec.cache_root or cache_dir()
         scenario = unpack_scenario(spec.scenario, package, cache, shipped)
         return spec.model_copy(update={"scenario": scenario})

@@ -16,7 +16,7 @@ from hangar.cli import app
 from hangar.errors import ConfigError
 from hangar.report import Report, build_report
 from hangar.report_render import render_html, render_markdown, render_text
-from hangar.results import CheckOutcome, TrialResult, Usage, Verdict
+from hangar.results import CheckOutcome, Score, TrialResult, Usage, Verdict
 from hangar.scheduler.sweep import load_sweep
 from hangar.store import ResultsStore
 from tests.require import skip_or_fail
@@ -103,13 +103,12 @@ def test_group_scores(store: ResultsStore) -> None:
 def test_comparison_and_decision(store: ResultsStore) -> None:
     report = build_report("sw", store.results("sw"), margin=0.2)
     (c,) = report.comparisons
-    assert (c.factor, c.result.a, c.result.b, c.result.scenarios) == ("arm", "skill", "control", 6)
-    assert c.result.difference == pytest.approx((11 / 2 - 2 / 2) / 6)
-    assert c.result.decision == "skill is shown to beat control by at least 20 points on pass rate"
+    assert (c.factor, c.candidate, c.baseline, c.scenarios) == ("arm", "skill", "control", 6)
+    assert (c.metric, c.roles) == ("pass", False)
+    assert c.difference == pytest.approx((11 / 2 - 2 / 2) / 6)
+    assert c.sentence == "skill is shown to beat control by at least 20 points on pass rate"
     strict = build_report("sw", store.results("sw"), margin=0.9)
-    assert (
-        strict.comparisons[0].result.decision == "skill is not shown to beat control by 90 points"
-    )
+    assert strict.comparisons[0].sentence == "skill is not shown to beat control by 90 points"
 
 
 def test_voided_trials_are_listed(store: ResultsStore) -> None:
@@ -157,8 +156,14 @@ def test_baseline_is_immutable_and_compare_gates(store: ResultsStore) -> None:
     worse = runner.invoke(
         app, ["compare", "--baseline", "v1", "--candidate", "worse", "--store", url]
     )
-    assert worse.exit_code == 1
-    assert "group" in worse.output and "scenario" in worse.output and "requirement" in worse.output
+    assert worse.exit_code == 1 and "regression(s) of worse against v1" in worse.output
+    as_json = runner.invoke(
+        app,
+        ["compare", "--baseline", "v1", "--candidate", "worse", "--store", url, "--format", "json"],
+    )
+    assert as_json.exit_code == 1
+    kinds = {r["kind"] for r in json.loads(as_json.output)["regressions"]}
+    assert kinds == {"group", "scenario", "requirement"}
     loose = runner.invoke(
         app,
         [
@@ -293,6 +298,107 @@ def test_compare_exit_status_when_not_comparable(store: ResultsStore) -> None:
     assert "not comparable: the scenario s0 changed" in result.output
 
 
+def _scored(sweep: str, correct: list[int], clarity: list[float]) -> list[TrialResult]:
+    """Decision-like trials: metric correct (binary) and clarity (points 1-5) per case."""
+    rows = []
+    for i, (ok, points) in enumerate(zip(correct, clarity, strict=True)):
+        rows.append(
+            trial(sweep, f"c{i}", "skill", 0, Verdict.PASS if ok else Verdict.FAIL).model_copy(
+                update={
+                    "kind": "prompt",
+                    "scores": (
+                        Score(metric="correct", value=float(ok)),
+                        Score(metric="clarity", value=points, scale="points", low=1, high=5),
+                    ),
+                }
+            )
+        )
+    return rows
+
+
+def test_metrics_are_summarised_by_their_scale() -> None:
+    rows = _scored("m", [1, 1, 0, 1], [4.0, 5.0, 2.0, 3.0])
+    rows.append(
+        rows[0].model_copy(
+            update={
+                "trial_key": "x" * 64,
+                "scenario_id": "c9",
+                "scores": (Score(metric="clarity", value=None, scale="points", low=1, high=5),),
+            }
+        )
+    )
+    (group,) = build_report("m", rows).groups
+    metrics = {m.metric: m for m in group.metrics}
+    correct, clarity = metrics["correct"], metrics["clarity"]
+    assert (correct.n, correct.mean, correct.scale) == (4, 0.75, "binary")
+    assert (correct.ci_low, correct.ci_high) == (stats.wilson(3, 4).low, stats.wilson(3, 4).high)
+    assert (clarity.n, clarity.mean, clarity.unassessed) == (4, 3.5, 1)
+    interval = stats.mean_interval([4.0, 5.0, 2.0, 3.0])
+    assert (clarity.ci_low, clarity.ci_high) == (interval.low, interval.high)
+    assert clarity.ci_low is not None and 2.0 <= clarity.ci_low < 3.5 < clarity.ci_high <= 5.0
+
+
+def test_roles_fix_the_comparison_and_the_sentence() -> None:
+    rows = [
+        *[
+            r.model_copy(update={"arm": "control", "trial_key": "c" + r.trial_key[1:]})
+            for r in _scored("r", [0, 0, 0, 1, 0, 0], [2, 2, 1, 3, 2, 2])
+        ],
+        *_scored("r", [1, 1, 1, 1, 1, 0], [4, 5, 4, 4, 5, 3]),
+    ]
+    report = build_report("r", rows, margin=0.15, roles=("control", "skill"))
+    by_metric = {c.metric: c for c in report.comparisons}
+    assert set(by_metric) == {"correct", "clarity"}  # prompt trials: their own scores only
+    c = by_metric["correct"]
+    assert (c.baseline, c.candidate, c.roles) == ("control", "skill", True)
+    assert c.difference == pytest.approx(4 / 6) and c.sentence == (
+        "control is shown to lose by at least 15 points on correct"
+    )
+    points = by_metric["clarity"]  # 15 points of a 1-5 scale are 0.6
+    assert points.margin == pytest.approx(0.6) and points.span == 4
+    assert points.sentence == "control is shown to lose by at least 15 points on clarity"
+    reverse = build_report("r", rows, margin=0.15, roles=("skill", "control"))
+    assert {c.sentence for c in reverse.comparisons} == {"skill is not shown to lose by 15 points"}
+    assert build_report("r", rows, roles=("nobody", "skill")).comparisons == []
+    data = json.loads(report.model_dump_json())  # the JSON contract of DESIGN.md section 10
+    for key in ("baseline", "candidate", "metric", "difference", "ci_low", "ci_high", "sentence"):
+        assert key in data["comparisons"][0]
+    for key in ("metric", "n", "mean", "ci_low", "ci_high"):
+        assert key in data["groups"][0]["metrics"][0]
+
+
+def test_baselines_gate_every_metric() -> None:
+    from hangar.baseline import Thresholds, compare, snapshot
+
+    before = snapshot("v1", "a", _scored("a", [1, 1, 1, 1], [5, 5, 4, 5]))
+    same = compare(
+        before, snapshot("c", "b", _scored("b", [1, 1, 1, 1], [5, 5, 4, 5])), Thresholds()
+    )
+    assert same.regressions == []
+    worse = compare(
+        before, snapshot("c", "b", _scored("b", [0, 0, 1, 1], [2, 2, 4, 5])), Thresholds()
+    )
+    found = {(r.kind, r.metric, r.subject) for r in worse.regressions}
+    assert ("group", "correct", "codex · m1 · skill") in found  # 100% -> 50%: over 0.3
+    # 4.75 -> 3.25 on a 1-5 scale: a drop of 0.375 of its range, over 0.3.
+    assert ("group", "clarity", "codex · m1 · skill") in found
+    # One trial per case: a scenario can lose at most one trial's worth (not over 1.0).
+    assert not [r for r in worse.regressions if r.kind == "scenario"]
+    loose = compare(
+        before,
+        snapshot("c", "b", _scored("b", [0, 0, 1, 1], [2, 2, 4, 5])),
+        Thresholds(group_drop=0.6, scenario_drop=0.5),
+    )
+    assert {(r.kind, r.metric, r.subject) for r in loose.regressions} == {
+        ("scenario", "pass", "c0"),
+        ("scenario", "pass", "c1"),
+        ("scenario", "correct", "c0"),
+        ("scenario", "correct", "c1"),
+        ("scenario", "clarity", "c0"),  # 5 -> 2: 0.75 of the range
+        ("scenario", "clarity", "c1"),
+    }
+
+
 def test_sealed_suite(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
     shutil.copytree(EXAMPLES / "median", suite / "median")
@@ -373,5 +479,5 @@ def test_every_pair_that_differs_in_one_factor_is_compared_once(tmp_path: Path) 
                     )
                 )
     report = build_report("many", rows)
-    pairs = [(c.factor, c.within, frozenset((c.result.a, c.result.b))) for c in report.comparisons]
+    pairs = [(c.factor, c.within, frozenset((c.candidate, c.baseline))) for c in report.comparisons]
     assert len(pairs) == len(set(pairs)) == 3 + 2 * 3  # 3 arm pairs, 3 agent pairs per arm

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from hangar.errors import ConfigError
-from hangar.results import CheckOutcome, TrialResult, Usage, Verdict
-from hangar.store import ResultsStore, StoreError, meta
+from hangar.errors import ConfigError, StoreError
+from hangar.results import CheckOutcome, FindingOutcome, Score, TrialResult, Usage, Verdict
+from hangar.store import ResultsStore, meta, trials
 
 
 def result(
@@ -50,7 +50,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> ResultsStore:
     url: str = request.getfixturevalue("postgres_url")
     s = ResultsStore(url)
     with s.engine.begin() as conn:  # a clean slate per test on the shared server
-        for table in ("checks", "trials", "sweeps", "baselines"):
+        for table in ("checks", "scores", "trials", "sweeps", "baselines"):
             conn.exec_driver_sql(f"DELETE FROM {table}")
     return s
 
@@ -61,6 +61,97 @@ def test_roundtrip(store: ResultsStore) -> None:
     assert store.record([original]) == 1
     (back,) = store.results("sw")
     assert back == original
+
+
+def test_scores_kind_and_details_roundtrip(store: ResultsStore) -> None:
+    scored = result(
+        "k9",
+        kind="prompt",
+        scores=(
+            Score(metric="correct", value=1.0),
+            Score(metric="clarity", value=4.0, scale="points", low=1.0, high=5.0),
+            Score(metric="citations", value=None, scale="count"),
+        ),
+        details={"skillDigest": "sha256:" + "a" * 64, "referenceSources": [{"path": "r.md"}]},
+        route=FindingOutcome(status="pass", evidence=("e.txt",)),
+    )
+    store.record([scored])
+    (back,) = store.results("sw")
+    assert back == scored
+    assert {s.metric for s in back.scores} == {"correct", "clarity", "citations"}
+
+
+@pytest.mark.parametrize(
+    "dialect", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_schema_2_store_migrates(
+    request: pytest.FixtureRequest, tmp_path: Path, dialect: str
+) -> None:
+    """A store written before route/scope, digests and scores (schema 2) keeps its rows,
+    gains the columns and the scores table, and its old rows read as execution trials."""
+    url = (
+        f"sqlite:///{tmp_path}/old.db"
+        if dialect == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    store = ResultsStore(url)
+    cascade = " CASCADE" if dialect == "postgres" else ""
+    with store.engine.begin() as conn:
+        for table in ("checks", "scores", "trials", "sweeps", "baselines"):
+            conn.exec_driver_sql(f"DELETE FROM {table}")
+        for view in ("v_scores", "v_daily_model_scores", "v_trials", "v_attempts"):
+            conn.exec_driver_sql(f"DROP VIEW IF EXISTS {view}{cascade}")
+        conn.exec_driver_sql("DROP TABLE scores")
+        for column in (
+            "route",
+            "scope",
+            "agent_digest",
+            "agent_settings",
+            "plugins_digest",
+            "provider_error",
+            "kind",
+            "details",
+        ):
+            conn.exec_driver_sql(f"ALTER TABLE trials DROP COLUMN {column}")
+        conn.exec_driver_sql("UPDATE hangar_meta SET value = '2' WHERE key = 'schema_version'")
+        conn.exec_driver_sql("DELETE FROM hangar_meta WHERE key = 'views_version'")
+        old = result("k", sweep="old").model_dump()
+        when = datetime(2026, 1, 1, tzinfo=UTC)
+        conn.execute(  # only the columns a schema-2 store has
+            trials.insert().values(
+                sweep_id="old",
+                trial_key="k",
+                attempt=1,
+                scenario_id="s",
+                scenario_digest="d",
+                suite="",
+                agent="a",
+                model="m",
+                arm="control",
+                repeat=0,
+                verdict="pass",
+                final=True,
+                reason="r",
+                completed=True,
+                started_at=when,
+                finished_at=when,
+                duration_s=1.0,
+                timings={},
+                tokens_in=0,
+                tokens_out=0,
+                tokens_cached=0,
+                tokens_reasoning=0,
+                cost_usd=0.0,
+                node="n",
+                schema_version=old["schema_version"],
+            )
+        )
+    migrated = ResultsStore(url)
+    (row,) = migrated.results("old")
+    assert row.kind == "execution" and row.scores == () and row.agent_digest == ""
+    assert [(s.metric, s.value) for s in row.scored] == [("pass", 1.0)]  # implied by the verdict
+    migrated.record([result("new", sweep="old", scores=(Score(metric="pass", value=0.0),))])
+    assert {r.trial_key for r in migrated.results("old")} == {"k", "new"}
 
 
 def test_record_is_idempotent(store: ResultsStore) -> None:
@@ -126,7 +217,7 @@ def test_copy_sqlite_into_postgres(tmp_path: Path, postgres_url: str) -> None:
     local.record([result("c1", sweep="copied"), result("c2", sweep="copied", verdict=Verdict.FAIL)])
     remote = ResultsStore(postgres_url)
     with remote.engine.begin() as conn:
-        for table in ("checks", "trials", "sweeps", "baselines"):
+        for table in ("checks", "scores", "trials", "sweeps", "baselines"):
             conn.exec_driver_sql(f"DELETE FROM {table}")
     counts = copy_store(local, remote)
     assert counts["trials"] == 2 and counts["checks"] == 2 and counts["sweeps"] == 1

@@ -18,8 +18,7 @@ from hangar.agents import CommandAgent, load_agents
 from hangar.results import TrialResult, Verdict
 from hangar.sandbox.disk import TrialDisk
 from hangar.scenario import load_scenario, repin
-from hangar.scheduler.keys import Arm
-from hangar.trial import TrialSpec, run_trial, single_trial
+from hangar.trials import Arm, TrialSpec, run_trial, single_trial
 from hangar.verifiers.bundle import verify_bundle
 from tests.require import skip_or_fail
 
@@ -522,12 +521,12 @@ def test_container_killed_mid_run(run: Runner, docker_client: docker.DockerClien
 def test_exception_in_a_phase_still_tears_down(
     run: Runner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hangar.trial
+    import hangar.trials.verification
 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("verifier phase exploded")
 
-    monkeypatch.setattr(hangar.trial, "run_verifier_commands", boom)
+    monkeypatch.setattr(hangar.trials.verification, "run_verifier_commands", boom)
     result = run(GOLD)
     assert result.verdict is Verdict.INFRA_ERROR
     assert result.reason == "hangar failure: RuntimeError: verifier phase exploded"

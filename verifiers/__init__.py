@@ -1,4 +1,3 @@
-"""The judging half of a trial: verifier protocol, admission rules, evidence bundles.
-
-Filled in by the trial lifecycle issue (DESIGN.md section 3, phases 9-12).
-"""
+"""The judging half of a trial: admission rules, the host-verifier protocol, verifier
+commands, the junit and choice graders, evidence bundles and stores
+(docs/architecture.md, "Kinds of trial")."""

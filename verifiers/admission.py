@@ -32,8 +32,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from hangar.errors import WorkspaceError
 from hangar.results import CheckOutcome, FindingOutcome, Verdict
-from hangar.sandbox.workspace import MirrorCache, WorkspaceError
+from hangar.sandbox.workspace import MirrorCache
 from hangar.scenario import LoadedScenario, PinnedFile, file_sha256
 from hangar.verifiers.protocol import CommandRecord, Finding, Verification, script_problem
 

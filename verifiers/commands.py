@@ -9,7 +9,7 @@ agent did to ``.git``; the diff itself is taken on the host against the pinned c
 (`hangar.sandbox.workspace.diff_against_pin`). Hidden files and commands then run where
 nothing the agent left outside the workspace exists (a process, a ``usercustomize.py``
 in HOME, a file in /tmp): the agent's sandbox with its scratch wiped, or a fresh one
-(see `hangar.trial`).
+(see `hangar.trials.verification`).
 """
 
 from __future__ import annotations

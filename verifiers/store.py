@@ -13,11 +13,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlparse
 
-from hangar.errors import ConfigError, HangarError
-
-
-class EvidenceStoreError(HangarError):
-    """An evidence store cannot be reached, or lacks what was asked for."""
+from hangar.errors import ConfigError, EvidenceStoreError
 
 
 def bundle_key(sweep: str, trial_key: str, attempt: int) -> str:

@@ -2,7 +2,8 @@
 
 A `command` agent runs a CLI inside the sandbox (Codex, Claude Code, a script); it
 reaches its model through the relay. A `chat` agent is a loop on the host whose tool
-calls run in the sandbox. Agent configs are pydantic models tagged by `kind`. An agents
+calls run in the sandbox. A `prompt` agent asks its model once, with no sandbox and no
+tools (decision cases). Agent configs are pydantic models tagged by `kind`. An agents
 file is a YAML mapping of name -> config (``kind`` defaults to ``command``).
 """
 
@@ -16,13 +17,14 @@ from pydantic import Field, TypeAdapter, ValidationError
 from hangar.agents.chat import ChatAgent, run_chat_agent
 from hangar.agents.command import AgentRun, CommandAgent, run_command_agent
 from hangar.agents.presets import expand_preset
+from hangar.agents.prompt import PromptAgent
 from hangar.errors import ConfigError
 from hangar.scenario import read_yaml
 from hangar.validation import validation_message
 
 #: Every kind of agent config, told apart by `kind`.
-AgentSpec = Annotated[CommandAgent | ChatAgent, Field(discriminator="kind")]
-_AGENT: TypeAdapter[CommandAgent | ChatAgent] = TypeAdapter(AgentSpec)
+AgentSpec = Annotated[CommandAgent | ChatAgent | PromptAgent, Field(discriminator="kind")]
+_AGENT: TypeAdapter[CommandAgent | ChatAgent | PromptAgent] = TypeAdapter(AgentSpec)
 
 
 _RUNNERS = {".py": "python3", ".sh": "bash"}
@@ -72,6 +74,7 @@ __all__ = [
     "AgentSpec",
     "ChatAgent",
     "CommandAgent",
+    "PromptAgent",
     "load_agents",
     "parse_agent",
     "run_chat_agent",

@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hangar.agents.command import AgentRun
 from hangar.models import ModelSpec
-from hangar.models.policy import RelayPolicy, policy_client
+from hangar.models.complete import provider_error_of, sdk_client
 from hangar.models.pricing import cost_of
 from hangar.models.usage import add, from_anthropic, from_openai_chat, from_openai_responses
-from hangar.results import ProviderError, Usage
+from hangar.results import Usage
 from hangar.sandbox.base import Sandbox
 from hangar.trace import TraceWriter
 from hangar.validation import Name
@@ -159,29 +159,13 @@ class _Conversation:
         self, agent: ChatAgent, model: ModelSpec, context: str, trace: TraceWriter
     ) -> None:
         self.agent, self.model, self.api = agent, model, model.chat_api
-        key, base = model.api_key(), model.endpoint
         self.refusals: list[str] = []
-
-        def refused(path: str, reason: str) -> None:
-            self.refusals.append(reason)
-            trace.event("model_refused", path=path, reason=reason)
-
-        policy = RelayPolicy(model)
+        client = sdk_client(model, self.refusals, trace)
         if self.api == "messages":
-            import anthropic
-
-            client = policy_client(anthropic, policy, refused, model.timeout_s)
-            self.anthropic = anthropic.Anthropic(
-                api_key=key, base_url=base, max_retries=5, http_client=client
-            )
+            self.anthropic = client
             self.messages: list[Any] = [{"role": "user", "content": context}]
         else:
-            import openai
-
-            client = policy_client(openai, policy, refused, model.timeout_s)
-            self.openai = openai.OpenAI(
-                api_key=key, base_url=base, max_retries=5, http_client=client
-            )
+            self.openai = client
             if self.api == "responses":
                 self.messages = [{"role": "user", "content": context}]
             else:
@@ -332,30 +316,6 @@ def run_chat_agent(
         if agent.max_cost_usd is not None and usage.cost_usd >= agent.max_cost_usd:
             return _stop(trace, f"cost limit reached (${usage.cost_usd:.4f})"), usage
     return _stop(trace, f"turn limit reached ({agent.max_turns})"), usage
-
-
-def provider_error_of(exc: Exception, model: ModelSpec) -> ProviderError | None:
-    """The provider's failure an SDK exception stands for (None: the request's own fault,
-    such as a 400). Both SDKs name their errors alike."""
-    name = type(exc).__name__
-    status = getattr(exc, "status_code", None)
-    if status in (401, 403):
-        return ProviderError(
-            kind="auth",
-            model=model.id,
-            status=status,
-            key_env=model.key_env,
-            message=f"the provider refused the key in {model.key_env} for model "
-            f"{model.id!r} (HTTP {status}): {exc}",
-        )
-    if status == 429 or (status or 0) >= 500 or name in ("APITimeoutError", "APIConnectionError"):
-        return ProviderError(
-            kind="unavailable",
-            model=model.id,
-            status=status,
-            message=f"model {model.id!r} failed upstream: {name}: {exc}",
-        )
-    return None
 
 
 def _stop(trace: TraceWriter, reason: str) -> AgentRun:

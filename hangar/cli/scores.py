@@ -27,19 +27,34 @@ def report(
     fmt: Annotated[str, typer.Option("--format", help="text, md, html or json.")] = "text",
     out: Annotated[Path | None, typer.Option(help="Write to this file.")] = None,
     margin: Annotated[
-        float, typer.Option(help="Points a decision sentence is about (5 = 5 points).")
-    ] = 5.0,
+        float | None,
+        typer.Option(
+            help="Points of a metric's range a decision sentence is about (5 = 5 points); "
+            "default: the suite's (a decision suite's `margin`), else 5."
+        ),
+    ] = None,
+    baseline: Annotated[
+        str | None, typer.Option(help="Compare with fixed roles: the baseline arm, model or agent.")
+    ] = None,
+    candidate: Annotated[
+        str | None, typer.Option(help="The candidate arm, model or agent (with --baseline).")
+    ] = None,
     store: StoreOption = None,
 ) -> None:
-    """Scores per agent, model and arm, the pass matrix, requirements and comparisons."""
+    """Scores per agent, model and arm and per metric, the pass matrix, requirements and
+    paired comparisons (with --baseline and --candidate, in those roles)."""
     from hangar.report import build_report
     from hangar.report_render import render_html, render_markdown, render_text
 
     renderers = {"text": render_text, "md": render_markdown, "html": render_html}
     if fmt not in (*renderers, "json"):
         raise ConfigError(f"unknown format {fmt!r}: use text, md, html or json")
+    if (baseline is None) != (candidate is None):
+        raise ConfigError("give both --baseline and --candidate (or neither)")
+    roles = (baseline, candidate) if baseline is not None and candidate is not None else None
     sweep_id, _, results = resolve_sweep(sweep, store)
-    built = build_report(sweep_id, results.results(sweep_id), margin=margin / 100)
+    points = margin if margin is not None else suite_margin(sweep)
+    built = build_report(sweep_id, results.results(sweep_id), margin=points / 100, roles=roles)
     if not built.groups:
         raise ConfigError(f"no results for sweep {sweep_id!r} in {results._safe_url}")
     text = built.model_dump_json(indent=1) if fmt == "json" else renderers[fmt](built)
@@ -48,6 +63,16 @@ def report(
         console.print(f"wrote {out}")
     else:
         console.out(text, highlight=False)
+
+
+def suite_margin(sweep: str) -> float:
+    """The margin the sweep's suites declare (all the same), else 5 points."""
+    from hangar.scheduler.sweep import load_sweep
+
+    if not Path(sweep).is_file():
+        return 5.0
+    margins = {m for m in load_sweep(Path(sweep)).margins() if m is not None}
+    return margins.pop() if len(margins) == 1 else 5.0
 
 
 @app.command("export")
@@ -98,6 +123,7 @@ def compare(
     group_drop: Annotated[float, typer.Option(help="Pass-rate drop of a group.")] = 0.3,
     scenario_drop: Annotated[float, typer.Option(help="Passing trials a scenario loses.")] = 1.0,
     requirement_drop: Annotated[float, typer.Option(help="Pass-rate drop of a requirement.")] = 0.5,
+    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
     store: StoreOption = None,
 ) -> None:
     """Flag regressions of a candidate sweep against a baseline.
@@ -120,6 +146,10 @@ def compare(
             group_drop=group_drop, scenario_drop=scenario_drop, requirement_drop=requirement_drop
         ),
     )
+    code = 1 if outcome.regressions else 3 if outcome.not_comparable else 0
+    if fmt == "json":
+        console.out(outcome.model_dump_json(indent=1), highlight=False)
+        raise typer.Exit(code)
     for item in outcome.not_comparable:
         err_console.print(f"[yellow]not comparable:[/] {item.sentence}", highlight=False)
     found = outcome.regressions
@@ -130,6 +160,7 @@ def compare(
         "kind",
         "group",
         "subject",
+        "metric",
         "before",
         "after",
         "drop",
@@ -141,6 +172,7 @@ def compare(
             r.kind,
             r.group,
             r.subject,
+            r.metric,
             f"{r.before:.2f}",
             f"{r.after:.2f}",
             f"{r.drop:.2f}",

@@ -41,6 +41,13 @@ def run(
             "trial reached pass or fail."
         ),
     ] = False,
+    filter_: Annotated[
+        str | None,
+        typer.Option("--filter", help="Only scenarios and decision cases whose id matches."),
+    ] = None,
+    repeat: Annotated[
+        int | None, typer.Option(min=1, help="Repeats of each trial (instead of the file's).")
+    ] = None,
 ) -> None:
     """Run a sweep: new trials only, resuming where an earlier run stopped.
 
@@ -52,7 +59,7 @@ def run(
     from hangar.scheduler.sweep import load_sweep
     from hangar.store import ResultsStore
 
-    sweep = load_sweep(sweep_file)
+    sweep = load_sweep(sweep_file).narrowed(filter_, repeat)
     for bad in sweep.unloadable:
         err_console.print(
             f"[yellow]blocked_setup:[/] {bad.path} does not load: {bad.error}", highlight=False

@@ -101,8 +101,7 @@ def trial_run(
     """Run one trial and print its verdict, reason, timings and evidence bundle."""
     from hangar.agents import AgentSpec, CommandAgent, load_agents
     from hangar.scenario import load_scenario
-    from hangar.scheduler.keys import Arm
-    from hangar.trial import run_trial, single_trial
+    from hangar.trials import Arm, run_trial, single_trial
 
     if agent_command is not None:
         spec_agent: AgentSpec = CommandAgent(name=agent or "command", command=agent_command)

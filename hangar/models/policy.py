@@ -1,4 +1,6 @@
-"""What a trial's model traffic may do: an allowlist, not a pipe (DESIGN.md phase 7).
+"""What a trial's model traffic may do: an allowlist, not a pipe.
+
+docs/architecture.md, "Models and the relay", places it among the rest.
 
 The real API key is the host's. With only its trial token, an agent must buy nothing
 with it but its own model calls: not the provider account's files, not the world (a

@@ -16,7 +16,7 @@ import socket
 import threading
 from pathlib import Path
 
-from hangar.errors import SandboxError
+from hangar.errors import MissingPython, SandboxError
 from hangar.models import forwarder
 from hangar.models.forwarder import DATA, EOF, OPEN, READY, Channels, deliver, frame, frames, pump
 from hangar.sandbox.base import ExecStream, Sandbox
@@ -29,10 +29,6 @@ UNAVAILABLE = (
     b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\nConnection: close\r\n"
     b"Content-Length: " + str(len(_BODY)).encode() + b"\r\n\r\n" + _BODY
 )
-
-
-class MissingPython(SandboxError):
-    """The sandbox image has no python3 to run the forwarder."""
 
 
 class RelayTunnel:

@@ -92,15 +92,18 @@ def test_old_store_is_migrated(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/old.db"
     store = ResultsStore(url)
     with store.engine.begin() as conn:  # make it a schema-1 store again
-        for view in ("v_daily_model_scores", "v_trials", "v_attempts"):
+        for view in ("v_scores", "v_daily_model_scores", "v_trials", "v_attempts"):
             conn.exec_driver_sql(f"DROP VIEW {view}")
-        for column in ("suite", "route", "scope", "agent_digest", "agent_settings"):
+        conn.exec_driver_sql("DROP TABLE scores")
+        for column in ("suite", "route", "scope", "agent_digest", "agent_settings", "kind"):
             conn.exec_driver_sql(f"ALTER TABLE trials DROP COLUMN {column}")
-        # plugins_digest and provider_error stay: a store an interrupted upgrade left half done
+        # plugins_digest, provider_error and details stay: a store an interrupted upgrade
+        # left half done
         conn.exec_driver_sql("UPDATE hangar_meta SET value = '1' WHERE key = 'schema_version'")
         conn.exec_driver_sql("DELETE FROM hangar_meta WHERE key = 'views_version'")
     store = ResultsStore(url)
     with store.engine.connect() as conn:
         columns = [r[1] for r in conn.exec_driver_sql("PRAGMA table_info(trials)")]
-        assert {"suite", "route", "scope", "agent_digest", "plugins_digest"} <= set(columns)
+        assert {"suite", "route", "scope", "agent_digest", "plugins_digest", "kind"} <= set(columns)
         assert conn.exec_driver_sql("SELECT COUNT(*) FROM v_daily_model_scores").scalar() == 0
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM v_scores").scalar() == 0

@@ -24,12 +24,12 @@ from sqlalchemy import text
 from hangar.dashboards.model import Sql
 from hangar.dashboards.operations import QUERIES as PROMQL
 from hangar.dashboards.scores import ALL_QUERIES, scores_dashboard
-from hangar.models.scripted import Script, ScriptedServer
 from hangar.report import Report, build_report
 from hangar.results import TrialResult, Verdict
 from hangar.scheduler.driver import SweepRunner
 from hangar.scheduler.sweep import load_sweep
 from hangar.store import ResultsStore
+from hangar.testing.scripted import Script, ScriptedServer
 from tests.require import skip_or_fail
 from tests.services import Prometheus, prometheus_binary
 
@@ -179,10 +179,28 @@ def test_arm_difference_matches_the_report(live: Live) -> None:
     rows = run(live, ALL_QUERIES["arm_vs_control"])
     for row in rows:
         within = f"{row['agent']} · {row['model']}"
-        (c,) = [c for c in live.report.comparisons if c.factor == "arm" and c.within == within]
-        sign = 1 if c.result.a == row["arm"] else -1
-        assert row["difference"] == pytest.approx(sign * c.result.difference)
-        assert row["scenarios"] == c.result.scenarios
+        (c,) = [
+            c
+            for c in live.report.comparisons
+            if c.factor == "arm" and c.within == within and c.metric == "pass"
+        ]
+        sign = 1 if c.candidate == row["arm"] else -1
+        assert row["difference"] == pytest.approx(sign * c.difference)
+        assert row["scenarios"] == c.scenarios
+
+
+def test_metric_panels_match_the_report(live: Live) -> None:
+    groups = _groups(live)
+    rows = run(live, ALL_QUERIES["metric_by_group"])
+    assert {row["metric"] for row in rows} == {"pass"}
+    for row in rows:
+        g = groups[(row["agent"], row["model"], row["arm"])]
+        (m,) = [m for m in g.metrics if m.metric == row["metric"]]
+        assert (row["n"], row["scale"]) == (m.n, m.scale)
+        assert row["mean"] == pytest.approx(m.mean)
+        assert (row["low"], row["high"]) == (pytest.approx(m.ci_low), pytest.approx(m.ci_high))
+    daily = run(live, ALL_QUERIES["metric_over_time"])
+    assert {row["metric"] for row in daily} == {f"{model} · pass" for (_, model, _) in groups}
 
 
 def test_cost_and_durations_match_the_report(live: Live) -> None:

@@ -14,11 +14,10 @@ import pytest
 from hangar.agents import ChatAgent
 from hangar.models import ModelSpec
 from hangar.models.pricing import Price
-from hangar.models.scripted import Script, ScriptedServer
 from hangar.results import TrialResult, Verdict
 from hangar.scenario import load_scenario
-from hangar.scheduler.keys import Arm
-from hangar.trial import run_trial, single_trial
+from hangar.testing.scripted import Script, ScriptedServer
+from hangar.trials import Arm, run_trial, single_trial
 
 pytestmark = pytest.mark.docker
 

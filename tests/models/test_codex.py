@@ -14,12 +14,11 @@ import pytest
 from hangar.agents import parse_agent
 from hangar.models import ModelSpec
 from hangar.models.pricing import Price
-from hangar.models.scripted import Script, ScriptedServer
 from hangar.results import Verdict
 from hangar.sandbox.images import build_agent_image
 from hangar.scenario import load_scenario
-from hangar.scheduler.keys import Arm
-from hangar.trial import run_trial, single_trial
+from hangar.testing.scripted import Script, ScriptedServer
+from hangar.trials import Arm, run_trial, single_trial
 from tests.require import BASE_IMAGE
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

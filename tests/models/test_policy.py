@@ -20,7 +20,7 @@ import pytest
 from hangar.models import ModelSpec
 from hangar.models.policy import RelayPolicy
 from hangar.models.relay import ModelRelay
-from hangar.models.scripted import Script, ScriptedServer
+from hangar.testing.scripted import Script, ScriptedServer
 from hangar.trace import TraceWriter
 
 SECRET = "sk-real-secret-0123456789"

@@ -181,7 +181,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_budget_stops_scheduling(ray_local: None, tmp_path: Path) -> None:
-    from hangar.models.scripted import Script, ScriptedServer
+    from hangar.testing.scripted import Script, ScriptedServer
 
     server = ScriptedServer(Script.load(EXAMPLES / "scripted-model.yaml")).start()
     try:
@@ -238,8 +238,7 @@ def test_a_task_that_raises_is_reported_by_its_root_error(ray_local: None, tmp_p
 
     import ray
 
-    from hangar.scheduler.keys import Arm
-    from hangar.trial import single_trial
+    from hangar.trials import Arm, single_trial
 
     sweep = load_sweep(write_sweep(tmp_path))
     runner = SweepRunner(sweep, ResultsStore(sweep.config.store))
@@ -270,9 +269,8 @@ def test_a_worker_that_cannot_unpack_its_scenario_reports_why(
 ) -> None:
     import ray
 
-    from hangar.scheduler.keys import Arm
     from hangar.scheduler.task import run_trial_task
-    from hangar.trial import single_trial
+    from hangar.trials import Arm, single_trial
 
     # A scenario this node has never unpacked (a new digest), so the package is read.
     fresh = tmp_path / "fresh.scenario.yaml"
@@ -336,7 +334,7 @@ def test_exit_codes(tmp_path: Path) -> None:
 
 
 def test_a_refused_key_stops_its_model_only(ray_local: None, tmp_path: Path) -> None:
-    from hangar.models.scripted import Script, ScriptedServer
+    from hangar.testing.scripted import Script, ScriptedServer
 
     (tmp_path / "script.yaml").write_text(
         json.dumps({"conversations": [{"model": "locked", "replies": [{"status": 401}]}]})

@@ -6,7 +6,7 @@ answers from a script file:
 
 ```yaml
 conversations:
-  - match: statkit          # a substring of the conversation's user messages (optional)
+  - match: statkit          # a substring of the user messages, or a list of them (optional)
     model: scripted-gold    # only for this model id (optional)
     replies:                # reply N answers a conversation with N earlier replies
       - tool_calls: [{name: bash, arguments: {command: "cat statkit/stats.py"}}]
@@ -90,8 +90,9 @@ class Conversation(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    match: str = ""
-    """A substring of the user messages ('' matches every conversation)."""
+    match: str | list[str] = ""
+    """A substring of the user messages, or several that must all be there ('' matches
+    every conversation)."""
     model: str | None = None
     """Only requests for this model id."""
     replies: list[Reply]
@@ -114,7 +115,8 @@ class Script(BaseModel):
     def reply(self, model: str, user_text: str, turn: int) -> Reply:
         """The reply to a request (see the module docstring)."""
         for conv in self.conversations:
-            if conv.model not in (None, model) or conv.match not in user_text:
+            wanted = [conv.match] if isinstance(conv.match, str) else conv.match
+            if conv.model not in (None, model) or any(w not in user_text for w in wanted):
                 continue
             return conv.replies[min(turn, len(conv.replies) - 1)]
         return Reply(content=f"(no scripted conversation for model {model!r})")

@@ -1,0 +1,159 @@
+"""One model call from the host, in any of the three APIs, under the relay's rules.
+
+`sdk_client` gives the official SDK's client for a model, its HTTP going through
+`RelayPolicy` (``store`` off, only the trial's model, no provider-hosted tool) with each
+refusal traced; the chat agents' loop and `complete` (a prompt trial's one call, a
+judge's call) both use it. `complete` asks once (the SDK retries what can be retried),
+meters the call's usage and cost from the provider's own answer, traces the request and
+the answer, and tells a provider's failure from the request's own (`ProviderError`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from hangar.models import ModelSpec
+from hangar.models.policy import RelayPolicy, policy_client
+from hangar.models.pricing import cost_of
+from hangar.models.usage import from_anthropic, from_openai_chat, from_openai_responses
+from hangar.results import ProviderError, Usage
+from hangar.trace import TraceWriter
+
+
+class Completion(BaseModel):
+    """What one call gave."""
+
+    text: str = ""
+    """The answer's text ('' when the call failed)."""
+    usage: Usage = Usage()
+    """Tokens and cost, from the provider's answer."""
+    error: str = ""
+    """Why the call failed ('' when it did not)."""
+    provider_error: ProviderError | None = None
+    """The provider's failure, when the failure was not the request's own."""
+    refused: list[str] = []
+    """What the relay's rules refused (the request never left the host)."""
+
+
+def sdk_client(model: ModelSpec, refusals: list[str], trace: TraceWriter | None) -> Any:
+    """The SDK client of `model`'s API (``anthropic`` for messages, else ``openai``), its
+    calls held to `RelayPolicy`; refusals are appended to `refusals` and traced."""
+
+    def refused(path: str, reason: str) -> None:
+        refusals.append(reason)
+        if trace is not None:
+            trace.event("model_refused", path=path, reason=reason)
+
+    policy = RelayPolicy(model)
+    key, base = model.api_key(), model.endpoint
+    if model.chat_api == "messages":
+        import anthropic
+
+        client = policy_client(anthropic, policy, refused, model.timeout_s)
+        return anthropic.Anthropic(api_key=key, base_url=base, max_retries=5, http_client=client)
+    import openai
+
+    client = policy_client(openai, policy, refused, model.timeout_s)
+    return openai.OpenAI(api_key=key, base_url=base, max_retries=5, http_client=client)
+
+
+def provider_error_of(exc: Exception, model: ModelSpec) -> ProviderError | None:
+    """The provider's failure an SDK exception stands for (None: the request's own fault,
+    such as a 400). Both SDKs name their errors alike."""
+    name = type(exc).__name__
+    status = getattr(exc, "status_code", None)
+    if status in (401, 403):
+        return ProviderError(
+            kind="auth",
+            model=model.id,
+            status=status,
+            key_env=model.key_env,
+            message=f"the provider refused the key in {model.key_env} for model "
+            f"{model.id!r} (HTTP {status}): {exc}",
+        )
+    if status == 429 or (status or 0) >= 500 or name in ("APITimeoutError", "APIConnectionError"):
+        return ProviderError(
+            kind="unavailable",
+            model=model.id,
+            status=status,
+            message=f"model {model.id!r} failed upstream: {name}: {exc}",
+        )
+    return None
+
+
+def complete(
+    model: ModelSpec,
+    system: str,
+    user: str,
+    *,
+    trace: TraceWriter | None = None,
+    max_output_tokens: int = 2048,
+    reasoning_effort: str | None = None,
+    timeout_s: float | None = None,
+) -> Completion:
+    """Ask `model` once: `system` instructions, one `user` message, no tools."""
+    refusals: list[str] = []
+    timeout = timeout_s or model.timeout_s
+    if trace is not None:
+        trace.event("model_request", model=model.id, api=model.chat_api, system=system, user=user)
+    try:
+        client = sdk_client(model, refusals, trace)
+        text, usage = _ask(
+            client, model, system, user, max_output_tokens, reasoning_effort, timeout
+        )
+    except Exception as exc:  # the SDK already retried what can be retried
+        error = f"model call failed: {type(exc).__name__}: {exc}"
+        if trace is not None:
+            trace.event("model_error", error=error)
+        upstream = None if refusals else provider_error_of(exc, model)
+        return Completion(error=error, provider_error=upstream, refused=refusals)
+    usage = cost_of(usage, model.id, model.price_provider or model.provider, model.price)
+    if trace is not None:
+        trace.event("model_response", text=text, usage=usage.model_dump())
+    return Completion(text=text, usage=usage)
+
+
+def _ask(
+    client: Any,
+    model: ModelSpec,
+    system: str,
+    user: str,
+    max_output_tokens: int,
+    reasoning_effort: str | None,
+    timeout: float,
+) -> tuple[str, Usage]:
+    messages = [{"role": "user", "content": user}]
+    if model.chat_api == "messages":
+        reply = client.messages.create(
+            model=model.id,
+            system=system,
+            messages=messages,
+            max_tokens=max_output_tokens,
+            timeout=timeout,
+        )
+        text = "".join(b.text for b in reply.content if b.type == "text")
+        return text, from_anthropic(reply.usage.model_dump())
+    effort = {"reasoning_effort": reasoning_effort} if reasoning_effort else {}
+    if model.chat_api == "responses":
+        reasoning = {"reasoning": {"effort": reasoning_effort}} if reasoning_effort else {}
+        response = client.responses.create(
+            model=model.id,
+            instructions=system,
+            input=messages,
+            max_output_tokens=max_output_tokens,
+            timeout=timeout,
+            **reasoning,
+        )
+        usage = response.usage.model_dump() if response.usage else {}
+        return response.output_text, from_openai_responses(usage)
+    completion = client.chat.completions.create(
+        model=model.id,
+        messages=[{"role": "system", "content": system}, *messages],
+        max_tokens=max_output_tokens,
+        timeout=timeout,
+        **effort,
+    )
+    usage = completion.usage.model_dump() if completion.usage else {}
+    return completion.choices[0].message.content or "", from_openai_chat(usage)

@@ -1,0 +1,196 @@
+"""The trial boundary: every kind of trial runs inside it, and it never raises.
+
+`run_trial` picks the runner of the spec's kind (`runner_for`) and turns whatever
+happens into a `TrialResult` with a verdict and a reason: a runner ends early by raising
+`Outcome` (a verdict it decided), an unexpected exception is an ``infra_error`` whose
+reason names its type and message (the traceback goes into ``error.txt``). The evidence
+bundle is written in ``finally``, and the runner's `tear_down` runs in every outcome.
+See docs/architecture.md for the lifecycle of each kind.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from hangar.errors import SandboxError
+from hangar.paths import cache_dir
+from hangar.results import TrialResult, Verdict
+from hangar.trials.spec import TrialSpec, result_of
+from hangar.verifiers.bundle import build_bundle
+from hangar.verifiers.store import bundle_key, open_store
+
+
+class Outcome(Exception):
+    """Ends a trial early with a verdict (raised by a phase, caught at the boundary)."""
+
+    def __init__(self, verdict: Verdict, reason: str) -> None:
+        super().__init__(reason)
+        self.verdict, self.reason = verdict, reason
+
+
+class TrialRun:
+    """What every kind of trial has: its folders, phase timings, evidence files.
+
+    A runner subclasses it: `run` walks its phases (raising `Outcome` to end early) and
+    sets `verdict` and `reason`; `outcome` adds what it knows to the result; `tear_down`
+    releases what it holds, in every outcome.
+    """
+
+    def __init__(self, spec: TrialSpec) -> None:
+        self.spec = spec
+        work_root = spec.work_root or cache_dir() / "trials"
+        self.folder = work_root / f"{spec.trial_key[:20]}-{spec.attempt}"
+        self.artifacts = self.folder / "artifacts"
+        self.timings: dict[str, float] = {}
+        self.verdict, self.reason = Verdict.INFRA_ERROR, "the trial did not finish"
+
+    def localise(self, spec: TrialSpec) -> None:
+        """Run from `spec`, the same trial with this node's copy of its scenario."""
+        self.spec = spec
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase (seconds, in the result's ``timings``)."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timings[name] = round(time.monotonic() - started, 3)
+
+    def write(self, rel: str, data: object) -> Path:
+        """Write an evidence file under the artifacts folder (text, or data as JSON)."""
+        path = self.artifacts / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = data if isinstance(data, str) else json.dumps(data, indent=1, default=str)
+        path.write_text(text)
+        return path
+
+    def run(self) -> None:
+        """Walk the phases; set `verdict` and `reason` (or raise `Outcome`)."""
+        raise NotImplementedError
+
+    def outcome(self) -> dict[str, Any]:
+        """Fields of the result this run knows beyond its verdict (checks, usage...)."""
+        return {}
+
+    def tear_down(self, *, wait: bool) -> None:
+        """Release what the run holds (sandboxes, relays, disks); never raises."""
+
+    def ended(self, verdict: Verdict, reason: str) -> None:
+        """Called once the verdict is known, before teardown (e.g. to close a trace)."""
+
+
+def run_trial(
+    spec: TrialSpec,
+    *,
+    wait_teardown: bool = True,
+    localise: Callable[[TrialSpec], TrialSpec] | None = None,
+) -> TrialResult:
+    """Run one trial attempt and return its result (never raises for a trial's outcome).
+
+    With `wait_teardown` (the default) every sandbox is gone when it returns; a Ray
+    worker passes False so that removing containers overlaps the next trial's start.
+    Either way every process in them has been killed before the result exists.
+    `localise` turns the spec into this node's (a Ray worker unpacks the scenario the
+    driver shipped): it runs inside the boundary, so its failure is a result too.
+    """
+    started = datetime.now(UTC)
+    trial = runner_for(spec)
+    shutil.rmtree(trial.folder, ignore_errors=True)
+    trial.artifacts.mkdir(parents=True)
+    uri = sha = None
+    try:
+        if localise is not None:
+            with trial.phase("unpack"):
+                trial.localise(localise(spec))
+        trial.run()
+    except Outcome as outcome:
+        trial.verdict, trial.reason = outcome.verdict, outcome.reason
+    except Exception as exc:  # the trial boundary: record, never raise
+        kind = "sandbox" if isinstance(exc, SandboxError) else "hangar"
+        trial.verdict = Verdict.INFRA_ERROR
+        trial.reason = f"{kind} failure: {type(exc).__name__}: {exc}"
+        trial.write("error.txt", traceback.format_exc())
+    finally:
+        trial.ended(trial.verdict, trial.reason)
+        with trial.phase("teardown_sandbox"):
+            trial.tear_down(wait=wait_teardown)
+        result = result_of(
+            spec,
+            trial.verdict,
+            trial.reason,
+            started,
+            datetime.now(UTC),
+            timings=trial.timings,
+            node=spec.node or socket.gethostname(),
+            **trial.outcome(),
+        )
+        try:
+            with trial.phase("bundle"):
+                trial.write("result.json", result.model_dump(mode="json"))
+                uri, sha = store_bundle(spec, trial.artifacts, trial.folder / "bundle.tar.gz")
+        except Exception as exc:
+            result = result.model_copy(
+                update={
+                    "verdict": Verdict.INFRA_ERROR,
+                    "reason": f"evidence could not be stored ({type(exc).__name__}: {exc}); "
+                    f"the trial had ended {trial.verdict.value}: {trial.reason}",
+                }
+            )
+        with trial.phase("teardown"):
+            shutil.rmtree(trial.folder, ignore_errors=True)
+    return result.model_copy(
+        update={"evidence_uri": uri, "evidence_sha256": sha, "timings": dict(trial.timings)}
+    )
+
+
+def runner_for(spec: TrialSpec) -> TrialRun:
+    """The runner of the spec's kind of trial (imported here: a worker loads only what
+    its trials need)."""
+    if spec.scenario.kind == "prompt":
+        from hangar.trials.prompt import PromptTrial
+
+        return PromptTrial(spec)
+    from hangar.trials.execution import ExecutionTrial
+
+    return ExecutionTrial(spec)
+
+
+def lost_result(
+    spec: TrialSpec, reason: str, started_at: datetime | None = None, *, details: str = ""
+) -> TrialResult:
+    """An infra_error result for a trial whose worker could not report one (it died, or
+    its task raised); `details` (a traceback) goes into an evidence bundle of its own."""
+    now = datetime.now(UTC)
+    result = result_of(spec, Verdict.INFRA_ERROR, reason, started_at or now, now)
+    if not details:
+        return result
+    with tempfile.TemporaryDirectory(prefix="hangar-lost-") as tmp:
+        artifacts = Path(tmp) / "artifacts"
+        artifacts.mkdir()
+        (artifacts / "error.txt").write_text(details)
+        (artifacts / "result.json").write_text(result.model_dump_json(indent=1))
+        try:
+            uri, sha = store_bundle(spec, artifacts, Path(tmp) / "bundle.tar.gz")
+        except Exception as exc:  # the reason still says what happened
+            return result.model_copy(
+                update={"reason": f"{reason}; its evidence could not be stored ({exc})"}
+            )
+    return result.model_copy(update={"evidence_uri": uri, "evidence_sha256": sha})
+
+
+def store_bundle(spec: TrialSpec, artifacts: Path, archive: Path) -> tuple[str, str]:
+    """Bundle `artifacts` into `archive` and put it in the evidence store: (uri, sha256)."""
+    sha = build_bundle(artifacts, archive)
+    key = bundle_key(spec.sweep, spec.trial_key, spec.attempt)
+    return open_store(spec.evidence_url).put(key, archive), sha
