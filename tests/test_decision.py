@@ -342,10 +342,17 @@ def test_the_example_suite_on_ray_with_roles(ray_local: None, tmp_path: Path) ->
     data["evidence"] = (tmp_path / "ev").as_uri()
     sweep.write_text(yaml.safe_dump(data))
     try:
+        part = runner.invoke(
+            app, ["run", str(sweep), "--json", "--allow-failures", "--filter", "^review-"]
+        )
         run = runner.invoke(app, ["run", str(sweep), "--json", "--allow-failures"])
     finally:
         server.shutdown()
+    assert part.exit_code == 0, part.output
+    assert json.loads(part.stdout)["total"] == 4 * 2  # four review cases, two arms
     assert run.exit_code == 0, run.output
+    outcome = json.loads(run.stdout)
+    assert (outcome["total"], outcome["skipped"], outcome["done"]) == (16, 8, 8)
     out = tmp_path / "report.json"
     report = runner.invoke(
         app,

@@ -152,12 +152,16 @@ def sweep_check(
     sweep = load_sweep(sweep_file)
     c = sweep.config
     console.print(
-        f"{sweep.id}: {len(sweep.scenarios)} scenarios x {len(sweep.agents)} agents x "
-        f"{len(c.models)} models x {len(sweep.arms)} arms x {c.repeats} repeats = "
-        f"{sweep.size} trials",
+        f"{sweep.id}: {len(sweep.scenarios)} scenarios x {len(sweep.execution_agents)} agents x "
+        f"{len(c.models)} models x {len(sweep.arms)} arms"
+        + (f" + {len(sweep.cases)} decision cases x 2 arms" if sweep.cases else "")
+        + f", x {c.repeats} repeats = {sweep.size} trials",
         highlight=False,
     )
     problems = [f"{bad.path} does not load: {bad.error}" for bad in sweep.unloadable]
+    problems += [
+        f"{case.id} (decision case): missing {m}" for case in sweep.cases for m in case.missing
+    ]
     mirrors = MirrorCache(cache_dir() / "mirrors")
     image_problem = sandbox_class(c.backend).image_problem
     for loaded in sweep.scenarios:
