@@ -182,7 +182,9 @@ def load_decision_suite(path: Path, data: Any | None = None) -> list[LoadedCase]
     try:
         suite = DecisionSuite.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(validation_message(str(path), "decision suite", exc)) from None
+        raise ConfigError(
+            validation_message(str(path), "decision suite", exc, path.read_text(errors="replace"))
+        ) from None
     case_set = hashlib.sha256(path.read_bytes()).hexdigest()
     grader = choice.digest()
     loaded = []

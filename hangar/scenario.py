@@ -263,7 +263,15 @@ def parse_scenario(path: Path, data: Any) -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(validation_message(str(path), "scenario", exc)) from None
+        raise ConfigError(validation_message(str(path), "scenario", exc, _text(path))) from None
+
+
+def _text(path: Path) -> str:
+    """The file's text, for line numbers in messages ('' when it cannot be read)."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def read_yaml(path: Path) -> Any:

@@ -306,7 +306,9 @@ def load_sweep(path: Path) -> Sweep:
     try:
         config = SweepFile.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(validation_message(str(path), "sweep", exc)) from None
+        raise ConfigError(
+            validation_message(str(path), "sweep", exc, path.read_text(errors="replace"))
+        ) from None
     base = path.parent
     agents: dict[str, AgentSpec] = {}
     if config.agents_file:

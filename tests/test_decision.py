@@ -125,7 +125,7 @@ def bundle(result: TrialResult, name: str) -> str:
         ({"cases": []}, "field `cases`"),
         ({"skills": {"other": "x.md"}}, "cases name skills the suite lacks: ['tdd']"),
         ({"kind": "decisions"}, "field `kind`"),
-        ({"colour": "red"}, "field `colour`: unknown field"),
+        ({"colour": "red"}, "field `colour` (line 29): unknown field"),  # safe_dump sorts keys
     ],
 )
 def test_malformed_suites_are_refused_naming_the_field(

@@ -67,16 +67,22 @@ def test_schema_errors_name_each_field(scenario_dir: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_scenario(path)
     message = str(info.value)
+    lines = path.read_text().splitlines()
+    revision = 1 + next(i for i, line in enumerate(lines) if line.startswith("revision:"))
     assert str(path) in message
-    assert "field `revision`: expected the exact commit as 40 lowercase hex" in message
-    assert "field `colour`: unknown field" in message
+    assert f"field `revision` (line {revision}): expected the exact commit as 40 lowercase hex" in (
+        message
+    )
+    assert f"field `colour` (line {len(lines)}): unknown field" in message
     assert "pydantic" not in message.lower()
 
 
 def test_bad_pin_format_is_named(scenario_dir: Path) -> None:
     path = scenario_dir / "scenario.yaml"
     path.write_text(path.read_text().replace('sha256: "sha256:', 'sha256: "md5:', 1))
-    with pytest.raises(ConfigError, match=r"field `prepare\.sha256`: expected 'sha256:'"):
+    with pytest.raises(
+        ConfigError, match=r"field `prepare\.sha256` \(line \d+\): expected 'sha256:'"
+    ):
         load_scenario(path)
 
 
