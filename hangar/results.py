@@ -165,11 +165,13 @@ class TrialResult(BaseModel):
     """sha256 of the names and bytes of the plugins the arm installed."""
     provider_error: ProviderError | None = None
     """The model provider's failure that decided an infra_error, if one did."""
-    kind: Literal["execution", "prompt"] = "execution"
+    kind: Literal["execution", "prompt", "rubric"] = "execution"
     """The kind of trial (docs/architecture.md)."""
     scores: tuple[Score, ...] = ()
     """What it is worth, per metric (only for pass and fail: what happened to the others
     says nothing of the agent)."""
+    judge_usage: Usage = Field(default_factory=Usage)
+    """A judge's tokens and cost (reported apart from the model's, counted in budgets)."""
     details: dict[str, Any] = Field(default_factory=dict)
     """What its kind records beyond the rest (a decision case: the skill and its digest,
     the case-set and grader digests, the references supplied, the selected choices)."""

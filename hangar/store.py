@@ -43,7 +43,7 @@ from hangar.errors import ConfigError, StoreError
 from hangar.paths import runs_dir
 from hangar.results import CheckOutcome, Score, TrialResult, Usage, Verdict
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Bump when a view's definition changes; views are rebuilt when the store is opened.
 VIEWS_VERSION = 3
 
@@ -100,6 +100,10 @@ trials = Table(
     # schema 4
     Column("kind", String(16), nullable=False, server_default="execution"),
     Column("details", JSON),
+    # schema 5
+    Column("judge_tokens_in", BigInteger, nullable=False, server_default="0"),
+    Column("judge_tokens_out", BigInteger, nullable=False, server_default="0"),
+    Column("judge_cost_usd", Float, nullable=False, server_default="0"),
     Index("ix_trials_sweep_final", "sweep_id", "final"),
     Index("ix_trials_finished", "finished_at"),
     Index("ix_trials_model_arm", "model", "arm"),
@@ -159,6 +163,11 @@ _ADDED = {
         "provider_error JSON",
     ],
     4: ["kind VARCHAR(16) NOT NULL DEFAULT 'execution'", "details JSON"],
+    5: [
+        "judge_tokens_in BIGINT NOT NULL DEFAULT 0",
+        "judge_tokens_out BIGINT NOT NULL DEFAULT 0",
+        "judge_cost_usd FLOAT NOT NULL DEFAULT 0",
+    ],
 }
 
 
@@ -316,6 +325,9 @@ class ResultsStore:
                     "provider_error": _json(r.provider_error),
                     "kind": r.kind,
                     "details": r.details,
+                    "judge_tokens_in": r.judge_usage.input_tokens,
+                    "judge_tokens_out": r.judge_usage.output_tokens,
+                    "judge_cost_usd": r.judge_usage.cost_usd,
                 }
             )
             score_rows += [
@@ -373,12 +385,11 @@ class ResultsStore:
         return final, last
 
     def cost(self, sweep_id: str) -> float:
-        """What every attempt of the sweep cost, in USD."""
+        """What every attempt of the sweep cost, in USD (its judges' calls included)."""
+        spent = trials.c.cost_usd + trials.c.judge_cost_usd
         with self.engine.connect() as conn:
             total = conn.execute(
-                select(func.coalesce(func.sum(trials.c.cost_usd), 0.0)).where(
-                    trials.c.sweep_id == sweep_id
-                )
+                select(func.coalesce(func.sum(spent), 0.0)).where(trials.c.sweep_id == sweep_id)
             ).scalar_one()
         return float(total)
 
@@ -547,6 +558,11 @@ def _result(
         provider_error=_loaded(row.provider_error),
         kind=row.kind,
         details=_loaded(row.details) or {},
+        judge_usage=Usage(
+            input_tokens=row.judge_tokens_in,
+            output_tokens=row.judge_tokens_out,
+            cost_usd=row.judge_cost_usd,
+        ),
         scores=valued,
         started_at=_aware(row.started_at),
         finished_at=_aware(row.finished_at),

@@ -240,7 +240,9 @@ class SweepRunner:
         final |= {r.trial_key for r in new}
         self.tally.done += len(new)
         self.tally.skipped += len(blocked) - len(new)
-        if len(final) >= self.sweep.size:  # nothing to do: do not start Ray at all
+        # Nothing to do (every trial of this matrix is final: results of an earlier version
+        # of a scenario or sample have other keys and do not count): do not start Ray.
+        if {spec.trial_key for spec in self.sweep.trials(self.evidence_url)} <= final:
             self.tally.skipped = self.sweep.size - self.tally.done
             for verdict, _, _, n in self.store.counts(self.sweep.id):
                 self.tally.verdicts[verdict] += n
@@ -279,7 +281,7 @@ class SweepRunner:
 
         def submit(spec: TrialSpec) -> Any:
             loaded = spec.scenario
-            if not isinstance(loaded, LoadedScenario):
+            if not isinstance(loaded, LoadedScenario):  # a case or a sample: texts only
                 return prompt_task.remote(spec, None, None, None)
             digest = loaded.digest
             if digest not in packages:
@@ -431,7 +433,7 @@ class SweepRunner:
                 metric("tokens").inc(n, tags={"model": result.model, "kind": kind})
         if usage.cost_usd:
             metric("cost").inc(usage.cost_usd, tags={"model": result.model})
-        self.tally.cost_usd += usage.cost_usd
+        self.tally.cost_usd += usage.cost_usd + result.judge_usage.cost_usd
         retrying = (
             result.verdict is Verdict.INFRA_ERROR
             and result.attempt <= self.policy.infra_retries

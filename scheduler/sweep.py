@@ -36,6 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hangar.agents import AgentSpec, PromptAgent, load_agents, parse_agent
+from hangar.benchmark.suite import LoadedSample
 from hangar.decision import (
     CONTROL_ARM,
     SKILL_ARM,
@@ -49,7 +50,7 @@ from hangar.results import TrialResult, Verdict
 from hangar.scenario import LoadedScenario, load_scenario, read_yaml
 from hangar.suite import sealed_suite_of
 from hangar.suite import verify as verify_suite
-from hangar.trials import Arm, TrialSpec, case_trial, single_trial
+from hangar.trials import Arm, TrialSpec, case_trial, sample_trial, single_trial
 from hangar.validation import Name, validation_message
 
 
@@ -157,6 +158,8 @@ class Sweep(BaseModel):
     """Arms (of execution scenarios; decision cases run in ``skill`` and ``control``)."""
     cases: list[LoadedCase] = Field(default_factory=list)
     """The cases of the decision suites, in file order."""
+    samples: list[LoadedSample] = Field(default_factory=list)
+    """Benchmark samples (`hangar benchmark run` builds its sweep of them)."""
     unloadable: list[UnloadableScenario] = Field(default_factory=list)
     """Scenario files that could not be loaded (their trials are blocked_setup rows)."""
 
@@ -175,6 +178,8 @@ class Sweep(BaseModel):
         """The agents and arms of a kind of task."""
         if kind == "prompt":
             return self.prompt_agents, [Arm(name=SKILL_ARM), Arm(name=CONTROL_ARM)]
+        if kind == "rubric":
+            return self.prompt_agents, [Arm(name=SKILL_ARM)]
         return self.execution_agents, self.arms
 
     @property
@@ -182,6 +187,7 @@ class Sweep(BaseModel):
         """Number of trials in the matrix (those of unloadable files included)."""
         c = self.config
         tasks = [*(s.kind for s in self.scenarios), *(k.kind for k in self.cases)]
+        tasks += [sample.kind for sample in self.samples]
         tasks += [bad.kind for bad in self.unloadable]
         per_kind = {
             kind: len(self._shape(kind)[0]) * len(self._shape(kind)[1]) for kind in set(tasks)
@@ -249,6 +255,17 @@ class Sweep(BaseModel):
         """The sweep's trials, lazily; models vary fastest, repeats slowest."""
         c = self.config
         for repeat in range(c.repeats):
+            for sample in self.samples:
+                for agent in self.prompt_agents:
+                    for model in c.models:
+                        yield sample_trial(
+                            sample,
+                            agent,
+                            model=model,
+                            repeat=repeat,
+                            sweep=self.id,
+                            evidence_url=evidence_url,
+                        )
             for case in self.cases:
                 for arm_name in (SKILL_ARM, CONTROL_ARM):
                     for agent in self.prompt_agents:

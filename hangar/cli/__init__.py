@@ -1,10 +1,11 @@
 """The `hangar` command line (Typer). Each submodule registers one group of commands."""
 
-from hangar.cli import dashboards, decisions, images, scores, sweeps, trials
+from hangar.cli import benchmarks, dashboards, decisions, images, scores, sweeps, trials
 from hangar.cli._app import app, console, err_console, main, print_result
 
 __all__ = [
     "app",
+    "benchmarks",
     "console",
     "dashboards",
     "decisions",

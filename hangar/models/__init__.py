@@ -9,6 +9,8 @@ models:
   - id: my-model
     provider: openai              # openai (any OpenAI-compatible endpoint) | anthropic
     base_url: http://127.0.0.1:8000/v1   # vLLM, Ollama, a gateway, the scripted server
+                                  # (default: the host's OPENAI_BASE_URL / ANTHROPIC_BASE_URL,
+                                  # else the provider's public API)
     api_key_env: MY_GATEWAY_KEY   # the host variable holding the key
     api: chat                     # chat | responses | messages (what chat agents use)
     price: {input: 0.15, output: 0.60, cached_input: 0.075}   # USD per 1M tokens
@@ -76,8 +78,10 @@ class ModelSpec(BaseModel):
 
     @property
     def endpoint(self) -> str:
-        """The base URL requests go to."""
-        return (self.base_url or _DEFAULT_BASE.get(self.provider, "")).rstrip("/")
+        """The base URL requests go to: `base_url`, else the host's ``OPENAI_BASE_URL`` /
+        ``ANTHROPIC_BASE_URL`` (as the providers' SDKs read them), else the public API."""
+        from_env = os.environ.get(f"{self.provider.upper()}_BASE_URL", "")
+        return (self.base_url or from_env or _DEFAULT_BASE.get(self.provider, "")).rstrip("/")
 
     @property
     def key_env(self) -> str:

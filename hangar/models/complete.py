@@ -10,6 +10,7 @@ the answer, and tells a provider's failure from the request's own (`ProviderErro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -92,16 +93,26 @@ def complete(
     max_output_tokens: int = 2048,
     reasoning_effort: str | None = None,
     timeout_s: float | None = None,
+    earlier: Sequence[tuple[str, str]] = (),
 ) -> Completion:
-    """Ask `model` once: `system` instructions, one `user` message, no tools."""
+    """Ask `model` once: `system` instructions, one `user` message, no tools; `earlier`
+    (user, assistant) turns come before it (a follow-up: "answer again in the format")."""
     refusals: list[str] = []
     timeout = timeout_s or model.timeout_s
     if trace is not None:
         trace.event("model_request", model=model.id, api=model.chat_api, system=system, user=user)
+    messages = [
+        *(
+            {"role": role, "content": text}
+            for asked, answered in earlier
+            for role, text in (("user", asked), ("assistant", answered))
+        ),
+        {"role": "user", "content": user},
+    ]
     try:
         client = sdk_client(model, refusals, trace)
         text, usage = _ask(
-            client, model, system, user, max_output_tokens, reasoning_effort, timeout
+            client, model, system, messages, max_output_tokens, reasoning_effort, timeout
         )
     except Exception as exc:  # the SDK already retried what can be retried
         error = f"model call failed: {type(exc).__name__}: {exc}"
@@ -119,12 +130,11 @@ def _ask(
     client: Any,
     model: ModelSpec,
     system: str,
-    user: str,
+    messages: list[dict[str, str]],
     max_output_tokens: int,
     reasoning_effort: str | None,
     timeout: float,
 ) -> tuple[str, Usage]:
-    messages = [{"role": "user", "content": user}]
     if model.chat_api == "messages":
         reply = client.messages.create(
             model=model.id,

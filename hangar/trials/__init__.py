@@ -9,6 +9,7 @@ from hangar.trials.spec import (
     case_trial,
     plugin_bytes_digest,
     result_of,
+    sample_trial,
     single_trial,
     trial_key,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "plugin_bytes_digest",
     "result_of",
     "run_trial",
+    "sample_trial",
     "single_trial",
     "trial_key",
 ]

@@ -161,6 +161,10 @@ def runner_for(spec: TrialSpec) -> TrialRun:
         from hangar.trials.prompt import PromptTrial
 
         return PromptTrial(spec)
+    if spec.scenario.kind == "rubric":
+        from hangar.trials.rubric import RubricTrial
+
+        return RubricTrial(spec)
     from hangar.trials.execution import ExecutionTrial
 
     return ExecutionTrial(spec)

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from hangar.agents import AgentSpec
+from hangar.benchmark.suite import LoadedSample
 from hangar.decision import SKILL_ARM, LoadedCase
 from hangar.models import ModelSpec
 from hangar.paths import default_evidence_url
@@ -84,8 +85,9 @@ class TrialSpec(BaseModel):
     """Sweep id."""
     trial_key: str
     """The trial's key (see `trial_key`)."""
-    scenario: Annotated[LoadedScenario | LoadedCase, Field(discriminator="kind")]
-    """What the trial runs: an execution scenario or a decision case, loaded and digested."""
+    scenario: Annotated[LoadedScenario | LoadedCase | LoadedSample, Field(discriminator="kind")]
+    """What the trial runs: an execution scenario, a decision case or a benchmark sample,
+    loaded and digested."""
     agent: AgentSpec
     """The agent."""
     model: str = "none"
@@ -180,6 +182,34 @@ def case_trial(
         model_spec=spec,
         arm=arm,
         plugins=(case.case.skill,) if arm == SKILL_ARM else (),
+        repeat=repeat,
+        backend="none",
+        evidence_url=evidence_url or default_evidence_url(),
+    )
+
+
+def sample_trial(
+    sample: LoadedSample,
+    agent: AgentSpec,
+    *,
+    model: ModelSpec | str,
+    repeat: int = 0,
+    sweep: str | None = None,
+    evidence_url: str | None = None,
+) -> TrialSpec:
+    """The spec of one benchmark sample, in arm ``skill`` (its phase's skill writes it)."""
+    spec = ModelSpec.model_validate(model)
+    payload = {"sample": sample.digest, "agent": agent.digest(), "model": spec.id, "repeat": repeat}
+    return TrialSpec(
+        sweep=sweep or datetime.now(UTC).strftime("adhoc-%Y%m%dT%H%M%S.%fZ"),
+        trial_key=hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest(),
+        plugins_digest=(sample.skill.sha256 if sample.skill else "").removeprefix("sha256:"),
+        scenario=sample,
+        agent=agent,
+        model=spec.id,
+        model_spec=spec,
+        arm=SKILL_ARM,
+        plugins=(sample.phase,),
         repeat=repeat,
         backend="none",
         evidence_url=evidence_url or default_evidence_url(),

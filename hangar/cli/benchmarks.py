@@ -1,0 +1,253 @@
+"""`hangar benchmark`: seed 002's rubric benchmarks (run, check, baseline, compare)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.table import Table
+
+from hangar.cli._app import app, console, err_console
+from hangar.errors import ConfigError
+
+benchmark_app = typer.Typer(
+    help="Rubric benchmarks (seed 002): run a folder, check its datasets, keep baselines."
+)
+app.add_typer(benchmark_app, name="benchmark")
+
+Folder = Annotated[Path, typer.Argument(help="The benchmark folder (config.yaml, datasets/).")]
+Format = Annotated[str, typer.Option("--format", help="text or json.")]
+
+
+def _model(text: str | None) -> str | dict[str, Any] | None:
+    """A model as an id, or as a YAML/JSON mapping (``{id: m, base_url: ...}``)."""
+    if text is None or not text.lstrip().startswith("{"):
+        return text
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ConfigError(f"--model/--judge-model {text!r} is neither an id nor a mapping")
+    return data
+
+
+@benchmark_app.command("run")
+def benchmark_run(
+    folder: Folder,
+    phases: Annotated[
+        str | None, typer.Option(help="Comma-separated phases (default: the config's).")
+    ] = None,
+    max_samples: Annotated[
+        int | None, typer.Option(min=1, help="A seeded subset of N samples per phase (CI).")
+    ] = None,
+    judge_model: Annotated[
+        str | None,
+        typer.Option(help="A cheaper CI judge: marked as such, never a baseline, never compared."),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Run the skills on this model instead of the config's.")
+    ] = None,
+    split: Annotated[
+        str | None, typer.Option(help="Run one split only: train (tuning), eval or holdout.")
+    ] = None,
+    baseline: Annotated[
+        str | None, typer.Option(help="Compare with baselines/NAME.yaml; exit 1 on a regression.")
+    ] = None,
+    phase_drop: Annotated[float | None, typer.Option(help="Phase threshold (default 0.3).")] = None,
+    sample_drop: Annotated[
+        float | None, typer.Option(help="Sample threshold (default 1.0).")
+    ] = None,
+    dimension_drop: Annotated[
+        float | None, typer.Option(help="Dimension threshold (default 0.5).")
+    ] = None,
+    threshold_reason: Annotated[
+        str | None, typer.Option(help="Why the thresholds differ (required when they do).")
+    ] = None,
+    write_baseline: Annotated[
+        bool,
+        typer.Option(help="With no regression and no phase below it, write the next baseline."),
+    ] = False,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
+    fmt: Format = "text",
+) -> None:
+    """Run a benchmark folder: each sample a rubric trial on Ray (resumable), then the
+    report (YAML, JSON, HTML, history.yaml). Exit 0 fine, 1 a regression, 3 not comparable
+    or samples without a score, 130 interrupted."""
+    from hangar.benchmark.formats import Thresholds, load_config
+    from hangar.benchmark.run import run_benchmark
+
+    if split not in (None, "train", "eval", "holdout"):
+        raise ConfigError(f"--split {split!r}: choose train, eval or holdout")
+    thresholds = None
+    given = {"phase": phase_drop, "sample": sample_drop, "dimension": dimension_drop}
+    if any(v is not None for v in given.values()) or threshold_reason:
+        base = load_config(folder.resolve()).regression.model_dump()
+        chosen = base | {k: v for k, v in given.items() if v is not None}
+        try:
+            thresholds = Thresholds(**chosen | {"reason": threshold_reason or base["reason"]})
+        except ValidationError as exc:
+            why = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise ConfigError(f"--phase-drop/--sample-drop/--dimension-drop: {why}") from None
+    run = run_benchmark(
+        folder,
+        phases=[p.strip() for p in phases.split(",") if p.strip()] if phases else None,
+        max_samples=max_samples,
+        judge_model=_model(judge_model),
+        model=_model(model),
+        split=split,
+        baseline=baseline,
+        thresholds=thresholds,
+        write_next_baseline=write_baseline,
+        address=address,
+    )
+    if fmt == "json":
+        console.print_json(run.report.model_dump_json())
+    else:
+        print_report(run.report)
+        for path in run.files:
+            console.print(f"wrote {path}", highlight=False)
+    raise typer.Exit(run.exit_code)
+
+
+def print_report(report: Any) -> None:
+    """The report for people: per phase, its scores, judge agreement and regressions."""
+    console.print(
+        f"[bold]{report.run_id}[/] model {report.model}, judge {report.judge_model}"
+        + (" (CI judge: never a baseline)" if report.ci_judge else "")
+        + f", baseline {report.baseline or 'none'}",
+        highlight=False,
+    )
+    table = Table("phase", "samples", "avg", "min", "max", "structural", "judge", "unscored")
+    for label, r in report.results.items():
+        table.add_row(
+            label,
+            str(r.samples_run),
+            *(
+                "-" if x is None else f"{x:.2f}"
+                for x in (
+                    r.avg_score,
+                    r.min_score,
+                    r.max_score,
+                    r.structural_pass_rate,
+                    r.judge_avg,
+                )
+            ),
+            str(r.unassessed),
+        )
+    console.print(table)
+    for label, r in report.results.items():
+        dims = ", ".join(f"{d} {v:.2f}" for d, v in r.by_dimension.items())
+        levels = ", ".join(f"{d} {v:.2f}" for d, v in r.by_difficulty.items())
+        bias = ", ".join(f"{d} {v:.2f}" for d, v in r.position_bias.items())
+        console.print(f"{label}: by dimension {dims or '-'}; by difficulty {levels or '-'}")
+        console.print(f"  position-bias gap: {bias or '-'}", highlight=False)
+        for c in r.calibration:
+            kappa = "-" if c.kappa is None else f"{c.kappa:.2f}"
+            flag = "[red]below 0.6: people still needed[/]" if c.below_bar else "ok"
+            console.print(
+                f"  judge vs people on {c.dimension}: kappa {kappa}, mean |diff| "
+                f"{c.mean_abs_diff:.2f} over {c.pairs} ({flag})",
+                highlight=False,
+            )
+        for g in r.regressions:
+            err_console.print(
+                f"  [red]regression[/] {g.kind} {g.sample or ''} {g.baseline_score:.2f} -> "
+                f"{g.current_score:.2f} ({g.regression}) {g.affected_dimension or ''}",
+                highlight=False,
+            )
+    s = report.summary
+    avg = "-" if s.overall_avg is None else f"{s.overall_avg:.2f}"
+    console.print(
+        f"{s.total_samples} samples, overall {avg}, {s.regressions_detected} regression(s); "
+        f"model ${report.costs.get('model', 0):.4f}, judge ${report.costs.get('judge', 0):.4f}. "
+        f"{s.recommendation}",
+        highlight=False,
+    )
+    if report.not_comparable:
+        err_console.print(f"[yellow]{report.not_comparable}[/]", highlight=False)
+    for sample, why in report.trials_not_scored.items():
+        err_console.print(f"  [yellow]not scored[/] {sample}: {why}", highlight=False)
+
+
+@benchmark_app.command("check")
+def benchmark_check(
+    folder: Folder,
+    strict: Annotated[bool, typer.Option(help="Warnings fail the check too.")] = False,
+    fmt: Format = "text",
+) -> None:
+    """Check a benchmark folder against seed 002's dataset guidelines (sizes, difficulty
+    mix, domains, duplicates, references, human scores, splits). Exit 1 on an error."""
+    from hangar.benchmark.dataset_check import check_folder
+
+    report = check_folder(folder.resolve())
+    if fmt == "json":
+        console.print_json(report.model_dump_json())
+    else:
+        table = Table(
+            "phase",
+            "samples",
+            "easy",
+            "medium",
+            "hard",
+            "train",
+            "eval",
+            "holdout",
+            title=str(folder),
+        )
+        for phase, n in report.phases.items():
+            table.add_row(phase, *(str(v) for v in n.values()))
+        console.print(table)
+        for f in report.findings:
+            mark = "[red]x[/]" if f.severity == "error" else "[yellow]![/]"
+            err_console.print(f"{mark} {f.phase} {f.rule}: {f.message}", highlight=False)
+        errors = sum(f.severity == "error" for f in report.findings)
+        console.print(f"{errors} error(s), {len(report.findings) - errors} warning(s)")
+    raise typer.Exit(1 if report.failed(strict) else 0)
+
+
+@benchmark_app.command("baseline")
+def benchmark_baseline(
+    folder: Folder,
+    from_run: Annotated[str, typer.Option(help="The run id (reports/RUN.yaml).")],
+    name: Annotated[
+        str | None, typer.Option(help="Its name (default: the next baseline-vN).")
+    ] = None,
+    description: Annotated[str, typer.Option(help="What it is.")] = "",
+) -> None:
+    """Make a run's report a new baseline (never over an existing one; never a CI judge's)."""
+    from hangar.benchmark.formats import load_config
+    from hangar.benchmark.report import load_report, write_baseline
+
+    folder = folder.resolve()
+    report = load_report(folder / load_config(folder).output_dir, from_run)
+    path = write_baseline(folder, report, name, description)
+    console.print(f"wrote {path}", highlight=False)
+
+
+@benchmark_app.command("compare")
+def benchmark_compare(
+    before: Annotated[Path, typer.Argument(help="A report (reports/RUN.yaml or .json).")],
+    after: Annotated[Path, typer.Argument(help="Another report of the same benchmark.")],
+    fmt: Format = "text",
+) -> None:
+    """Two runs side by side per phase and dimension (two models, two skill versions).
+    Runs scored by different judges are refused (exit 3): their scores do not compare."""
+    from hangar.benchmark.report import compare_reports, not_comparable, read_report
+
+    a, b = read_report(before), read_report(after)
+    reason = not_comparable(a, b)
+    if reason:
+        err_console.print(f"[yellow]not comparable:[/] {reason}", highlight=False)
+        raise typer.Exit(3)
+    rows = compare_reports(a, b)
+    if fmt == "json":
+        console.print_json(json.dumps(rows))
+    else:
+        table = Table("phase", "dimension", str(before.stem), str(after.stem), "change")
+        for row in rows:
+            cells = ["-" if row[k] is None else f"{row[k]:.2f}" for k in ("before", "after")]
+            change = "-" if row["change"] is None else f"{row['change']:+.2f}"
+            table.add_row(row["phase"], row["dimension"], *cells, change)
+        console.print(table)
