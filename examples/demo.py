@@ -14,6 +14,13 @@
    by the scripted model, graded by the choice grader; then the paired comparison with
    fixed roles (control as the baseline, skill as the candidate).
 
+4. `examples/sdd-benchmark/`: a rubric benchmark (seed 002), two phases of four samples,
+   each written by the scripted model with the phase's skill and scored by structural
+   checks and the scripted judge (one call per dimension, both orderings), against
+   `baselines/baseline-v1.yaml`: the report shows the regression of BENCH-PROP-003 (a
+   poorer proposal) on risk_coverage, which is the gate's exit status 1. It runs in a
+   copy under ./runs/sdd-benchmark, whose reports/ keeps the history of every demo run.
+
 Each execution trial clones the pinned revision, runs its agent in a docker sandbox with the
 network off, runs the hidden tests in the same sandbox wiped, is judged by the pinned host
 verifier and stores its evidence bundle; results go to SQLite under ./runs. Prints every
@@ -24,10 +31,13 @@ one. Run it again and both sweeps resume: nothing runs twice.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
+from hangar.benchmark.run import run_benchmark
 from hangar.cli import console, print_result
+from hangar.cli.benchmarks import print_report
 from hangar.models import ModelSpec
 from hangar.report import build_report
 from hangar.report_render import render_text
@@ -86,6 +96,7 @@ def main() -> int:
         try:
             ok &= run(models, {"toolloop": "pass", "chat": "pass"})
             ok &= decide(load_sweep(HERE / "decision" / "sweep.yaml"))
+            ok &= benchmark()
         finally:
             server.shutdown()
     console.print("check a bundle with: hangar evidence verify URI")
@@ -94,10 +105,12 @@ def main() -> int:
 
 def scripted() -> Script:
     """The scripted model of every demo sweep (the decision demo's replies included)."""
-    main, decisions = (
-        Script.load(HERE / p) for p in ("scripted-model.yaml", "decision/scripted-model.yaml")
+    parts = (
+        "scripted-model.yaml",
+        "decision/scripted-model.yaml",
+        "sdd-benchmark/scripted-model.yaml",
     )
-    return Script(conversations=main.conversations + decisions.conversations)
+    return Script(conversations=[c for p in parts for c in Script.load(HERE / p).conversations])
 
 
 def decide(sweep: Sweep) -> bool:
@@ -114,6 +127,35 @@ def decide(sweep: Sweep) -> bool:
     want = "control is shown to lose by at least 15 points on correct"
     console.print(f"decision -> {'; '.join(sentences)}", highlight=False)
     return sentences == [want]
+
+
+def benchmark() -> bool:
+    """Run the example benchmark against its baseline; the regression must be caught."""
+    folder = Path("runs") / "sdd-benchmark"
+    shutil.copytree(HERE / "sdd-benchmark", folder, dirs_exist_ok=True)
+    console.rule(f"benchmark {folder} (seed 002), against baseline-v1")
+    run = run_benchmark(folder, baseline="baseline-v1")
+    print_report(run.report)
+    for path in run.files:
+        console.print(f"wrote {path}", highlight=False)
+    found = {
+        (g.kind, g.sample, g.affected_dimension)
+        for r in run.report.results.values()
+        for g in r.regressions
+    }
+    want = {
+        ("phase", None, None),
+        ("sample", "BENCH-PROP-003", "risk_coverage"),
+        ("dimension", None, "risk_coverage"),
+    }
+    good = run.exit_code == 1 and found == want and not run.report.trials_not_scored
+    mark = (
+        "[green]as expected[/]" if good else f"[red]expected exit 1 and {sorted(map(str, want))}[/]"
+    )
+    console.print(
+        f"benchmark -> exit {run.exit_code}, regressions {sorted(map(str, found))}  {mark}"
+    )
+    return good
 
 
 if __name__ == "__main__":

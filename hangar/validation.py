@@ -46,13 +46,17 @@ def yaml_line(text: str, loc: tuple[int | str, ...]) -> int | None:
     return node.start_mark.line + 1 if node is not None else line
 
 
-def validation_message(where: str, what: str, exc: ValidationError, text: str = "") -> str:
+def validation_message(
+    where: str, what: str, exc: ValidationError, text: str = "", root: tuple[str, ...] = ()
+) -> str:
     """A pydantic error as lines naming the file (or place), each field (and its line,
-    given the file's `text`), and the fix."""
+    given the file's `text`), and the fix; `root` is where in the file the validated
+    mapping sits (``benchmark_run.config``)."""
     lines = [f"{where}: not a valid {what}"]
     for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"] if p not in UNION_TAGS) or "(top level)"
-        if text and (line := yaml_line(text, tuple(err["loc"]))) is not None:
+        loc = (*root, *err["loc"])
+        field = ".".join(str(p) for p in loc if p not in UNION_TAGS) or "(top level)"
+        if text and (line := yaml_line(text, loc)) is not None:
             field += f"` (line {line})"
         else:
             field += "`"

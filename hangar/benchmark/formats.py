@@ -23,10 +23,19 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from hangar.errors import ConfigError
 from hangar.models import ModelSpec
@@ -126,7 +135,38 @@ class NoPlaceholder(_Strict):
     no_placeholder: str
 
 
-Check = HasSection | MinCount | MaxTokens | ReferencesPattern | NoPlaceholder
+_CHECKS = {
+    "has_section": HasSection,
+    "min_count": MinCount,
+    "max_tokens": MaxTokens,
+    "references_pattern": ReferencesPattern,
+    "no_placeholder": NoPlaceholder,
+}
+
+
+def _which_check(value: Any) -> str | None:
+    """The kind of a check: the first of its keys that names one."""
+    if isinstance(value, BaseModel):
+        return next(k for k, v in _CHECKS.items() if isinstance(value, v))
+    if isinstance(value, dict):
+        return next((k for k in value if k in _CHECKS), None)
+    return None
+
+
+#: A structural check, told by its key (``has_section: ...``).
+Check = Annotated[
+    Annotated[HasSection, Tag("has_section")]
+    | Annotated[MinCount, Tag("min_count")]
+    | Annotated[MaxTokens, Tag("max_tokens")]
+    | Annotated[ReferencesPattern, Tag("references_pattern")]
+    | Annotated[NoPlaceholder, Tag("no_placeholder")],
+    Discriminator(
+        _which_check,
+        custom_error_type="unknown_check",
+        custom_error_message="not a check: write one of has_section, min_count (with "
+        "pattern), max_tokens, references_pattern, no_placeholder",
+    ),
+]
 
 
 class Dimension(_Strict):
@@ -254,12 +294,6 @@ class Config(_Strict):
     """hangar's addition: when a drop is a regression (changed: with a reason)."""
 
 
-class ConfigFile(_Strict):
-    """``config.yaml``: the config at the top level or under ``benchmark_run.config``."""
-
-    config: Config
-
-
 class Baseline(_Strict):
     """``baselines/<name>.yaml``: an immutable snapshot of a run's scores."""
 
@@ -305,18 +339,21 @@ def load(path: Path, model: type[M], what: str) -> M:
 
 
 def load_config(folder: Path) -> Config:
-    """``config.yaml``, at its top level or under ``benchmark_run.config`` as the seed shows."""
+    """``config.yaml``: the config under ``benchmark_run.config`` as the seed shows it,
+    under ``config``, or at the top level."""
     path = folder / "config.yaml"
     data = read_yaml(path)
-    if isinstance(data, dict) and "benchmark_run" in data:
-        data = data["benchmark_run"]
-    if isinstance(data, dict) and "config" not in data:
-        data = {"config": data}
+    root: tuple[str, ...] = ()
+    for key in ("benchmark_run", "config"):
+        if isinstance(data, dict) and key in data:
+            data, root = data[key], (*root, key)
     try:
-        return ConfigFile.model_validate(data).config
+        return Config.model_validate(data)
     except ValidationError as exc:
         text = path.read_text(errors="replace")
-        raise ConfigError(validation_message(str(path), "benchmark config", exc, text)) from None
+        raise ConfigError(
+            validation_message(str(path), "benchmark config", exc, text, root)
+        ) from None
 
 
 def write_yaml(path: Path, data: Any) -> None:

@@ -83,10 +83,10 @@ def run_benchmark(
         model=model,
     )
     config = bench.config
-    check_keys([config.model, bench.judge])
     before = load_baseline(bench.folder, baseline) if baseline else None
     if before is not None:
         refuse_other_judge(before, bench)
+    check_keys([config.model, bench.judge])
     sweep = Sweep(
         id=bench.id,
         path=None,
