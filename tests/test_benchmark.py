@@ -26,6 +26,7 @@ from hangar.benchmark.formats import (
     RubricFile,
     Thresholds,
     load,
+    load_config,
 )
 from hangar.benchmark.html import render_html
 from hangar.benchmark.judge import judge_output, parse
@@ -819,6 +820,48 @@ def test_the_propose_table_and_the_cli_exit_status(example: Path) -> None:
     assert any(f["message"].startswith("1 hard samples, at least 4") for f in found)
 
 
+# -- CI ----------------------------------------------------------------------------------------
+
+
+def test_the_ci_section_and_the_phases_a_change_affects(example: Path) -> None:
+    from hangar.benchmark.ci import changed_phases, load_ci
+    from hangar.benchmark.suite import skill_path
+
+    assert load_ci(example).phases == "all"  # no section: the defaults
+    config = example / "config.yaml"
+    config.write_text(
+        config.read_text()
+        + "ci_benchmark:\n  trigger: on_skill_change\n  phases: [tasks]\n  max_samples: 2\n"
+        "  fail_on_regression: false\n  judge_model: claude-haiku\n  timeout_per_sample: 2m\n"
+    )
+    ci = load_ci(example)
+    assert (ci.phases, ci.max_samples, ci.fail_on_regression) == (("tasks",), 2, False)
+    assert ci.timeout_per_sample == 120.0 and ci.judge_model is not None
+    config.write_text(config.read_text().replace("2m", "soon"))
+    with pytest.raises(ConfigError, match=r"ci_benchmark\.timeout_per_sample` \(line 31\)"):
+        load_ci(example)
+    config.write_text(config.read_text().replace("soon", "60s"))
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(example), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "benchmark")
+    cfg = load_config(example)
+    skills = {p: skill_path(example, cfg, p) for p in cfg.phases}
+    assert changed_phases(example, cfg, "HEAD", skills) == []
+    out = runner.invoke(app, ["benchmark", "run", str(example), "--changed-since", "HEAD"])
+    assert out.exit_code == 0 and "no phase's skill, samples or rubric changed" in out.output
+    skill = example / "skills" / "sdd-tasks" / "SKILL.md"
+    skill.write_text(skill.read_text() + "- One more rule.\n")
+    assert changed_phases(example, cfg, "HEAD", skills) == ["tasks"]
+    (example / "datasets" / "propose" / "rubric.yaml").touch()  # same bytes: no change
+    assert changed_phases(example, cfg, "HEAD", skills) == ["tasks"]
+    with pytest.raises(ConfigError, match="--changed-since nope: git diff"):
+        changed_phases(example, cfg, "nope", skills)
+
+
 # -- on Ray: the example folder, end to end -----------------------------------------------------
 
 
@@ -915,6 +958,20 @@ def test_the_example_benchmark_on_ray(
     )
     history = yaml.safe_load((example / "reports" / "history.yaml").read_text())["history"]
     assert len(history) == 2
+
+    # the seed's CI settings: a seeded subset of 2 per phase, a regression reported but
+    # not failing the run (fail_on_regression: false); resumed, so no call
+    config = example / "config.yaml"
+    config.write_text(
+        config.read_text() + "ci_benchmark:\n  max_samples: 2\n  fail_on_regression: false\n"
+    )
+    gate = runner.invoke(
+        app,
+        ["benchmark", "run", str(example), "--ci", "--baseline", "baseline-v1", "--format", "json"],
+    )
+    assert gate.exit_code == 0, gate.output
+    assert json.loads(gate.stdout)["samples_left_out"] == {"propose": 2, "tasks": 2}
+    assert len(served.requests) == calls
 
     # a CI judge: marked, refused against a baseline of another judge, never a baseline
     refused = runner.invoke(

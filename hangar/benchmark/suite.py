@@ -148,15 +148,21 @@ def load_benchmark(
     judge_model: str | dict[str, Any] | None = None,
     split: str | None = None,
     model: str | dict[str, Any] | None = None,
+    timeout_s: float | None = None,
 ) -> Benchmark:
     """Load a benchmark folder (all its configured phases, or `phases`); `max_samples`
     takes a seeded subset per phase (the seed's CI subset), under the config's cap;
     `judge_model` is a cheaper CI judge; `split` keeps one split (``train`` for tuning:
-    holdout samples never run there); `model` replaces the config's model."""
+    holdout samples never run there); `model` replaces the config's model; `timeout_s`
+    bounds each call of the model and the judge."""
     folder = folder.resolve()
     config = load_config(folder)
     if model is not None:
         config = config.model_copy(update={"model": ModelSpec.model_validate(model)})
+    if timeout_s is not None:
+        config = config.model_copy(
+            update={"model": config.model.model_copy(update={"timeout_s": timeout_s})}
+        )
     wanted = [phase_name(p) for p in (phases or config.phases)]
     configured = {phase_name(p): p for p in config.phases}
     unknown = [p for p in wanted if p not in configured]
@@ -166,6 +172,8 @@ def load_benchmark(
         )
     judge = ModelSpec.model_validate(judge_model) if judge_model else config.judge_model
     ci = judge_model is not None and judge.id != config.judge_model.id
+    if timeout_s is not None:
+        judge = judge.model_copy(update={"timeout_s": timeout_s})
     scorer = scorer_digest()
     samples: dict[str, list[LoadedSample]] = {}
     skipped: dict[str, int] = {}
@@ -219,7 +227,7 @@ def _phase(
             "sample": sample.model_dump(mode="json"),
             "rubric": rubric.model_dump(mode="json"),
             "skill": skill.sha256 if skill else "missing",
-            "judge": judge.model_dump(mode="json", exclude={"price"}),
+            "judge": judge.model_dump(mode="json", exclude={"price", "timeout_s"}),
             "scorer": scorer,
         }
         loaded.append(

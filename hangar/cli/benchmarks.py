@@ -69,17 +69,43 @@ def benchmark_run(
         bool,
         typer.Option(help="With no regression and no phase below it, write the next baseline."),
     ] = False,
+    ci: Annotated[
+        bool, typer.Option("--ci", help="Apply config.yaml's ci_benchmark section (seed 002).")
+    ] = False,
+    changed_since: Annotated[
+        str | None,
+        typer.Option(help="Only phases whose skill, samples or rubric changed since this git rev."),
+    ] = None,
     address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
     fmt: Format = "text",
 ) -> None:
     """Run a benchmark folder: each sample a rubric trial on Ray (resumable), then the
     report (YAML, JSON, HTML, history.yaml). Exit 0 fine, 1 a regression, 3 not comparable
     or samples without a score, 130 interrupted."""
+    from hangar.benchmark.ci import load_ci
     from hangar.benchmark.formats import Thresholds, load_config
     from hangar.benchmark.run import run_benchmark
 
     if split not in (None, "train", "eval", "holdout"):
         raise ConfigError(f"--split {split!r}: choose train, eval or holdout")
+    chosen_phases = [p.strip() for p in phases.split(",") if p.strip()] if phases else None
+    timeout, fail = None, True
+    if ci:
+        settings = load_ci(folder.resolve())
+        if chosen_phases is None and settings.phases != "all":
+            chosen_phases = list(settings.phases)
+        max_samples = max_samples or settings.max_samples
+        if judge_model is None and settings.judge_model is not None:
+            judge_model = settings.judge_model.model_dump_json(exclude_none=True)
+        if phase_drop is None and settings.regression_threshold != 0.3:
+            phase_drop = settings.regression_threshold
+            threshold_reason = threshold_reason or settings.reason
+        timeout, fail = settings.timeout_per_sample, settings.fail_on_regression
+    if changed_since is not None:
+        chosen_phases = _changed(folder.resolve(), changed_since, chosen_phases)
+        if not chosen_phases:
+            console.print(f"no phase's skill, samples or rubric changed since {changed_since}")
+            raise typer.Exit(0)
     thresholds = None
     given = {"phase": phase_drop, "sample": sample_drop, "dimension": dimension_drop}
     if any(v is not None for v in given.values()) or threshold_reason:
@@ -92,7 +118,7 @@ def benchmark_run(
             raise ConfigError(f"--phase-drop/--sample-drop/--dimension-drop: {why}") from None
     run = run_benchmark(
         folder,
-        phases=[p.strip() for p in phases.split(",") if p.strip()] if phases else None,
+        phases=chosen_phases,
         max_samples=max_samples,
         judge_model=_model(judge_model),
         model=_model(model),
@@ -100,6 +126,8 @@ def benchmark_run(
         baseline=baseline,
         thresholds=thresholds,
         write_next_baseline=write_baseline,
+        timeout_s=timeout,
+        fail_on_regression=fail,
         address=address,
     )
     if fmt == "json":
@@ -109,6 +137,19 @@ def benchmark_run(
         for path in run.files:
             console.print(f"wrote {path}", highlight=False)
     raise typer.Exit(run.exit_code)
+
+
+def _changed(folder: Path, revision: str, wanted: list[str] | None) -> list[str]:
+    """The phases (of `wanted`, else all) whose files changed since `revision`."""
+    from hangar.benchmark.ci import changed_phases
+    from hangar.benchmark.formats import load_config, phase_name
+    from hangar.benchmark.suite import skill_path
+
+    config = load_config(folder)
+    skills = {phase_name(p): skill_path(folder, config, p) for p in config.phases}
+    affected = changed_phases(folder, config, revision, skills)
+    keep = {phase_name(p) for p in wanted} if wanted else None
+    return [p for p in affected if keep is None or phase_name(p) in keep]
 
 
 def print_report(report: Any) -> None:
