@@ -1033,10 +1033,13 @@ def test_the_example_benchmark_on_ray(
     v2 = yaml.safe_load((example / "baselines" / "baseline-v2.yaml").read_text())["baseline"]
     assert v2["scores"]["sdd-propose"] == pytest.approx(4.163125)
     gate = runner.invoke(
-        app, ["benchmark", "run", str(example), "--baseline", "baseline-v2", "--format", "json"]
+        app,
+        ["benchmark", "run", str(example), "--baseline", "baseline-v2", "--write-baseline"],
     )
     assert gate.exit_code == 0, gate.output
-    assert json.loads(gate.stdout)["summary"]["regressions_detected"] == 0
+    assert "No regression: the skills hold their baseline." in gate.output
+    v3 = yaml.safe_load((example / "baselines" / "baseline-v3.yaml").read_text())["baseline"]
+    assert v3["scores"] == v2["scores"] and v3["judge_model"] == "scripted-judge"
 
 
 @pytest.mark.ray

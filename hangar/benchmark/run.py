@@ -88,6 +88,11 @@ def run_benchmark(
         timeout_s=timeout_s,
     )
     config = bench.config
+    if write_next_baseline and bench.ci_judge:
+        raise ConfigError(
+            f"--write-baseline with a CI judge ({bench.judge.id}): its scores never become a "
+            "baseline (run with the benchmark's judge)"
+        )
     before = load_baseline(bench.folder, baseline) if baseline else None
     if before is not None:
         refuse_other_judge(before, bench)
