@@ -659,6 +659,12 @@ def test_the_html_report_escapes_and_renders_in_chromium(tmp_path: Path) -> None
         thresholds=Thresholds(),
     )
     write_report(report, tmp_path)
+    from hangar.cli._app import console
+    from hangar.cli.benchmarks import print_report
+
+    with console.capture() as shown:
+        print_report(report.model_copy(update={"model": "[bold]m[/bold]"}))
+    assert "[bold]m[/bold]" in shown.get() and hostile in shown.get()  # shown, not interpreted
     page = tmp_path / "r.html"
     page.write_text(render_html(report, tmp_path / "history.yaml"))
     text = page.read_text()
@@ -932,7 +938,10 @@ def test_the_example_benchmark_on_ray(
     s = report["summary"]
     assert (s["total_samples"], s["regressions_detected"]) == (8, 3)
     assert (s["phases_above_baseline"], s["phases_below_baseline"]) == (["tasks"], ["propose"])
-    assert "BENCH-PROP-003" in s["recommendation"]
+    assert s["recommendation"] == (
+        "Investigate sdd-propose regression on samples BENCH-PROP-003 (risk_coverage); its "
+        "skill changed since the baseline (1.0 -> 1.1)"
+    )
     assert report["skill_versions"]["sdd-propose"] == "1.1"
     # costs apart: the writer 8 x (640 in at $3 + 360 out at $15 per 1M); the judge 8 x 4
     # dimensions x 2 orderings of 900 in and 20 out at $0.8 / $4, but one answer (12 out)

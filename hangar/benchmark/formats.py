@@ -315,6 +315,9 @@ class Baseline(_Strict):
     """hangar's addition: the judge that scored it (a different judge is not comparable)."""
     run_id: str | None = None
     """hangar's addition: the run it was taken from."""
+    skill_versions: dict[str, str] = Field(default_factory=dict)
+    """hangar's addition: phase -> the skill version it measured (a regression names a
+    skill changed since)."""
 
 
 class BaselineFile(_Strict):

@@ -318,7 +318,7 @@ def build_report(
         phases_above_baseline=above,
         phases_below_baseline=below,
         regressions_detected=n_regressions,
-        recommendation=_recommend(results, baseline, comparable),
+        recommendation=_recommend(results, baseline, comparable, versions),
     )
     return BenchmarkReport(
         run_id=run_id,
@@ -344,7 +344,12 @@ def build_report(
     )
 
 
-def _recommend(results: dict[str, PhaseResult], baseline: Baseline | None, comparable: bool) -> str:
+def _recommend(
+    results: dict[str, PhaseResult],
+    baseline: Baseline | None,
+    comparable: bool,
+    versions: dict[str, str],
+) -> str:
     if baseline is None:
         return "No baseline compared: create one from this run when its scores are accepted."
     if not comparable:
@@ -360,6 +365,9 @@ def _recommend(results: dict[str, PhaseResult], baseline: Baseline | None, compa
             part += f" on samples {', '.join(samples)}"
         if dims:
             part += f" ({', '.join(dims)})"
+        then = phase_score(baseline.skill_versions, label)
+        if then is not None and then != versions.get(label):
+            part += f"; its skill changed since the baseline ({then} -> {versions.get(label)})"
         parts.append(part)
     if not parts:
         return "No regression: the skills hold their baseline."
@@ -465,6 +473,7 @@ def write_baseline(
         },
         judge_model=report.judge_model,
         run_id=report.run_id,
+        skill_versions=dict(report.skill_versions),
     )
     write_yaml(path, {"baseline": baseline.model_dump(mode="json", exclude_none=True)})
     return path

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 from pydantic import ValidationError
+from rich.markup import escape as esc
 from rich.table import Table
 
 from hangar.cli._app import app, console, err_console
@@ -104,7 +105,7 @@ def benchmark_run(
     if changed_since is not None:
         chosen_phases = _changed(folder.resolve(), changed_since, chosen_phases)
         if not chosen_phases:
-            console.print(f"no phase's skill, samples or rubric changed since {changed_since}")
+            console.print(f"no phase's skill, samples or rubric changed since {esc(changed_since)}")
             raise typer.Exit(0)
     thresholds = None
     given = {"phase": phase_drop, "sample": sample_drop, "dimension": dimension_drop}
@@ -135,7 +136,7 @@ def benchmark_run(
     else:
         print_report(run.report)
         for path in run.files:
-            console.print(f"wrote {path}", highlight=False)
+            console.print(f"wrote {esc(str(path))}", highlight=False)
     raise typer.Exit(run.exit_code)
 
 
@@ -155,15 +156,15 @@ def _changed(folder: Path, revision: str, wanted: list[str] | None) -> list[str]
 def print_report(report: Any) -> None:
     """The report for people: per phase, its scores, judge agreement and regressions."""
     console.print(
-        f"[bold]{report.run_id}[/] model {report.model}, judge {report.judge_model}"
+        f"[bold]{esc(report.run_id)}[/] model {esc(report.model)}, judge {esc(report.judge_model)}"
         + (" (CI judge: never a baseline)" if report.ci_judge else "")
-        + f", baseline {report.baseline or 'none'}",
+        + f", baseline {esc(report.baseline or 'none')}",
         highlight=False,
     )
     table = Table("phase", "samples", "avg", "min", "max", "structural", "judge", "unscored")
     for label, r in report.results.items():
         table.add_row(
-            label,
+            esc(label),
             str(r.samples_run),
             *(
                 "-" if x is None else f"{x:.2f}"
@@ -179,23 +180,26 @@ def print_report(report: Any) -> None:
         )
     console.print(table)
     for label, r in report.results.items():
-        dims = ", ".join(f"{d} {v:.2f}" for d, v in r.by_dimension.items())
-        levels = ", ".join(f"{d} {v:.2f}" for d, v in r.by_difficulty.items())
-        bias = ", ".join(f"{d} {v:.2f}" for d, v in r.position_bias.items())
-        console.print(f"{label}: by dimension {dims or '-'}; by difficulty {levels or '-'}")
+        dims = ", ".join(f"{esc(d)} {v:.2f}" for d, v in r.by_dimension.items())
+        levels = ", ".join(f"{esc(d)} {v:.2f}" for d, v in r.by_difficulty.items())
+        bias = ", ".join(f"{esc(d)} {v:.2f}" for d, v in r.position_bias.items())
+        console.print(
+            f"{esc(label)}: by dimension {dims or '-'}; by difficulty {levels or '-'}",
+            highlight=False,
+        )
         console.print(f"  position-bias gap: {bias or '-'}", highlight=False)
         for c in r.calibration:
             kappa = "-" if c.kappa is None else f"{c.kappa:.2f}"
             flag = "[red]below 0.6: people still needed[/]" if c.below_bar else "ok"
             console.print(
-                f"  judge vs people on {c.dimension}: kappa {kappa}, mean |diff| "
+                f"  judge vs people on {esc(c.dimension)}: kappa {kappa}, mean |diff| "
                 f"{c.mean_abs_diff:.2f} over {c.pairs} ({flag})",
                 highlight=False,
             )
         for g in r.regressions:
             err_console.print(
-                f"  [red]regression[/] {g.kind} {g.sample or ''} {g.baseline_score:.2f} -> "
-                f"{g.current_score:.2f} ({g.regression}) {g.affected_dimension or ''}",
+                f"  [red]regression[/] {g.kind} {esc(g.sample or '')} {g.baseline_score:.2f} -> "
+                f"{g.current_score:.2f} ({g.regression}) {esc(g.affected_dimension or '')}",
                 highlight=False,
             )
     s = report.summary
@@ -203,13 +207,13 @@ def print_report(report: Any) -> None:
     console.print(
         f"{s.total_samples} samples, overall {avg}, {s.regressions_detected} regression(s); "
         f"model ${report.costs.get('model', 0):.4f}, judge ${report.costs.get('judge', 0):.4f}. "
-        f"{s.recommendation}",
+        f"{esc(s.recommendation)}",
         highlight=False,
     )
     if report.not_comparable:
-        err_console.print(f"[yellow]{report.not_comparable}[/]", highlight=False)
+        err_console.print(f"[yellow]{esc(report.not_comparable)}[/]", highlight=False)
     for sample, why in report.trials_not_scored.items():
-        err_console.print(f"  [yellow]not scored[/] {sample}: {why}", highlight=False)
+        err_console.print(f"  [yellow]not scored[/] {esc(sample)}: {esc(why)}", highlight=False)
 
 
 @benchmark_app.command("check")
@@ -238,11 +242,11 @@ def benchmark_check(
             title=str(folder),
         )
         for phase, n in report.phases.items():
-            table.add_row(phase, *(str(v) for v in n.values()))
+            table.add_row(esc(phase), *(str(v) for v in n.values()))
         console.print(table)
         for f in report.findings:
             mark = "[red]x[/]" if f.severity == "error" else "[yellow]![/]"
-            err_console.print(f"{mark} {f.phase} {f.rule}: {f.message}", highlight=False)
+            err_console.print(f"{mark} {f.phase} {f.rule}: {esc(f.message)}", highlight=False)
         errors = sum(f.severity == "error" for f in report.findings)
         console.print(f"{errors} error(s), {len(report.findings) - errors} warning(s)")
     raise typer.Exit(1 if report.failed(strict) else 0)
@@ -264,7 +268,7 @@ def benchmark_baseline(
     folder = folder.resolve()
     report = load_report(folder / load_config(folder).output_dir, from_run)
     path = write_baseline(folder, report, name, description)
-    console.print(f"wrote {path}", highlight=False)
+    console.print(f"wrote {esc(str(path))}", highlight=False)
 
 
 @benchmark_app.command("compare")
@@ -280,7 +284,7 @@ def benchmark_compare(
     a, b = read_report(before), read_report(after)
     reason = not_comparable(a, b)
     if reason:
-        err_console.print(f"[yellow]not comparable:[/] {reason}", highlight=False)
+        err_console.print(f"[yellow]not comparable:[/] {esc(reason)}", highlight=False)
         raise typer.Exit(3)
     rows = compare_reports(a, b)
     if fmt == "json":
@@ -290,5 +294,5 @@ def benchmark_compare(
         for row in rows:
             cells = ["-" if row[k] is None else f"{row[k]:.2f}" for k in ("before", "after")]
             change = "-" if row["change"] is None else f"{row['change']:+.2f}"
-            table.add_row(row["phase"], row["dimension"], *cells, change)
+            table.add_row(esc(row["phase"]), esc(row["dimension"]), *cells, change)
         console.print(table)
