@@ -198,8 +198,9 @@ def print_report(report: Any) -> None:
             )
         for g in r.regressions:
             err_console.print(
-                f"  [red]regression[/] {g.kind} {esc(g.sample or '')} {g.baseline_score:.2f} -> "
-                f"{g.current_score:.2f} ({g.regression}) {esc(g.affected_dimension or '')}",
+                f"  [red]regression[/] {g.kind}{esc(f' {g.sample}' if g.sample else '')}: "
+                f"{g.baseline_score:.2f} -> {g.current_score:.2f} ({g.regression})"
+                + esc(f" on {g.affected_dimension}" if g.affected_dimension else ""),
                 highlight=False,
             )
     s = report.summary
