@@ -1095,3 +1095,9 @@ def test_unassessed_samples_and_the_budget(
     not_run = [s for s, why in report["trials_not_scored"].items() if why.startswith("not run")]
     assert len(not_run) == 3 and report["results"]["sdd-propose"]["samples_run"] == 1
     assert report["costs"]["model"] == 0 and report["costs"]["judge"] == pytest.approx(8 * 0.0008)
+    # the budget is per run: the next run scores one more sample (the first resumes)
+    out = runner.invoke(
+        app, ["benchmark", "run", str(example), "--phases", "propose", "--format", "json"]
+    )
+    report = json.loads(out.stdout)
+    assert report["results"]["sdd-propose"]["samples_run"] == 2 and out.exit_code == 3

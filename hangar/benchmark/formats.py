@@ -287,7 +287,7 @@ class Config(_Strict):
     evidence: str | None = None
     """Evidence store URL (default: the local folder)."""
     budget_usd: float | None = Field(default=None, gt=0)
-    """Stop scheduling new samples once this much was spent (model and judge)."""
+    """Stop scheduling new samples once a run spent this much (model and judge)."""
     seed: int = 0
     """Seed of the subsets."""
     regression: Thresholds = Field(default_factory=lambda: Thresholds())

@@ -97,6 +97,9 @@ def run_benchmark(
     if before is not None:
         refuse_other_judge(before, bench)
     check_keys([config.model, bench.judge])
+    store = ResultsStore(config.store)
+    # The budget is per run: what earlier runs of this benchmark spent does not count.
+    budget = None if config.budget_usd is None else config.budget_usd + store.cost(bench.id)
     sweep = Sweep(
         id=bench.id,
         path=None,
@@ -105,7 +108,7 @@ def run_benchmark(
             models=[config.model],
             store=config.store,
             evidence=config.evidence,
-            budget_usd=config.budget_usd,
+            budget_usd=budget,
             concurrency=Concurrency(max_in_flight=None if config.parallel else 1),
         ),
         scenarios=[],
@@ -113,7 +116,6 @@ def run_benchmark(
         arms=[],
         samples=[s for samples in bench.samples.values() for s in samples],
     )
-    store = ResultsStore(config.store)
     tally = SweepRunner(sweep, store, address=address).run()
     results = list(store.results(sweep.id))
     report = build_report(
