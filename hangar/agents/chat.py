@@ -16,7 +16,7 @@ import json
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hangar.agents.command import AgentRun
 from hangar.models import ModelSpec
@@ -32,6 +32,12 @@ DEFAULT_SYSTEM = (
     "You are a software engineer working in a git repository (your working directory). "
     "Use the tools to inspect and change files and to run commands. There is no network. "
     "When the task is done, answer with a short summary and no tool call."
+)
+READ_SYSTEM = (
+    "You answer a question about the repositories in your working directory, which you can "
+    "only read: each top-level folder is one repository at a pinned commit. Find the facts "
+    "with list, grep and read, then call answer once with your answer and the files that "
+    "support it (each cited as repository/path)."
 )
 TOOLS: list[dict[str, Any]] = [
     {
@@ -64,6 +70,56 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
+#: The read-only tool set: no write, no shell (seed 003's repo-search arm).
+READ_TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "list",
+        "description": "List the files under a folder (relative to the working directory).",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+    },
+    {
+        "name": "grep",
+        "description": "Search files under a path for a regular expression; returns matching "
+        "lines as path:line:text.",
+        "parameters": {
+            "type": "object",
+            "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}},
+            "required": ["pattern"],
+        },
+    },
+    {
+        "name": "read",
+        "description": "Read a file (relative to the working directory).",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+    },
+    {
+        "name": "answer",
+        "description": "Give your final answer and the files that support it; ends the task.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "answer": {"type": "string"},
+                "citations": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Files as repository/path.",
+                },
+            },
+            "required": ["answer", "citations"],
+        },
+    },
+]
+TOOLSETS = {"edit": TOOLS, "read": READ_TOOLS}
+
+
 class ChatAgent(BaseModel):
     """An agent whose loop runs on the host and whose tools run in the sandbox."""
 
@@ -87,6 +143,16 @@ class ChatAgent(BaseModel):
     """Time limit of one tool call (the trial's budget still applies)."""
     tool_output_chars: int = Field(default=16_000, gt=0)
     """The tail of a tool's output the model sees."""
+    tools: Literal["edit", "read"] = "edit"
+    """``edit``: bash and edit. ``read``: list, grep, read and answer (no write, no shell;
+    the answer tool ends the run and its arguments are the run's answer)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_prompt(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("tools") == "read" and "system_prompt" not in data:
+            return {**data, "system_prompt": READ_SYSTEM}
+        return data
 
     def digest(self) -> str:
         """sha256 of the agent's config (part of the trial key)."""
@@ -99,16 +165,17 @@ class ChatAgent(BaseModel):
         return {**fields, "system_prompt_sha256": prompt}
 
 
-def _tools_for(api: str) -> Any:
+def _tools_for(api: str, toolset: str = "edit") -> Any:
     """The tool definitions in one API's shape (the SDKs' typed dicts, built as data)."""
+    tools = TOOLSETS[toolset]
     if api == "messages":
         return [
             {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
-            for t in TOOLS
+            for t in tools
         ]
     if api == "responses":
-        return [{"type": "function", **t} for t in TOOLS]
-    return [{"type": "function", "function": t} for t in TOOLS]
+        return [{"type": "function", **t} for t in tools]
+    return [{"type": "function", "function": t} for t in tools]
 
 
 class _Call(BaseModel):
@@ -117,10 +184,31 @@ class _Call(BaseModel):
     arguments: dict[str, Any]
 
 
+def run_read_tool(agent: ChatAgent, sandbox: Sandbox, call: _Call, timeout: float) -> str:
+    """One read-only tool call: argv commands in the sandbox, never a shell."""
+    args, cap = call.arguments, agent.tool_output_chars
+    path = str(args.get("path") or ".")
+    if path.startswith("-"):
+        return f"error: bad path {path!r}"
+    if call.name == "read":
+        return sandbox.read_file(path)[:cap]
+    if call.name == "list":
+        argv = ["find", path, "-type", "f", "-not", "-path", "*/.git/*"]
+    elif call.name == "grep":
+        argv = ["grep", "-rnI", "--exclude-dir=.git", "-e", str(args["pattern"]), "--", path]
+    else:
+        return f"error: unknown tool {call.name!r} (tools: list, grep, read, answer)"
+    res = sandbox.exec(argv, timeout=timeout)
+    out = (res.stdout + res.stderr) or "(nothing)"
+    return out[:cap] + ("\n(output cut)" if len(out) > cap else "")
+
+
 def run_tool(agent: ChatAgent, sandbox: Sandbox, call: _Call, timeout: float) -> str:
     """Run one tool call in the sandbox; its result as the model will see it."""
     args = call.arguments
     try:
+        if agent.tools == "read":
+            return run_read_tool(agent, sandbox, call, timeout)
         if call.name == "bash":
             res = sandbox.exec(["bash", "-c", str(args["command"])], timeout=timeout)
             out = res.stdout + res.stderr
@@ -184,7 +272,7 @@ class _Conversation:
                 messages=self.messages,
                 max_tokens=a.max_output_tokens,
                 timeout=timeout,
-                tools=_tools_for("messages"),
+                tools=_tools_for("messages", a.tools),
             )
             self.messages.append(
                 {
@@ -206,7 +294,7 @@ class _Conversation:
                 input=self.messages,
                 max_output_tokens=a.max_output_tokens,
                 timeout=timeout,
-                tools=_tools_for("responses"),
+                tools=_tools_for("responses", a.tools),
             )
             items = [i.model_dump(exclude_none=True) for i in response.output]
             self.messages += [i for i in items if i.get("type") in ("message", "function_call")]
@@ -222,7 +310,7 @@ class _Conversation:
             messages=self.messages,
             max_tokens=a.max_output_tokens,
             timeout=timeout,
-            tools=_tools_for("chat"),
+            tools=_tools_for("chat", a.tools),
         )
         message = completion.choices[0].message
         self.messages.append(message.model_dump(exclude_none=True))
@@ -301,7 +389,13 @@ def run_chat_agent(
         )
         if not calls:
             trace.event("agent_end", completed=True, turns=turn)
-            return AgentRun(exit_code=0, completed=True), usage
+            answer = {"answer": text, "citations": []} if agent.tools == "read" else None
+            return AgentRun(exit_code=0, completed=True, answer=answer), usage
+        final = next((c for c in calls if c.name == "answer"), None)
+        if agent.tools == "read" and final is not None:
+            trace.event("tool_call", id=final.id, name=final.name, arguments=final.arguments)
+            trace.event("agent_end", completed=True, turns=turn)
+            return AgentRun(exit_code=0, completed=True, answer=final.arguments), usage
         outputs = []
         for call in calls:
             left = deadline - time.monotonic()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -74,6 +74,8 @@ class AgentRun(BaseModel):
     """Why the run is not complete, when it is not."""
     provider_error: ProviderError | None = None
     """A model provider's failure the run met and did not recover from (not the agent's)."""
+    answer: dict[str, Any] | None = None
+    """A read-only chat agent's answer (the answer tool's arguments, or its last text)."""
 
 
 def collect_outputs(

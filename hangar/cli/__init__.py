@@ -1,6 +1,15 @@
 """The `hangar` command line (Typer). Each submodule registers one group of commands."""
 
-from hangar.cli import benchmarks, dashboards, decisions, images, scores, sweeps, trials
+from hangar.cli import (
+    benchmarks,
+    dashboards,
+    decisions,
+    images,
+    knowledge,
+    scores,
+    sweeps,
+    trials,
+)
 from hangar.cli._app import app, console, err_console, main, print_result
 
 __all__ = [
@@ -11,6 +20,7 @@ __all__ = [
     "decisions",
     "err_console",
     "images",
+    "knowledge",
     "main",
     "print_result",
     "scores",

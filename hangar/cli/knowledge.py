@@ -1,0 +1,263 @@
+"""`hangar knowledge`: seed 003's gold sets (seal, run, import, label, scan, score, keep,
+compare)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape as esc
+from rich.panel import Panel
+
+from hangar.cli._app import app, console, err_console
+from hangar.errors import ConfigError
+
+knowledge_app = typer.Typer(
+    help="Knowledge gold sets (seed 003): sealed questions, cited answers, labels, a rule."
+)
+app.add_typer(knowledge_app, name="knowledge")
+
+SuiteArg = Annotated[Path, typer.Argument(help="The suite folder (questions.jsonl, keys.jsonl).")]
+Fmt = Annotated[str, typer.Option("--format", help="text, md, html or json.")]
+
+
+@knowledge_app.command("seal")
+def knowledge_seal(
+    suite: SuiteArg,
+    holdouts: Annotated[
+        Path | None, typer.Option(help="Add the canaries to this holdouts folder's manifest.")
+    ] = None,
+) -> None:
+    """Give every key a canary and write manifest.json (sha256 of both files); refuses a
+    sealed suite."""
+    from hangar.knowledge.suite import seal
+
+    path = seal(suite, holdouts)
+    console.print(f"sealed {esc(str(suite))}: {esc(str(path))}", highlight=False)
+
+
+@knowledge_app.command("check")
+def knowledge_check(suite: SuiteArg) -> None:
+    """Validate the suite's files and its seal; exit 1 naming what differs."""
+    from hangar.knowledge.suite import load_suite, verify
+
+    loaded = load_suite(suite)
+    kinds: dict[str, int] = {}
+    for q in loaded.questions:
+        kinds[q.kind] = kinds.get(q.kind, 0) + 1
+    console.print(f"{len(loaded.questions)} questions: {kinds}", highlight=False)
+    problems = verify(suite)
+    for problem in problems:
+        err_console.print(f"[red]x[/] {esc(problem)}", highlight=False)
+    raise typer.Exit(1 if problems else 0)
+
+
+@knowledge_app.command("import")
+def knowledge_import(
+    suite: SuiteArg,
+    arm: Annotated[str, typer.Option(help="The arm's name (baseline-projects).")],
+    answers: Annotated[Path, typer.Option(help="Its answers (JSONL: id, answer, citations).")],
+    meta: Annotated[
+        Path | None, typer.Option(help="How it was run (JSON: person or harness, date, model).")
+    ] = None,
+) -> None:
+    """Import an external arm's answers (run by a person or another system) and its meta."""
+    from hangar.knowledge.suite import load_arm, sealed_suite
+
+    loaded = sealed_suite(suite)
+    target = suite / "answers" / f"{arm}.jsonl"
+    if target.exists():
+        raise ConfigError(f"{target} exists: an arm is scored once (import under a new name)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(answers, target)
+    if meta is not None:
+        shutil.copyfile(meta, suite / "answers" / f"{arm}.meta.json")
+    try:
+        imported = load_arm(loaded, arm)
+    except ConfigError:
+        target.unlink()
+        (suite / "answers" / f"{arm}.meta.json").unlink(missing_ok=True)
+        raise
+    note = "" if imported.meta else " (no meta: the report will say it is missing)"
+    console.print(f"imported {len(imported.answers)} answers of {esc(arm)}{note}", highlight=False)
+
+
+@knowledge_app.command("label")
+def knowledge_label(
+    suite: SuiteArg,
+    arm: Annotated[str, typer.Option(help="The arm whose answers to label.")],
+    rater: Annotated[str, typer.Option(help="Your name, as it goes into the labels.")],
+) -> None:
+    """Label an arm's answers in the terminal: the question, the answer, its citations and
+    the key side by side; y/n for correct, then the numbers of unsupported citations.
+    Answers this rater labelled are skipped; q stops (what was labelled is kept)."""
+    from hangar.knowledge.formats import Label
+    from hangar.knowledge.suite import load_arm, sealed_suite
+
+    loaded = sealed_suite(suite)
+    current = load_arm(loaded, arm)
+    done = {x.id for x in current.labels if x.rater == rater}
+    path = suite / "labels" / f"{arm}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    todo = [q for q in loaded.questions if q.id in current.answers and q.id not in done]
+    console.print(f"{len(todo)} answers of {esc(arm)} to label as {esc(rater)}", highlight=False)
+    for n, q in enumerate(todo, start=1):
+        answer, key = current.answers[q.id], loaded.keys[q.id]
+        cites = "\n".join(
+            f"[{i}] {esc(c.uri)} {esc(c.sha256 or '(no hash)')}"
+            for i, c in enumerate(answer.citations, start=1)
+        )
+        sources = "\n".join(f"- {esc(s.uri)} {esc(s.sha256 or '')}" for s in key.valid_sources)
+        facts = "\n".join(f"- {esc(f)}" for f in key.required_facts)
+        console.print(Panel(esc(q.question), title=f"{n}/{len(todo)} {esc(q.id)} ({q.kind})"))
+        console.print(Panel(f"{esc(answer.answer)}\n\n{cites or '(no citation)'}", title="answer"))
+        console.print(
+            Panel(
+                f"{esc(key.answer_key)}\n\nrequired facts:\n{facts or '-'}\n\nvalid sources:\n"
+                f"{sources or '-'}",
+                title="key",
+            )
+        )
+        verdict = typer.prompt("every required fact present? [y/n/s(kip)/q(uit)]").strip().lower()
+        if verdict.startswith("q"):
+            break
+        if verdict.startswith("s") or verdict[:1] not in ("y", "n"):
+            continue
+        picked = typer.prompt(
+            "unsupported citations (numbers, comma-separated; empty: none)", default=""
+        )
+        numbers = [int(x) for x in picked.replace(" ", "").split(",") if x.isdigit()]
+        unsupported = [
+            answer.citations[i - 1].uri for i in numbers if 1 <= i <= len(answer.citations)
+        ]
+        label = Label(
+            id=q.id, rater=rater, correct=verdict.startswith("y"), unsupported=unsupported
+        )
+        with path.open("a") as handle:  # one line at a time: nothing labelled is lost
+            handle.write(json.dumps(label.model_dump(mode="json")) + "\n")
+    console.print(f"labels: {esc(str(path))}", highlight=False)
+
+
+@knowledge_app.command("scan")
+def knowledge_scan(
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Folders or files: traces, bundles, answers, logs.")
+    ] = None,
+    suite: Annotated[Path | None, typer.Option(help="Scan for this suite's canaries.")] = None,
+    holdouts: Annotated[
+        Path | None, typer.Option(help="Scan for every canary of this holdouts folder.")
+    ] = None,
+    sweep: Annotated[
+        list[str] | None, typer.Option(help="Also the evidence bundles of this sweep.")
+    ] = None,
+    store: Annotated[str | None, typer.Option(help="Results store URL (with --sweep).")] = None,
+) -> None:
+    """The canary scan: a canary found voids its whole suite (void.json). Exit 1 when one
+    is found."""
+    from hangar.knowledge.scan import holdout_canaries, scan_and_void, suite_canaries
+
+    canaries: dict[str, tuple[str, str]] = {}
+    if suite is not None:
+        canaries |= suite_canaries(suite)
+    if holdouts is not None:
+        canaries |= holdout_canaries(holdouts)
+    if not canaries:
+        raise ConfigError("name --suite or --holdouts: there is no canary to look for")
+    found = scan_and_void(list(paths or []), canaries, sweep or [], store)
+    for f in found:
+        err_console.print(
+            f"[red]canary[/] of {esc(f.id)} ({esc(f.suite)}) in {esc(f.where)}: suite void",
+            highlight=False,
+        )
+    console.print(f"{len(canaries)} canaries, {len(found)} found")
+    raise typer.Exit(1 if found else 0)
+
+
+@knowledge_app.command("score")
+def knowledge_score(
+    suite: SuiteArg,
+    arm: Annotated[list[str] | None, typer.Option(help="An arm to score (repeat).")] = None,
+    baseline: Annotated[str | None, typer.Option(help="The baseline arm.")] = None,
+    candidate: Annotated[str | None, typer.Option(help="The candidate arm.")] = None,
+    margin: Annotated[float, typer.Option(help="The rule's points.")] = 15,
+    seed: Annotated[int, typer.Option(help="The bootstrap's seed.")] = 0,
+    fmt: Fmt = "text",
+    out: Annotated[Path | None, typer.Option(help="Write the report here.")] = None,
+) -> None:
+    """Score arms on a sealed suite: correctness and citation validity with Wilson
+    intervals, citation counts, kappa, meta; with --baseline and --candidate the paired
+    difference and the rule. Exit 3 when the suite is void."""
+    from hangar.knowledge.render import render
+    from hangar.knowledge.report import build_report
+    from hangar.knowledge.suite import sealed_suite
+
+    if fmt not in ("text", "md", "html", "json"):
+        raise ConfigError(f"--format {fmt!r}: choose text, md, html or json")
+    loaded = sealed_suite(suite)
+    arms = arm or []
+    if not arms and not baseline:
+        arms = sorted(p.name.removesuffix(".jsonl") for p in (suite / "answers").glob("*.jsonl"))
+    report = build_report(
+        loaded, arms, baseline=baseline, candidate=candidate, margin=margin / 100, seed=seed
+    )
+    text = render(report, fmt)
+    if out is not None:
+        out.write_text(text)
+        console.print(f"wrote {esc(str(out))}", highlight=False)
+    elif fmt in ("text", "md"):
+        console.print(text, markup=False, highlight=False, end="")
+    else:
+        console.out(text, highlight=False, end="")
+    raise typer.Exit(3 if report.void else 0)
+
+
+@knowledge_app.command("keep")
+def knowledge_keep(
+    suite: SuiteArg, arm: Annotated[str, typer.Option(help="The scored arm to keep.")]
+) -> None:
+    """Keep a scored arm as the baseline later arms are compared against (the gate)."""
+    from hangar.knowledge.report import keep
+    from hangar.knowledge.suite import sealed_suite
+
+    path = keep(sealed_suite(suite), arm)
+    console.print(f"kept {esc(arm)}: {esc(str(path))}", highlight=False)
+
+
+@knowledge_app.command("compare")
+def knowledge_compare(
+    suite: SuiteArg,
+    candidate: Annotated[str, typer.Option(help="The arm to gate (a retrieval tool).")],
+    baseline: Annotated[str, typer.Option(help="A kept baseline (knowledge keep).")],
+    margin: Annotated[float, typer.Option(help="Points it may lose by (0: any loss).")] = 0,
+    seed: Annotated[int, typer.Option(help="The bootstrap's seed.")] = 0,
+    fmt: Fmt = "text",
+) -> None:
+    """The regression gate: the candidate against a kept baseline, per metric. Exit 1 when
+    the candidate is shown to lose, 3 when the suite is void."""
+    from hangar.knowledge.report import arm_report, gate, kept
+    from hangar.knowledge.suite import sealed_suite, void_record
+
+    loaded = sealed_suite(suite)
+    void = void_record(suite) is not None
+    rows = gate(
+        kept(loaded, baseline),
+        arm_report(loaded, candidate),
+        margin=margin / 100,
+        seed=seed,
+        void=void,
+    )
+    if fmt == "json":
+        console.out(json.dumps([r.model_dump() for r in rows], indent=1), highlight=False)
+    else:
+        for r in rows:
+            console.print(
+                f"{esc(r.candidate)} - {esc(r.baseline)} on {r.metric}: "
+                f"{r.difference * 100:+.1f} points [{r.ci_low * 100:+.1f}, {r.ci_high * 100:+.1f}]"
+                f": {esc(r.sentence)}",
+                highlight=False,
+            )
+    lost = any(" is shown to lose" in r.sentence for r in rows)
+    raise typer.Exit(3 if void else 1 if lost else 0)

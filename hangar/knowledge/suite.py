@@ -1,0 +1,219 @@
+"""A knowledge gold set on disk: its questions and keys, its seal, its canaries and its
+arms' answers and labels.
+
+Custody (seed 003): ``seal`` gives every key an unguessable canary, writes
+``manifest.json`` (the sha256 of ``questions.jsonl`` and ``keys.jsonl``) and, with a
+holdouts folder, adds the canaries to that folder's ``manifest.json``; it refuses a suite
+that is already sealed. Scoring refuses a suite whose files no longer match (naming
+them): a changed question is a new suite version, never an edit. A canary found by a
+scan voids the whole suite (``void.json``), shown by every later report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from hangar.errors import ConfigError
+from hangar.knowledge.formats import (
+    Answer,
+    Key,
+    Label,
+    Meta,
+    Question,
+    read_jsonl,
+    unique,
+    write_jsonl,
+)
+
+MANIFEST = "manifest.json"
+SEALED = ("questions.jsonl", "keys.jsonl")
+VOID = "void.json"
+
+
+def _sha256(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class Suite(BaseModel):
+    """A loaded suite: its questions and keys, in file order."""
+
+    folder: Path
+    """The suite's folder."""
+    questions: list[Question]
+    """``questions.jsonl``."""
+    keys: dict[str, Key]
+    """``keys.jsonl`` by question id."""
+
+    @property
+    def name(self) -> str:
+        """The folder's name (``knowledge-gold-v1``)."""
+        return self.folder.name
+
+    @property
+    def ids(self) -> list[str]:
+        """The question ids, in file order."""
+        return [q.id for q in self.questions]
+
+
+def load_suite(folder: Path) -> Suite:
+    """Read and cross-check ``questions.jsonl`` and ``keys.jsonl`` (one key per question)."""
+    if not folder.is_dir():
+        raise ConfigError(f"{folder}: no such suite folder")
+    questions = read_jsonl(folder / "questions.jsonl", Question)
+    keys = read_jsonl(folder / "keys.jsonl", Key)
+    unique(folder / "questions.jsonl", questions)
+    unique(folder / "keys.jsonl", keys)
+    if not questions:
+        raise ConfigError(f"{folder / 'questions.jsonl'}: no question")
+    asked, keyed = [q.id for q in questions], {k.id for k in keys}
+    missing = [i for i in asked if i not in keyed]
+    extra = sorted(keyed - set(asked))
+    if missing or extra:
+        raise ConfigError(
+            f"{folder}: every question needs one key: questions without a key {missing}, "
+            f"keys without a question {extra}"
+        )
+    return Suite(folder=folder, questions=questions, keys={k.id: k for k in keys})
+
+
+def canary() -> str:
+    """An unguessable canary (128 random bits)."""
+    return f"HANGAR-CANARY-{secrets.token_hex(16)}"
+
+
+def seal(folder: Path, holdouts: Path | None = None) -> Path:
+    """Give every key a canary, write the manifest and, with `holdouts`, add the canaries
+    to that folder's manifest. Refuses a sealed suite."""
+    manifest = folder / MANIFEST
+    if manifest.exists():
+        raise ConfigError(
+            f"{folder} is already sealed ({manifest}): a sealed suite is never edited; a "
+            "changed question is a new version (copy it to knowledge-gold-v2 and seal that)"
+        )
+    suite = load_suite(folder)
+    keys = [k.model_copy(update={"canary": canary()}) for k in suite.keys.values()]
+    write_jsonl(folder / "keys.jsonl", list(keys))
+    data = {
+        "suite": suite.name,
+        "sealed": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "questions": len(keys),
+        "files": {name: _sha256(folder / name) for name in SEALED},
+    }
+    manifest.write_text(json.dumps(data, indent=1) + "\n")
+    if holdouts is not None:
+        add_holdouts(holdouts, folder, {k.id: k.canary or "" for k in keys})
+    return manifest
+
+
+def add_holdouts(holdouts: Path, suite: Path, canaries: dict[str, str]) -> None:
+    """Add a suite's canaries to the holdouts folder's ``manifest.json``."""
+    holdouts.mkdir(parents=True, exist_ok=True)
+    path = holdouts / MANIFEST
+    data = json.loads(path.read_text()) if path.is_file() else {"canaries": []}
+    data.setdefault("canaries", [])
+    data["canaries"] += [
+        {"suite": str(suite.resolve()), "id": qid, "canary": value}
+        for qid, value in canaries.items()
+    ]
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def verify(folder: Path) -> list[str]:
+    """What differs from the manifest (empty: the suite is as sealed)."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        return [f"{folder}: not sealed (run `hangar knowledge seal {folder}`)"]
+    try:
+        pinned = json.loads(path.read_text())["files"]
+    except (ValueError, KeyError, TypeError) as exc:
+        return [f"{path}: unreadable manifest ({exc})"]
+    problems = []
+    for name in SEALED:
+        file = folder / name
+        if not file.is_file():
+            problems.append(f"{file}: missing (the manifest pins it)")
+        elif pinned.get(name) != _sha256(file):
+            problems.append(f"{file}: changed since the suite was sealed")
+    return problems
+
+
+def sealed_suite(folder: Path) -> Suite:
+    """The suite, refused unless it matches its manifest and every key has a canary."""
+    problems = verify(folder)
+    if problems:
+        raise ConfigError(
+            "the suite does not match its seal, so it cannot be scored (a changed question is "
+            "a new suite version):\n  " + "\n  ".join(problems)
+        )
+    suite = load_suite(folder)
+    bare = [k.id for k in suite.keys.values() if not k.canary]
+    if bare:
+        raise ConfigError(f"{folder}: keys without a canary {bare} (seal writes them)")
+    return suite
+
+
+class Arm(BaseModel):
+    """One arm's files."""
+
+    name: str
+    """The arm (``baseline-repo-search``)."""
+    answers: dict[str, Answer]
+    """``answers/<arm>.jsonl`` by question id."""
+    meta: Meta | None
+    """``answers/<arm>.meta.json`` (None: missing)."""
+    labels: list[Label]
+    """``labels/<arm>.jsonl`` in file order (empty: none yet)."""
+
+
+def load_arm(suite: Suite, name: str) -> Arm:
+    """An arm's answers, meta and labels, checked against the suite's questions."""
+    path = suite.folder / "answers" / f"{name}.jsonl"
+    if not path.is_file():
+        known = sorted(
+            p.name.removesuffix(".jsonl") for p in (suite.folder / "answers").glob("*.jsonl")
+        )
+        raise ConfigError(f"no answers of arm {name!r} ({path}); arms with answers: {known}")
+    answers = read_jsonl(path, Answer)
+    unique(path, answers)
+    _known(suite, path, [a.id for a in answers])
+    meta_path = suite.folder / "answers" / f"{name}.meta.json"
+    meta = None
+    if meta_path.is_file():
+        try:
+            meta = Meta.model_validate(json.loads(meta_path.read_text()))
+        except (ValueError, ValidationError) as exc:
+            raise ConfigError(f"{meta_path}: not a valid meta file ({exc})") from None
+    labels_path = suite.folder / "labels" / f"{name}.jsonl"
+    labels = read_jsonl(labels_path, Label) if labels_path.is_file() else []
+    unique(labels_path, labels, key=lambda label: (label.id, label.rater))
+    _known(suite, labels_path, [label.id for label in labels])
+    return Arm(name=name, answers={a.id: a for a in answers}, meta=meta, labels=labels)
+
+
+def _known(suite: Suite, path: Path, ids: list[str]) -> None:
+    strangers = sorted(set(ids) - set(suite.ids))
+    if strangers:
+        raise ConfigError(f"{path}: ids that are not questions of {suite.name}: {strangers}")
+
+
+class VoidRecord(BaseModel):
+    """Why a suite is void."""
+
+    voided: str
+    """When."""
+    found: list[dict[str, str]]
+    """Each canary found: question id, canary and where."""
+
+
+def void_record(folder: Path) -> VoidRecord | None:
+    """The suite's void record, if a scan found a canary."""
+    path = folder / VOID
+    if not path.is_file():
+        return None
+    return VoidRecord.model_validate(json.loads(path.read_text()))
