@@ -165,7 +165,7 @@ class TrialResult(BaseModel):
     """sha256 of the names and bytes of the plugins the arm installed."""
     provider_error: ProviderError | None = None
     """The model provider's failure that decided an infra_error, if one did."""
-    kind: Literal["execution", "prompt", "rubric"] = "execution"
+    kind: Literal["execution", "prompt", "rubric", "knowledge"] = "execution"
     """The kind of trial (docs/architecture.md)."""
     scores: tuple[Score, ...] = ()
     """What it is worth, per metric (only for pass and fail: what happened to the others

@@ -14,6 +14,7 @@ alternates), so nothing the agent does inside can corrupt the cache.
 from __future__ import annotations
 
 import fcntl
+import fnmatch
 import hashlib
 import os
 import posixpath
@@ -21,7 +22,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO
 
 from pydantic import BaseModel
@@ -273,3 +274,42 @@ def hand_over(dest: Path, owner: int) -> None:
         os.chown(dest, owner, owner)
     else:
         subprocess.run(["chmod", "-R", "a+rwX", str(dest)], check=True)
+
+
+def in_scope(path: str, patterns: list[str]) -> bool:
+    """Whether a repository path is within `patterns` (none: everything). A pattern is a
+    glob (``docs/*.md``, ``*`` crosses folders) or a folder (``docs/``)."""
+    if not patterns:
+        return True
+    return any(
+        fnmatch.fnmatchcase(path, p) or path.startswith(p.rstrip("/") + "/") or path == p
+        for p in patterns
+    )
+
+
+def export_tree(
+    cache: MirrorCache, url: str, revision: str, dest: Path, patterns: list[str]
+) -> dict[str, str]:
+    """The files of `revision` of `url` within `patterns`, written into `dest` as plain
+    files (no ``.git``, no history, no symbolic link, no submodule): path -> sha256 of
+    its bytes. What a read-only arm may read at ``as_of``."""
+    mirror = cache.ensure(url, revision)
+    if not _has_commit(mirror, revision):
+        raise WorkspaceError(f"revision {revision} is not in repository {url}")
+    listing = _git("ls-tree", "-r", "-z", "--full-tree", revision, cwd=mirror)
+    hashes: dict[str, str] = {}
+    for entry in filter(None, listing.split("\0")):
+        meta, path = entry.split("\t", 1)
+        mode, kind, oid = meta.split()
+        if kind != "blob" or mode == "120000" or not in_scope(path, patterns):
+            continue
+        target = dest / path
+        if ".." in PurePosixPath(path).parts:
+            continue
+        blob = subprocess.run(
+            ["git", "cat-file", "blob", oid], cwd=mirror, capture_output=True, check=True
+        ).stdout
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(blob)
+        hashes[path] = "sha256:" + hashlib.sha256(blob).hexdigest()
+    return hashes

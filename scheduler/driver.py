@@ -281,6 +281,8 @@ class SweepRunner:
 
         def submit(spec: TrialSpec) -> Any:
             loaded = spec.scenario
+            if loaded.kind == "knowledge":  # a sandbox, repositories fetched by the node
+                return task.remote(spec, None, None, None)
             if not isinstance(loaded, LoadedScenario):  # a case or a sample: texts only
                 return prompt_task.remote(spec, None, None, None)
             digest = loaded.digest

@@ -45,12 +45,20 @@ from hangar.decision import (
     load_decision_suite,
 )
 from hangar.errors import ConfigError, HangarError
+from hangar.knowledge.questions import LoadedQuestion
 from hangar.models import ModelSpec
 from hangar.results import TrialResult, Verdict
 from hangar.scenario import LoadedScenario, load_scenario, read_yaml
 from hangar.suite import sealed_suite_of
 from hangar.suite import verify as verify_suite
-from hangar.trials import Arm, TrialSpec, case_trial, sample_trial, single_trial
+from hangar.trials import (
+    Arm,
+    TrialSpec,
+    case_trial,
+    question_trial,
+    sample_trial,
+    single_trial,
+)
 from hangar.validation import Name, validation_message
 
 
@@ -160,6 +168,10 @@ class Sweep(BaseModel):
     """The cases of the decision suites, in file order."""
     samples: list[LoadedSample] = Field(default_factory=list)
     """Benchmark samples (`hangar benchmark run` builds its sweep of them)."""
+    questions: list[LoadedQuestion] = Field(default_factory=list)
+    """Knowledge questions (`hangar knowledge run` builds its sweep of them)."""
+    knowledge_arm: str = "baseline-repo-search"
+    """The arm the questions run in."""
     unloadable: list[UnloadableScenario] = Field(default_factory=list)
     """Scenario files that could not be loaded (their trials are blocked_setup rows)."""
 
@@ -180,6 +192,8 @@ class Sweep(BaseModel):
             return self.prompt_agents, [Arm(name=SKILL_ARM), Arm(name=CONTROL_ARM)]
         if kind == "rubric":
             return self.prompt_agents, [Arm(name=SKILL_ARM)]
+        if kind == "knowledge":
+            return self.execution_agents, [Arm(name=self.knowledge_arm)]
         return self.execution_agents, self.arms
 
     @property
@@ -188,6 +202,7 @@ class Sweep(BaseModel):
         c = self.config
         tasks = [*(s.kind for s in self.scenarios), *(k.kind for k in self.cases)]
         tasks += [sample.kind for sample in self.samples]
+        tasks += [question.kind for question in self.questions]
         tasks += [bad.kind for bad in self.unloadable]
         per_kind = {
             kind: len(self._shape(kind)[0]) * len(self._shape(kind)[1]) for kind in set(tasks)
@@ -255,6 +270,18 @@ class Sweep(BaseModel):
         """The sweep's trials, lazily; models vary fastest, repeats slowest."""
         c = self.config
         for repeat in range(c.repeats):
+            for question in self.questions:
+                for agent in self.execution_agents:
+                    for model in c.models:
+                        yield question_trial(
+                            question,
+                            agent,
+                            self.knowledge_arm,
+                            model=model,
+                            backend=c.backend,
+                            sweep=self.id,
+                            evidence_url=evidence_url,
+                        )
             for sample in self.samples:
                 for agent in self.prompt_agents:
                     for model in c.models:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 
 from hangar import __version__
-from hangar.errors import HangarError
+from hangar.errors import ConfigError, HangarError
 from hangar.results import TrialResult
 from hangar.store import ResultsStore
 
@@ -60,6 +61,19 @@ def resolve_sweep(sweep: str, store: str | None) -> tuple[str, int | None, Resul
         loaded = load_sweep(Path(sweep))
         return loaded.id, loaded.size, ResultsStore(store or loaded.config.store)
     return sweep, None, ResultsStore(store)
+
+
+def model_arg(text: str | None) -> str | dict[str, Any] | None:
+    """A model given on the command line: an id, or a YAML/JSON mapping
+    (``{id: m, base_url: http://127.0.0.1:8000/v1, api_key_env: KEY}``)."""
+    if text is None or not text.lstrip().startswith("{"):
+        return text
+    import yaml
+
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ConfigError(f"model {text!r} is neither an id nor a mapping")
+    return data
 
 
 def main() -> None:

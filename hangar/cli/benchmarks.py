@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from pydantic import ValidationError
 from rich.markup import escape as esc
 from rich.table import Table
 
-from hangar.cli._app import app, console, err_console
+from hangar.cli._app import app, console, err_console, model_arg
 from hangar.errors import ConfigError
 
 benchmark_app = typer.Typer(
@@ -22,16 +21,6 @@ app.add_typer(benchmark_app, name="benchmark")
 
 Folder = Annotated[Path, typer.Argument(help="The benchmark folder (config.yaml, datasets/).")]
 Format = Annotated[str, typer.Option("--format", help="text or json.")]
-
-
-def _model(text: str | None) -> str | dict[str, Any] | None:
-    """A model as an id, or as a YAML/JSON mapping (``{id: m, base_url: ...}``)."""
-    if text is None or not text.lstrip().startswith("{"):
-        return text
-    data = yaml.safe_load(text)
-    if not isinstance(data, dict):
-        raise ConfigError(f"--model/--judge-model {text!r} is neither an id nor a mapping")
-    return data
 
 
 @benchmark_app.command("run")
@@ -121,8 +110,8 @@ def benchmark_run(
         folder,
         phases=chosen_phases,
         max_samples=max_samples,
-        judge_model=_model(judge_model),
-        model=_model(model),
+        judge_model=model_arg(judge_model),
+        model=model_arg(model),
         split=split,
         baseline=baseline,
         thresholds=thresholds,

@@ -261,3 +261,73 @@ def knowledge_compare(
             )
     lost = any(" is shown to lose" in r.sentence for r in rows)
     raise typer.Exit(3 if void else 1 if lost else 0)
+
+
+@knowledge_app.command("run")
+def knowledge_run(
+    suite: SuiteArg,
+    arm: Annotated[str, typer.Option(help="The arm's name.")] = "baseline-repo-search",
+    model: Annotated[
+        str, typer.Option(help="The model: an id or a mapping {id, base_url...}.")
+    ] = "",
+    agents_file: Annotated[
+        Path | None, typer.Option(help="An agents file with a chat agent (tools: read).")
+    ] = None,
+    agent: Annotated[str | None, typer.Option(help="The agent's name in --agents-file.")] = None,
+    repo: Annotated[
+        list[str] | None, typer.Option(help="NAME=URL or path of a repository (repeat).")
+    ] = None,
+    image: Annotated[str, typer.Option(help="The sandbox image.")] = "hangar/base:bookworm",
+    store: Annotated[str | None, typer.Option(help="Results store URL.")] = None,
+    evidence: Annotated[str | None, typer.Option(help="Evidence store URL.")] = None,
+    budget_usd: Annotated[float | None, typer.Option(help="Stop scheduling past this.")] = None,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
+) -> None:
+    """The repo-search arm as hangar trials: each question in a sandbox with the
+    repositories read-only at as_of and a read/grep-only agent; writes
+    answers/<arm>.jsonl and its meta. Exit 3 when a question has no final result yet
+    (run again to resume)."""
+    from hangar.agents import ChatAgent, load_agents
+    from hangar.cli._app import model_arg
+    from hangar.knowledge.run import run_arm
+    from hangar.models import ModelSpec
+
+    if not model:
+        raise ConfigError("--model is required (an id, or {id: ..., base_url: ...})")
+    chosen: ChatAgent | None = None
+    if agents_file is not None:
+        agents = load_agents(agents_file)
+        if agent not in agents:
+            raise ConfigError(f"--agent {agent!r} is not in {agents_file} ({sorted(agents)})")
+        found = agents[agent]
+        if not isinstance(found, ChatAgent):
+            raise ConfigError(f"agent {agent} is not a chat agent (kind: chat, tools: read)")
+        chosen = found
+    repos = {}
+    for item in repo or []:
+        name, sep, url = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--repo {item!r}: write NAME=URL")
+        repos[name] = url
+    run = run_arm(
+        suite,
+        arm,
+        ModelSpec.model_validate(model_arg(model)),
+        agent=chosen,
+        repositories=repos,
+        image=image,
+        store_url=store,
+        evidence_url=evidence,
+        budget_usd=budget_usd,
+        address=address,
+    )
+    console.print(
+        f"sweep {esc(run.sweep)}: {run.answered} answered, {len(run.unanswered)} unanswered, "
+        f"{run.incomplete} without a final result",
+        highlight=False,
+    )
+    for qid, why in run.unanswered.items():
+        err_console.print(f"  [yellow]no answer[/] {esc(qid)}: {esc(why)}", highlight=False)
+    for path in run.files:
+        console.print(f"wrote {esc(str(path))}", highlight=False)
+    raise typer.Exit(3 if run.incomplete else 0)

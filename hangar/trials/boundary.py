@@ -161,6 +161,10 @@ def runner_for(spec: TrialSpec) -> TrialRun:
         from hangar.trials.prompt import PromptTrial
 
         return PromptTrial(spec)
+    if spec.scenario.kind == "knowledge":
+        from hangar.trials.knowledge import KnowledgeTrial
+
+        return KnowledgeTrial(spec)
     if spec.scenario.kind == "rubric":
         from hangar.trials.rubric import RubricTrial
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hangar.agents import AgentSpec
 from hangar.benchmark.suite import LoadedSample
 from hangar.decision import SKILL_ARM, LoadedCase
+from hangar.knowledge.questions import LoadedQuestion
 from hangar.models import ModelSpec
 from hangar.paths import default_evidence_url
 from hangar.results import TrialResult, Verdict
@@ -85,9 +86,11 @@ class TrialSpec(BaseModel):
     """Sweep id."""
     trial_key: str
     """The trial's key (see `trial_key`)."""
-    scenario: Annotated[LoadedScenario | LoadedCase | LoadedSample, Field(discriminator="kind")]
-    """What the trial runs: an execution scenario, a decision case or a benchmark sample,
-    loaded and digested."""
+    scenario: Annotated[
+        LoadedScenario | LoadedCase | LoadedSample | LoadedQuestion, Field(discriminator="kind")
+    ]
+    """What the trial runs: an execution scenario, a decision case, a benchmark sample or a
+    knowledge question, loaded and digested."""
     agent: AgentSpec
     """The agent."""
     model: str = "none"
@@ -212,6 +215,32 @@ def sample_trial(
         plugins=(sample.phase,),
         repeat=repeat,
         backend="none",
+        evidence_url=evidence_url or default_evidence_url(),
+    )
+
+
+def question_trial(
+    question: LoadedQuestion,
+    agent: AgentSpec,
+    arm: str,
+    *,
+    model: ModelSpec | str,
+    backend: str = "docker",
+    sweep: str | None = None,
+    evidence_url: str | None = None,
+) -> TrialSpec:
+    """The spec of one knowledge question in the repo-search arm `arm`."""
+    spec = ModelSpec.model_validate(model)
+    payload = {"question": question.digest, "agent": agent.digest(), "model": spec.id, "arm": arm}
+    return TrialSpec(
+        sweep=sweep or datetime.now(UTC).strftime("adhoc-%Y%m%dT%H%M%S.%fZ"),
+        trial_key=hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest(),
+        scenario=question,
+        agent=agent,
+        model=spec.id,
+        model_spec=spec,
+        arm=arm,
+        backend=backend,
         evidence_url=evidence_url or default_evidence_url(),
     )
 

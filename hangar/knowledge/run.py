@@ -1,0 +1,130 @@
+"""`hangar knowledge run`: the repo-search arm as hangar trials, then its answer file.
+
+Each question of a sealed suite is one knowledge trial (`hangar.trials.knowledge`) of a
+sweep of its own (one per suite, arm and model, so a stopped run resumes), on Ray with
+the usual retries, budget and results store. When every question has a final result,
+``answers/<arm>.jsonl`` and ``answers/<arm>.meta.json`` are written from them (a question
+without an answer is left out: the report counts it unanswered). An arm is scored once:
+an arm whose answers exist is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from hangar.agents import ChatAgent
+from hangar.errors import ConfigError
+from hangar.knowledge.formats import Answer, Meta, write_jsonl
+from hangar.knowledge.questions import DEFAULT_IMAGE, load_questions
+from hangar.knowledge.suite import MANIFEST, sealed_suite
+from hangar.models import ModelSpec, check_keys
+from hangar.results import Verdict
+
+
+class ArmRun(BaseModel):
+    """What a run did."""
+
+    sweep: str
+    """Its sweep id (results and evidence)."""
+    answered: int
+    """Questions answered."""
+    unanswered: dict[str, str]
+    """Question -> why it has no answer."""
+    incomplete: int
+    """Questions without a final result (rerun to resume); no answer file then."""
+    files: list[Path]
+    """What was written."""
+
+
+def run_arm(
+    folder: Path,
+    arm: str,
+    model: ModelSpec,
+    *,
+    agent: ChatAgent | None = None,
+    repositories: dict[str, str] | None = None,
+    image: str = DEFAULT_IMAGE,
+    store_url: str | None = None,
+    evidence_url: str | None = None,
+    budget_usd: float | None = None,
+    backend: str = "docker",
+    address: str | None = None,
+) -> ArmRun:
+    """Run the repo-search arm on a sealed suite (see the module docstring)."""
+    from hangar.scheduler.driver import SweepRunner
+    from hangar.scheduler.sweep import Sweep, SweepFile
+    from hangar.store import ResultsStore
+
+    suite = sealed_suite(folder)
+    target = folder / "answers" / f"{arm}.jsonl"
+    if target.exists():
+        raise ConfigError(f"{target} exists: an arm is scored once (run it under a new name)")
+    agent = agent or ChatAgent(name="repo-search", tools="read")
+    if agent.tools != "read":
+        raise ConfigError(f"agent {agent.name}: the repo-search arm needs `tools: read`")
+    check_keys([model])
+    questions = load_questions(suite, repositories, image)
+    sweep = Sweep(
+        id=f"knowledge-{suite.name}-{arm}-{model.id}".replace("/", "-"),
+        path=None,
+        config=SweepFile(
+            scenarios=[],
+            models=[model],
+            store=store_url,
+            evidence=evidence_url,
+            budget_usd=budget_usd,
+            backend=backend,
+        ),
+        scenarios=[],
+        agents={agent.name: agent},
+        arms=[],
+        questions=questions,
+        knowledge_arm=arm,
+    )
+    store = ResultsStore(store_url)
+    SweepRunner(sweep, store, address=address).run()
+    by_question = {
+        r.scenario_id: r
+        for r in store.results(sweep.id)
+        if r.scenario_digest in {q.digest for q in questions}
+    }
+    incomplete = [q.id for q in questions if q.id not in by_question]
+    incomplete += [
+        q.id
+        for q in questions
+        if q.id in by_question and by_question[q.id].verdict is Verdict.INFRA_ERROR
+    ]
+    answers, unanswered = [], {}
+    for q in questions:
+        result = by_question.get(q.id)
+        found = result.details.get("answer") if result else None
+        if found:
+            answers.append(Answer.model_validate(found))
+        elif result is not None:
+            unanswered[q.id] = f"{result.verdict.value}: {result.reason}"
+    files: list[Path] = []
+    if not incomplete:
+        write_jsonl(target, list(answers))
+        manifest = (folder / MANIFEST).read_bytes()
+        meta = Meta(
+            harness=f"hangar knowledge run (sweep {sweep.id}, agent {agent.name})",
+            date=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            model=model.id,
+            knowledge_snapshot="repositories at each question's as_of; suite manifest "
+            f"sha256:{hashlib.sha256(manifest).hexdigest()}",
+        )
+        meta_path = folder / "answers" / f"{arm}.meta.json"
+        meta_path.write_text(json.dumps(meta.model_dump(exclude_none=True), indent=1) + "\n")
+        files = [target, meta_path]
+    return ArmRun(
+        sweep=sweep.id,
+        answered=len(answers),
+        unanswered=unanswered,
+        incomplete=len(incomplete),
+        files=files,
+    )

@@ -1,0 +1,206 @@
+"""The knowledge kind of trial: seed 003's repo-search arm, one question per trial.
+
+`KnowledgeTrial.run` walks: **admission** (a read-only chat agent and a model; every
+repository holds its ``as_of`` commit; the image exists), **workspace** (each repository's
+files at ``as_of`` within ``scope``, as plain files under ``/workspace/<repository>``:
+no ``.git``, no history, no link), **sandbox** (the workspace mounted read-only, the
+network off), **agent** (a chat loop on the host with only list, grep and read, which
+run in the sandbox as argv commands, never a shell, and answer), and **answer** (the
+answer and its citations written to ``answer.json``; each citation becomes
+``repo://<repository>@<commit>/<path>`` with the sha256 of that file at ``as_of``, or
+stays as the agent wrote it, with no hash, when it names no file of the workspace).
+
+Only the question reaches the sandbox and the prompt: never its key, its answer or its
+canary. The verdict says whether an answer was given; what it is worth is decided later
+by people's labels (`hangar.knowledge.scoring`): its scores are pending until then.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+from hangar.agents import AgentRun, ChatAgent, run_chat_agent
+from hangar.errors import ImageNotFound, WorkspaceError
+from hangar.knowledge.questions import LoadedQuestion
+from hangar.paths import cache_dir
+from hangar.results import COUNTED_VERDICTS, Usage, Verdict
+from hangar.sandbox import Mount, Sandbox, SandboxSpec, sandbox_class
+from hangar.sandbox.workspace import MirrorCache, export_tree
+from hangar.trace import TraceWriter
+from hangar.trials.boundary import Outcome, TrialRun
+from hangar.trials.spec import TrialSpec
+
+log = logging.getLogger(__name__)
+WORKDIR = "/workspace"
+#: Time the agent has for one question.
+TIME_S = 600.0
+
+
+def citation_uri(repo: str, commit: str, path: str) -> str:
+    """A repository file's uri: repository, commit and path."""
+    return f"repo://{repo}@{commit}/{path}"
+
+
+class KnowledgeTrial(TrialRun):
+    """One question of the repo-search arm; `run` walks its phases."""
+
+    def __init__(self, spec: TrialSpec) -> None:
+        super().__init__(spec)
+        if not isinstance(spec.scenario, LoadedQuestion):
+            raise TypeError(f"a knowledge trial needs a question, not {spec.scenario.kind}")
+        self.item = spec.scenario
+        self.workspace = self.folder / "workspace"
+        self.mirrors = MirrorCache((spec.cache_root or cache_dir()) / "mirrors")
+        self.sandbox: Sandbox | None = None
+        self.trace: TraceWriter | None = None
+        self.agent_run = AgentRun()
+        self.usage = Usage()
+        self.files: dict[str, dict[str, str]] = {}
+        self.answer: dict[str, Any] | None = None
+
+    def run(self) -> None:
+        """Walk the phases (see the module docstring)."""
+        with self.phase("admission"):
+            self.admit()
+        with self.phase("workspace"):
+            self.make_workspace()
+        with self.phase("sandbox_up"):
+            self.sandbox = self.start_sandbox()
+        with self.phase("agent"):
+            self.ask(self.sandbox)
+        with self.phase("answer"):
+            self.collect()
+
+    def admit(self) -> None:
+        """What keeps the question from running is blocked_setup, before any call."""
+        q = self.item
+        self.write("question.json", q.model_dump(mode="json"))
+        problems = []
+        agent = self.spec.agent
+        if not isinstance(agent, ChatAgent) or agent.tools != "read":
+            problems.append("the repo-search arm needs a chat agent with `tools: read`")
+        if self.spec.model_spec is None or self.spec.model_spec.provider == "none":
+            problems.append("a knowledge question needs a model")
+        for name, commit in q.commits.items():
+            try:
+                if not self.mirrors.has_revision(q.repositories[name], commit):
+                    problems.append(f"as_of commit {commit} is not in repository {name}")
+            except WorkspaceError as exc:
+                problems.append(f"repository {name}: {exc}")
+        image = sandbox_class(self.spec.backend).image_problem(q.image)
+        if image:
+            problems.append(image)
+        if problems:
+            raise Outcome(Verdict.BLOCKED_SETUP, "admission: " + "; ".join(problems))
+
+    def make_workspace(self) -> None:
+        """Each repository's files at ``as_of`` within scope, and their hashes."""
+        q = self.item
+        for name, commit in sorted(q.commits.items()):
+            self.files[name] = export_tree(
+                self.mirrors, q.repositories[name], commit, self.workspace / name, q.scope[name]
+            )
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self.write("files.json", self.files)
+
+    def start_sandbox(self) -> Sandbox:
+        """The sandbox: the workspace read-only, nothing else of the host."""
+        spec = SandboxSpec(
+            image=self.item.image,
+            workdir=WORKDIR,
+            mounts=(Mount(source=self.workspace, target=WORKDIR, read_only=True),),
+            sweep=self.spec.sweep,
+            trial=self.spec.trial_key,
+            node=self.spec.node or socket.gethostname(),
+            ttl_s=TIME_S + 900,
+        )
+        sandbox = sandbox_class(self.spec.backend)(spec)
+        try:
+            sandbox.start()
+        except ImageNotFound as exc:
+            raise Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
+        return sandbox
+
+    def ask(self, sandbox: Sandbox) -> None:
+        """The agent's turns: read tools in the sandbox, the model from the host."""
+        assert isinstance(self.spec.agent, ChatAgent) and self.spec.model_spec is not None
+        self.trace = TraceWriter(self.artifacts / "trace.jsonl")
+        q = self.item
+        repos = ", ".join(f"{name} at {commit[:12]}" for name, commit in sorted(q.commits.items()))
+        context = f"Repositories (read-only): {repos}.\n\nQuestion ({q.question.kind}): "
+        context += q.question.question
+        self.write("prompt.json", {"system": self.spec.agent.system_prompt, "user": context})
+        self.agent_run, self.usage = run_chat_agent(
+            self.spec.agent, sandbox, context, self.trace, TIME_S, self.spec.model_spec
+        )
+        if self.agent_run.provider_error is not None:
+            raise Outcome(
+                Verdict.INFRA_ERROR, f"provider failure: {self.agent_run.provider_error.message}"
+            )
+
+    def collect(self) -> None:
+        """The answer file: the answer and its citations, each with its hash at as_of."""
+        raw = self.agent_run.answer
+        if not self.agent_run.completed or raw is None:
+            self.verdict, self.reason = Verdict.FAIL, f"no answer: {self.agent_run.reason}"
+            return
+        cited = raw.get("citations") or []
+        citations = [
+            self.cite(str(c.get("uri") or c.get("path") or "") if isinstance(c, dict) else str(c))
+            for c in (cited if isinstance(cited, list) else [cited])
+        ]
+        self.answer = {
+            "id": self.item.id,
+            "answer": str(raw.get("answer") or ""),
+            "citations": citations,
+        }
+        self.write("answer.json", self.answer)
+        self.verdict = Verdict.PASS
+        self.reason = f"answered with {len(citations)} citation(s); correctness awaits labels"
+
+    def cite(self, given: str) -> dict[str, str | None]:
+        """A citation as `repo://name@commit/path` with its hash, when it names a file."""
+        text = given.strip()
+        for name, commit in self.item.commits.items():
+            prefixes = (citation_uri(name, commit, ""), f"{WORKDIR}/{name}/", f"{name}/")
+            for prefix in prefixes:
+                if text.startswith(prefix):
+                    path = text[len(prefix) :]
+                    digest = self.files.get(name, {}).get(path)
+                    if digest is not None:
+                        return {"uri": citation_uri(name, commit, path), "sha256": digest}
+        return {"uri": text, "sha256": None}
+
+    def ended(self, verdict: Verdict, reason: str) -> None:
+        """Close the trace."""
+        if self.trace is not None and not self.trace.closed:
+            self.trace.close(completed=verdict in COUNTED_VERDICTS, reason=reason)
+
+    def tear_down(self, *, wait: bool) -> None:
+        """Stop and remove the sandbox."""
+        if self.sandbox is not None:
+            try:
+                self.sandbox.stop()
+                self.sandbox.close()
+            except Exception as exc:  # teardown never raises
+                log.warning("removing the sandbox of %s failed: %s", self.spec.trial_key, exc)
+
+    def outcome(self) -> dict[str, Any]:
+        """The answer and what it was asked on (no score: labels decide later)."""
+        q = self.item
+        return {
+            "kind": "knowledge",
+            "completed": self.agent_run.completed,
+            "usage": self.usage,
+            "provider_error": self.agent_run.provider_error,
+            "details": {
+                "suite": q.suite,
+                "question": q.id,
+                "questionKind": q.question.kind,
+                "commits": q.commits,
+                "scope": q.scope,
+                "answer": self.answer,
+            },
+        }
