@@ -35,6 +35,8 @@ from hangar.knowledge.suite import MANIFEST, Suite, load_arm, void_record
 Metric = Literal["correctness", "citation_validity"]
 METRICS: tuple[Metric, ...] = ("correctness", "citation_validity")
 WORDS = {"correctness": "correctness", "citation_validity": "citation validity"}
+#: The per-question field behind each metric.
+FIELD = {"correctness": "correct", "citation_validity": "citation_valid"}
 
 
 class MetricEntry(BaseModel):
@@ -144,7 +146,7 @@ def summarise(
     scored = [s for s in scores if s.status != "pending"]
     metrics = []
     for metric in METRICS:
-        k = sum(bool(getattr(s, "correct" if metric == "correctness" else metric)) for s in scored)
+        k = sum(bool(getattr(s, FIELD[metric])) for s in scored)
         w = stats.wilson(k, len(scored))
         metrics.append(
             MetricEntry(
@@ -181,9 +183,10 @@ def sentence(metric: Metric, low: float, margin: float, void: bool, loser: str =
 
 def values(arm: ArmReport, metric: Metric) -> dict[str, list[float]]:
     """Question -> [1.0 or 0.0] of the questions the arm has scored."""
-    field = "correct" if metric == "correctness" else metric
     return {
-        s.id: [float(bool(getattr(s, field)))] for s in arm.per_question if s.status != "pending"
+        s.id: [float(bool(getattr(s, FIELD[metric])))]
+        for s in arm.per_question
+        if s.status != "pending"
     }
 
 
