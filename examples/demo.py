@@ -21,6 +21,16 @@
    poorer proposal) on risk_coverage, which is the gate's exit status 1. It runs in a
    copy under ./runs/sdd-benchmark, whose reports/ keeps the history of every demo run.
 
+5. `examples/knowledge/`: a sealed knowledge gold set (seed 003), eleven questions over
+   `repos/handbook.bundle`. The external arm `baseline-projects` (answers a person got
+   from another system) is imported; the repo-search arm runs as trials (each question
+   in a sandbox with the repository read-only at its `as_of`, an agent with only list,
+   grep, read and answer, on the scripted model); both are scored from the committed
+   labels of three raters, a canary scan of the run's evidence finds nothing, and the
+   rule is printed: baseline-projects is not shown to lose on correctness, and is shown
+   to lose by at least 15 points on citation validity. In a fresh copy under
+   ./runs/knowledge each time (the trials resume from the store).
+
 Each execution trial clones the pinned revision, runs its agent in a docker sandbox with the
 network off, runs the hidden tests in the same sandbox wiped, is judged by the pinned host
 verifier and stores its evidence bundle; results go to SQLite under ./runs. Prints every
@@ -38,6 +48,11 @@ from pathlib import Path
 from hangar.benchmark.run import run_benchmark
 from hangar.cli import console, print_result
 from hangar.cli.benchmarks import print_report
+from hangar.knowledge.render import render as render_knowledge
+from hangar.knowledge.report import build_report as build_knowledge_report
+from hangar.knowledge.run import run_arm
+from hangar.knowledge.scan import scan_and_void, suite_canaries
+from hangar.knowledge.suite import import_arm, sealed_suite
 from hangar.models import ModelSpec
 from hangar.report import build_report
 from hangar.report_render import render_text
@@ -97,6 +112,7 @@ def main() -> int:
             ok &= run(models, {"toolloop": "pass", "chat": "pass"})
             ok &= decide(load_sweep(HERE / "decision" / "sweep.yaml"))
             ok &= benchmark()
+            ok &= knowledge()
         finally:
             server.shutdown()
     console.print("check a bundle with: hangar evidence verify URI")
@@ -109,6 +125,7 @@ def scripted() -> Script:
         "scripted-model.yaml",
         "decision/scripted-model.yaml",
         "sdd-benchmark/scripted-model.yaml",
+        "knowledge/scripted-model.yaml",
     )
     return Script(conversations=[c for p in parts for c in Script.load(HERE / p).conversations])
 
@@ -155,6 +172,51 @@ def benchmark() -> bool:
     console.print(
         f"benchmark -> exit {run.exit_code}, regressions {sorted(map(str, found))}  {mark}"
     )
+    return good
+
+
+def knowledge() -> bool:
+    """The knowledge gold set: import, run, scan, score, and the rule."""
+    folder = Path("runs") / "knowledge"
+    shutil.rmtree(folder, ignore_errors=True)  # an arm is answered once: a fresh copy
+    shutil.copytree(HERE / "knowledge", folder)
+    console.rule(f"knowledge gold set {folder} (seed 003)")
+    suite = sealed_suite(folder)
+    external = folder / "external"
+    import_arm(
+        suite,
+        "baseline-projects",
+        external / "baseline-projects.jsonl",
+        external / "baseline-projects.meta.json",
+    )
+    model = ModelSpec(
+        id="scripted-searcher",
+        base_url="http://127.0.0.1:8765/v1",
+        api_key_env="HANGAR_SCRIPTED_KEY",
+    )
+    run = run_arm(
+        folder,
+        "baseline-repo-search",
+        model,
+        repositories={"handbook": str(HERE / "repos" / "handbook.bundle")},
+    )
+    console.print(f"repo-search: {run.answered} answered (sweep {run.sweep})", highlight=False)
+    found = scan_and_void([folder / "answers"], suite_canaries(folder), [run.sweep])
+    console.print(f"canary scan of the answers and the run's evidence: {len(found)} found")
+    report = build_knowledge_report(
+        suite,
+        ["baseline-projects", "baseline-repo-search"],
+        baseline="baseline-projects",
+        candidate="baseline-repo-search",
+    )
+    console.out(render_knowledge(report, "text"), highlight=False)
+    sentences = [c.sentence for c in report.comparisons]
+    want = [
+        "baseline is not shown to lose by 15 points",
+        "baseline is shown to lose by at least 15 points on citation validity",
+    ]
+    good = sentences == want and not found and run.answered == 11
+    console.print(f"knowledge -> {'[green]as expected[/]' if good else f'[red]expected {want}[/]'}")
     return good
 
 

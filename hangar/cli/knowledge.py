@@ -4,7 +4,6 @@ compare)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Annotated
 
@@ -65,22 +64,9 @@ def knowledge_import(
     ] = None,
 ) -> None:
     """Import an external arm's answers (run by a person or another system) and its meta."""
-    from hangar.knowledge.suite import load_arm, sealed_suite
+    from hangar.knowledge.suite import import_arm, sealed_suite
 
-    loaded = sealed_suite(suite)
-    target = suite / "answers" / f"{arm}.jsonl"
-    if target.exists():
-        raise ConfigError(f"{target} exists: an arm is scored once (import under a new name)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(answers, target)
-    if meta is not None:
-        shutil.copyfile(meta, suite / "answers" / f"{arm}.meta.json")
-    try:
-        imported = load_arm(loaded, arm)
-    except ConfigError:
-        target.unlink()
-        (suite / "answers" / f"{arm}.meta.json").unlink(missing_ok=True)
-        raise
+    imported = import_arm(sealed_suite(suite), arm, answers, meta)
     note = "" if imported.meta else " (no meta: the report will say it is missing)"
     console.print(f"imported {len(imported.answers)} answers of {esc(arm)}{note}", highlight=False)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -194,6 +195,25 @@ def load_arm(suite: Suite, name: str) -> Arm:
     unique(labels_path, labels, key=lambda label: (label.id, label.rater))
     _known(suite, labels_path, [label.id for label in labels])
     return Arm(name=name, answers={a.id: a for a in answers}, meta=meta, labels=labels)
+
+
+def import_arm(suite: Suite, name: str, answers: Path, meta: Path | None) -> Arm:
+    """Copy an external arm's answers (and its meta) into the suite, checked; refused when
+    the arm has answers already (an arm is scored once)."""
+    target = suite.folder / "answers" / f"{name}.jsonl"
+    meta_target = suite.folder / "answers" / f"{name}.meta.json"
+    if target.exists():
+        raise ConfigError(f"{target} exists: an arm is scored once (import under a new name)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(answers, target)
+    if meta is not None:
+        shutil.copyfile(meta, meta_target)
+    try:
+        return load_arm(suite, name)
+    except ConfigError:
+        target.unlink()
+        meta_target.unlink(missing_ok=True)
+        raise
 
 
 def _known(suite: Suite, path: Path, ids: list[str]) -> None:
