@@ -729,3 +729,29 @@ def test_an_as_of_commit_that_is_not_there_is_blocked_setup(
         "1 unanswered" in out.output
         and f"as_of commit {'0' * 40} is not in repository handbook" in out.output
     )
+
+
+def test_a_manifest_written_elsewhere_and_the_rules_edge(tmp_path: Path) -> None:
+    import hashlib
+
+    from hangar.knowledge.report import sentence
+
+    folder = make_suite(tmp_path)
+    flat = {
+        name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+        for name in ("questions.jsonl", "keys.jsonl")
+    }
+    (folder / "manifest.json").write_text(json.dumps(flat))  # flat, bare hex: accepted
+    assert [q.id for q in sealed_suite(folder).questions] == ["q0", "q1", "q2", "q3"]
+    (folder / "keys.jsonl").write_text(
+        (folder / "keys.jsonl").read_text().replace("KEY-TEXT-0", "X")
+    )
+    with pytest.raises(ConfigError, match=r"keys\.jsonl: changed since the suite was sealed"):
+        sealed_suite(folder)
+    # the lower bound "reaches" +15 points at 0.15 exactly, however the float came out
+    shown = "baseline is shown to lose by at least 15 points on correctness"
+    assert sentence("correctness", 0.1499999999999, 0.15, False) == shown
+    assert sentence("correctness", 0.15000000000000002, 0.15, False) == shown
+    assert (
+        sentence("correctness", 0.149, 0.15, False) == "baseline is not shown to lose by 15 points"
+    )

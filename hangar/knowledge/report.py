@@ -176,6 +176,7 @@ def sentence(metric: Metric, low: float, margin: float, void: bool, loser: str =
     if void:
         return "the suite is void (a canary was found): no decision"
     points = f"{margin * 100:g}"
+    low = round(low, 9)  # 3/20 is 0.15, not 0.15000000000000002 or 0.1499999999
     if low >= margin if margin > 0 else low > 0:
         return f"{loser} is shown to lose by at least {points} points on {WORDS[metric]}"
     return f"{loser} is not shown to lose by {points} points"
