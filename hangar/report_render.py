@@ -240,7 +240,7 @@ svg{background:#fafafa;border:1px solid #ddd;margin:.5rem 0} .v{color:#8b008b}
 _PALETTE = ["#3b6fb6", "#d9822b", "#2f9e44", "#c92a2a", "#7048e8", "#0b7285"]
 
 
-def _svg_intervals(report: Report) -> str:
+def svg_intervals(report: Report) -> str:
     """Pass rate per group: a bar and the Wilson interval as a whisker."""
     rows = report.groups
     h, left, width = 28 * len(rows) + 40, 260, 480
@@ -272,7 +272,7 @@ def _svg_intervals(report: Report) -> str:
     return "".join(out)
 
 
-def _svg_cost(report: Report) -> str:
+def svg_cost(report: Report) -> str:
     """Cost per trial (x) against pass rate (y), one point per group."""
     w, h, pad = 520, 320, 50
     costs = [g.cost_per_trial or 0.0 for g in report.groups]
@@ -299,7 +299,7 @@ def _svg_cost(report: Report) -> str:
     return "".join(out)
 
 
-def _svg_differences(report: Report) -> str:
+def svg_differences(report: Report) -> str:
     """Per-scenario differences (A - B) of each comparison, as bars around zero."""
     if not report.comparisons:
         return "<p>No two groups differ in exactly one factor: nothing to compare.</p>"
@@ -384,10 +384,10 @@ seeded paired bootstrap over scenarios for differences).</p>{notes}
 <h2>Groups</h2><table><tr>{head}</tr>{groups}</table>
 <h2>Scores per metric</h2><table><tr><th>group</th><th>metric</th><th>n</th>
 <th>mean [95% CI]</th><th>unassessed</th></tr>{scores}</table>
-<h2>Pass rate with 95% interval</h2>{_svg_intervals(report)}
-<h2>Cost per trial against pass rate</h2>{_svg_cost(report)}
+<h2>Pass rate with 95% interval</h2>{svg_intervals(report)}
+<h2>Cost per trial against pass rate</h2>{svg_cost(report)}
 <h2>Comparisons</h2><ul>{comps or "<li>none</li>"}</ul>
-<h2>Per-scenario differences</h2>{_svg_differences(report)}
+<h2>Per-scenario differences</h2>{svg_differences(report)}
 <h2>Pass matrix</h2><table><tr><th>scenario</th>{label_heads}</tr>{matrix}</table>
 <h2>Checklist requirements</h2>
 <table><tr><th>requirement</th><th>group</th><th>pass rate</th></tr>{reqs}</table>

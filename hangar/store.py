@@ -425,26 +425,33 @@ class ResultsStore:
     def results(self, sweep_id: str, *, all_attempts: bool = False) -> Iterator[TrialResult]:
         """The sweep's results (each trial's latest attempt unless `all_attempts`)."""
         source = trials if all_attempts else self._latest(sweep_id)
+        yield from self._read(sweep_id, source, None)
+
+    def results_of(self, sweep_id: str, trial_key: str) -> list[TrialResult]:
+        """Every attempt of one trial, oldest first."""
+        return list(self._read(sweep_id, trials, trial_key))
+
+    def _read(self, sweep_id: str, source: Any, trial_key: str | None) -> Iterator[TrialResult]:
+        """Results of `source` rows of a sweep (of one trial when `trial_key`)."""
+
+        def only(table: Any) -> Any:
+            condition = table.c.sweep_id == sweep_id
+            return condition if trial_key is None else condition & (table.c.trial_key == trial_key)
+
         with self.engine.connect() as conn:
             found: dict[tuple[str, int], list[CheckOutcome]] = {}
-            for c in conn.execute(
-                select(checks).where(checks.c.sweep_id == sweep_id).order_by(checks.c.idx)
-            ):
+            for c in conn.execute(select(checks).where(only(checks)).order_by(checks.c.idx)):
                 found.setdefault((c.trial_key, c.attempt), []).append(
                     CheckOutcome(
                         requirement=c.requirement, status=c.status, evidence=tuple(c.evidence)
                     )
                 )
             valued: dict[tuple[str, int], list[Score]] = {}
-            for v in conn.execute(
-                select(scores).where(scores.c.sweep_id == sweep_id).order_by(scores.c.metric)
-            ):
+            for v in conn.execute(select(scores).where(only(scores)).order_by(scores.c.metric)):
                 valued.setdefault((v.trial_key, v.attempt), []).append(
                     Score(metric=v.metric, value=v.value, scale=v.scale, low=v.low, high=v.high)
                 )
-            query = (
-                select(source).where(source.c.sweep_id == sweep_id).order_by(source.c.finished_at)
-            )
+            query = select(source).where(only(source)).order_by(source.c.finished_at)
             for row in conn.execute(query):
                 key = (row.trial_key, row.attempt)
                 yield _result(row, tuple(found.get(key, [])), tuple(valued.get(key, [])))

@@ -9,6 +9,7 @@ from hangar.cli import (
     scores,
     sweeps,
     trials,
+    view,
 )
 from hangar.cli._app import app, console, err_console, main, print_result
 
@@ -26,4 +27,5 @@ __all__ = [
     "scores",
     "sweeps",
     "trials",
+    "view",
 ]

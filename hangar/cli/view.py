@@ -1,0 +1,54 @@
+"""`hangar view`: the local web viewer (`hangar.viewer`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hangar.cli._app import app, console, err_console
+
+
+@app.command("view")
+def view(
+    store: Annotated[
+        str | None, typer.Option(help="Results store URL (default: the local one).")
+    ] = None,
+    evidence: Annotated[
+        str | None,
+        typer.Option(help="Evidence store to read bundles from when a result's own URI fails."),
+    ] = None,
+    endpoint: Annotated[str | None, typer.Option(help="S3 endpoint URL of the evidence.")] = None,
+    knowledge: Annotated[
+        list[Path] | None, typer.Option(help="A knowledge suite to show (repeat).")
+    ] = None,
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (loopback by default).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8470,
+    margin: Annotated[float, typer.Option(help="Comparisons' margin, in points.")] = 5,
+) -> None:
+    """Browse sweeps, trials, transcripts, evidence and scores in a local web page."""
+    import uvicorn
+
+    from hangar.store import ResultsStore
+    from hangar.viewer.app import Viewer, make_app
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        err_console.print(
+            f"[yellow]listening on {host}: anyone who reaches it reads every trial's evidence[/]",
+            highlight=False,
+        )
+    viewer = Viewer(
+        ResultsStore(store),
+        endpoint=endpoint,
+        evidence=evidence,
+        knowledge=knowledge,
+        margin=margin / 100,
+    )
+    console.print(f"hangar view on http://{host}:{port}/ (Ctrl-C stops it)", highlight=False)
+    try:
+        uvicorn.run(make_app(viewer), host=host, port=port, log_level="warning")
+    finally:
+        viewer.evidence.close()

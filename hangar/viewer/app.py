@@ -1,0 +1,409 @@
+"""`hangar view`: a local web viewer (Starlette, Jinja2 templates, one static script).
+
+Pages: the sweeps (newest first, filtered, paginated), a sweep (`hangar report`'s report:
+groups with every metric and its interval, verdict mix, cost, plots, comparisons with
+their sentences, the pass matrix, the trials, which refresh while it runs), a trial (its
+verdict, scores, checks and evidence, timings, usage; the transcript; the kind's own
+section; every evidence file, the bundle and its hash check), comparisons of two sweeps
+or of a sweep and a baseline, and knowledge suites.
+
+Everything shown that came from a trial is hostile: templates escape every value (Jinja2
+autoescape), no page carries inline script or style, and every response has a strict
+Content-Security-Policy (scripts and styles only from this server). An evidence file is
+shown as escaped text, never rendered; a raw download is ``application/octet-stream``
+as an attachment with ``nosniff``.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from hangar.errors import HangarError
+from hangar.report_render import svg_cost, svg_differences, svg_intervals
+from hangar.store import ResultsStore
+from hangar.viewer import kinds
+from hangar.viewer.data import (
+    PAGE,
+    Catalog,
+    Evidence,
+    Filters,
+    ReportCache,
+    TrialFilters,
+    read_json,
+)
+from hangar.viewer.transcript import read_transcript
+
+HERE = Path(__file__).parent
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+#: Characters of an evidence file one page shows.
+FILE_PAGE = 256 * 1024
+#: Scenarios of the pass matrix one page shows.
+MATRIX_PAGE = 100
+
+
+class SecurityHeaders(BaseHTTPMiddleware):
+    """The strict headers every response carries."""
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        response = await call_next(request)
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+
+def pct(x: float | None) -> str:
+    """A rate as a percentage (one decimal)."""
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def num(x: float | None, digits: int = 2) -> str:
+    """A number."""
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def usd(x: float | None) -> str:
+    """Dollars."""
+    return "-" if x is None else f"${x:.4f}"
+
+
+class Viewer:
+    """The app's state: the store, the evidence, the caches, the templates."""
+
+    def __init__(
+        self,
+        store: ResultsStore,
+        *,
+        endpoint: str | None = None,
+        evidence: str | None = None,
+        knowledge: list[Path] | None = None,
+        margin: float = 0.05,
+        poll_s: float = 3.0,
+    ) -> None:
+        self.catalog = Catalog(store)
+        self.reports = ReportCache(self.catalog, margin)
+        self.evidence = Evidence(endpoint, evidence)
+        self.knowledge = [p.resolve() for p in knowledge or []]
+        self.poll_s = poll_s
+        self.env = Environment(
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=select_autoescape(["html"]),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.filters.update(pct=pct, num=num, usd=usd)
+
+    def page(self, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        """A template rendered."""
+        return HTMLResponse(self.env.get_template(template).render(**context), status_code=status)
+
+    # -- pages -------------------------------------------------------------------------
+
+    async def sweeps(self, request: Request) -> Response:
+        q = request.query_params
+        filters = Filters(**{k: q.get(k, "") for k in Filters.model_fields})
+        page = max(0, int(q.get("page", "0") or 0))
+        try:
+            rows, total = self.catalog.sweeps(filters, page)
+        except ValueError as exc:
+            return self.page("error.html", 400, message=f"bad filter: {exc}")
+        self.reports.warm([r.id for r in rows[:5]])
+        return self.page(
+            "sweeps.html", rows=rows, total=total, page=page, filters=filters, per_page=50
+        )
+
+    async def sweep(self, request: Request) -> Response:
+        sweep_id = request.path_params["sweep"]
+        if not self.catalog.exists(sweep_id):
+            return self.page("error.html", 404, message=f"no sweep {sweep_id!r} in the store")
+        return self.page("sweep.html", **self._sweep_context(request, sweep_id))
+
+    def _sweep_context(self, request: Request, sweep_id: str) -> dict[str, Any]:
+        q = request.query_params
+        cached = self.reports.get(sweep_id)
+        report = cached.report
+        mpage = max(0, int(q.get("mpage", "0") or 0))
+        filters = TrialFilters(**{k: q.get(k, "") for k in TrialFilters.model_fields})
+        page = max(0, int(q.get("page", "0") or 0))
+        rows, total = self.catalog.trials(sweep_id, filters, page)
+        labels = [g.label for g in report.groups]
+        matrix = report.scenarios[mpage * MATRIX_PAGE : (mpage + 1) * MATRIX_PAGE]
+        few = len(report.scenarios) <= 60
+        return {
+            "sweep": sweep_id,
+            "report": report,
+            "stale": cached.stale,
+            "state": self.catalog.state(sweep_id),
+            "labels": labels,
+            "matrix": matrix,
+            "mpage": mpage,
+            "mpages": max(1, -(-len(report.scenarios) // MATRIX_PAGE)),
+            "trials": rows,
+            "total": total,
+            "page": page,
+            "per_page": PAGE,
+            "filters": filters,
+            "poll_s": self.poll_s,
+            "plots": {
+                "intervals": svg_intervals(report) if report.groups else "",
+                "cost": svg_cost(report) if report.groups else "",
+                "differences": svg_differences(report) if few else "",
+            },
+        }
+
+    async def sweep_part(self, request: Request) -> Response:
+        """A fragment of the sweep page (summary or trials), for the live refresh."""
+        sweep_id, part = request.path_params["sweep"], request.path_params["part"]
+        if part not in ("summary", "trials") or not self.catalog.exists(sweep_id):
+            return self.page("error.html", 404, message="no such part")
+        return self.page(f"_{part}.html", **self._sweep_context(request, sweep_id))
+
+    async def state(self, request: Request) -> Response:
+        sweep_id = request.path_params["sweep"]
+        rows, latest = self.catalog.state(sweep_id)
+        return JSONResponse({"rows": rows, "latest": latest})
+
+    async def trial(self, request: Request) -> Response:
+        sweep_id, key = request.path_params["sweep"], request.path_params["key"]
+        attempt = request.query_params.get("attempt")
+        result = self.catalog.trial(sweep_id, key, int(attempt) if attempt else None)
+        if result is None:
+            return self.page("error.html", 404, message=f"no trial {key} in sweep {sweep_id}")
+        bundle, problem = None, ""
+        try:
+            bundle = self.evidence.bundle(result)
+        except (HangarError, OSError) as exc:
+            problem = f"the evidence could not be read: {exc}"
+        transcript = None
+        if bundle is not None and (bundle.folder / "trace.jsonl").is_file():
+            transcript = read_transcript(bundle.folder / "trace.jsonl")
+        section: dict[str, Any] = {}
+        if result.kind == "prompt":
+            section = kinds.decision(result, bundle)
+        elif result.kind == "rubric":
+            section = kinds.rubric(result, bundle)
+        elif result.kind == "knowledge":
+            section = kinds.knowledge(result, bundle, self.knowledge)
+        elif bundle is not None:
+            diff = kinds.diff_html(bundle)
+            section = {
+                "diff": diff[0] if diff else "",
+                "diff_cut": diff[1] if diff else 0,
+                "commands": kinds.commands(bundle),
+                "verification": read_json(bundle.folder / "verifier" / "verification.json"),
+            }
+        return self.page(
+            "trial.html",
+            r=result,
+            sweep=sweep_id,
+            attempts=self.catalog.attempts(sweep_id, key),
+            bundle=bundle,
+            problem=problem,
+            transcript=transcript,
+            section=section,
+            timeline=timeline(result.timings),
+        )
+
+    def _bundle_of(self, request: Request) -> tuple[Any, Any]:
+        p = request.path_params
+        result = self.catalog.trial(p["sweep"], p["key"], int(p["attempt"]))
+        return result, self.evidence.bundle(result) if result is not None else None
+
+    def _evidence_path(self, bundle: Any, rel: str) -> Path | None:
+        if bundle is None or rel not in bundle.files:
+            return None  # only files the bundle holds: no path from the request reaches disk
+        return Path(bundle.folder) / rel
+
+    async def file(self, request: Request) -> Response:
+        result, bundle = self._bundle_of(request)
+        rel = request.query_params.get("path", "")
+        path = self._evidence_path(bundle, rel)
+        if result is None or path is None:
+            return self.page("error.html", 404, message=f"no evidence file {rel!r}")
+        offset = max(0, int(request.query_params.get("offset", "0") or 0))
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read(FILE_PAGE)
+        text = data.decode("utf-8", errors="replace")
+        binary = b"\0" in data[:8192]
+        return self.page(
+            "file.html",
+            r=result,
+            rel=rel,
+            text=text,
+            binary=binary,
+            size=size,
+            offset=offset,
+            next_offset=offset + len(data) if offset + len(data) < size else None,
+            prev_offset=max(0, offset - FILE_PAGE) if offset else None,
+        )
+
+    async def raw(self, request: Request) -> Response:
+        _, bundle = self._bundle_of(request)
+        rel = request.query_params.get("path", "")
+        path = self._evidence_path(bundle, rel)
+        if path is None:
+            return self.page("error.html", 404, message=f"no evidence file {rel!r}")
+        name = Path(rel).name.replace('"', "")
+        return FileResponse(
+            path,
+            media_type="application/octet-stream",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+
+    async def bundle(self, request: Request) -> Response:
+        _, bundle = self._bundle_of(request)
+        if bundle is None:
+            return self.page("error.html", 404, message="no bundle")
+        return FileResponse(
+            bundle.archive,
+            media_type="application/gzip",
+            headers={"Content-Disposition": 'attachment; filename="bundle.tar.gz"'},
+        )
+
+    async def compare(self, request: Request) -> Response:
+        from hangar.baseline import Thresholds, baseline_names, load_baseline, snapshot
+        from hangar.baseline import compare as find
+
+        q = request.query_params
+        store = self.catalog.store
+        candidate, before_sweep, name = q.get("b", ""), q.get("a", ""), q.get("baseline", "")
+        choices = {
+            "sweeps": store.sweep_ids(),
+            "baselines": [n for n, _, _ in baseline_names(store)],
+        }
+        if not candidate or not (before_sweep or name):
+            return self.page("compare.html", outcome=None, choices=choices, q=dict(q))
+        try:
+            if name:
+                before = load_baseline(store, name)
+            else:
+                before = snapshot(before_sweep, before_sweep, store.results(before_sweep))
+            after = snapshot("candidate", candidate, store.results(candidate))
+        except HangarError as exc:
+            return self.page("error.html", 404, message=str(exc))
+        outcome = find(before, after, Thresholds())
+        rows = []
+        for label in sorted(set(before.groups) | set(after.groups)):
+            a, b = before.groups.get(label), after.groups.get(label)
+            rows.append(
+                {
+                    "group": label,
+                    "metric": "pass",
+                    "before": a.rate if a else None,
+                    "after": b.rate if b else None,
+                }
+            )
+        for metric in sorted(set(before.metrics) | set(after.metrics)):
+            for label in sorted(
+                set(before.metrics.get(metric, {})) | set(after.metrics.get(metric, {}))
+            ):
+                rows.append(
+                    {
+                        "group": label,
+                        "metric": metric,
+                        "before": _mean(before.metrics.get(metric, {}).get(label)),
+                        "after": _mean(after.metrics.get(metric, {}).get(label)),
+                    }
+                )
+        return self.page(
+            "compare.html", outcome=outcome, rows=rows, choices=choices, q=dict(q), before=before
+        )
+
+    async def knowledge_suite(self, request: Request) -> Response:
+        from hangar.knowledge.render import render_html as knowledge_html
+        from hangar.knowledge.report import build_report
+        from hangar.knowledge.suite import sealed_suite
+
+        name = request.path_params["name"]
+        folder = next((s for s in self.knowledge if s.name == name), None)
+        if folder is None:
+            return self.page("error.html", 404, message=f"no knowledge suite {name!r} given")
+        try:
+            suite = sealed_suite(folder)
+            arms = sorted(
+                p.name.removesuffix(".jsonl") for p in (folder / "answers").glob("*.jsonl")
+            )
+            q = request.query_params
+            report = build_report(
+                suite,
+                arms,
+                baseline=q.get("baseline") or None,
+                candidate=q.get("candidate") or None,
+            )
+        except HangarError as exc:
+            return self.page("error.html", 400, message=str(exc))
+        body = knowledge_html(report)
+        inner = body[body.index("<body>") + 6 : body.index("</body>")]
+        return self.page("knowledge.html", name=name, inner=inner, arms=arms)
+
+    async def pygments_css(self, request: Request) -> Response:
+        return Response(HtmlFormatter().get_style_defs(".diff"), media_type="text/css")
+
+
+def timeline(timings: dict[str, float]) -> str:
+    """The trial's phases in order, each a bar as long as it took (SVG; names escaped)."""
+    total = sum(timings.values()) or 1.0
+    width, row = 760, 18
+    height = row * len(timings) + 24
+    out = [
+        f'<svg id="timeline" width="{width + 260}" height="{height}" '
+        'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="phase timeline">'
+    ]
+    start = 0.0
+    for i, (name, secs) in enumerate(timings.items()):
+        x, w, y = 200 + width * start / total, max(1.0, width * secs / total), 4 + row * i
+        out.append(
+            f'<text x="194" y="{y + 12}" font-size="11" text-anchor="end">{escape(name)}</text>'
+            f'<rect class="phase" x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row - 4}" '
+            f'fill="#3b6fb6"><title>{escape(name)} {secs:.3f}s</title></rect>'
+            f'<text x="{x + w + 4:.1f}" y="{y + 12}" font-size="10">{secs:.2f}s</text>'
+        )
+        start += secs
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _mean(tallies: dict[str, Any] | None) -> float | None:
+    if not tallies:
+        return None
+    n = sum(t.n for t in tallies.values())
+    return sum(t.total for t in tallies.values()) / n if n else None
+
+
+def make_app(viewer: Viewer) -> Starlette:
+    """The Starlette app of a viewer."""
+    v = viewer
+    routes = [
+        Route("/", v.sweeps),
+        Route("/sweeps/{sweep}", v.sweep),
+        Route("/sweeps/{sweep}/part/{part}", v.sweep_part),
+        Route("/api/sweeps/{sweep}/state", v.state),
+        Route("/trials/{sweep}/{key}", v.trial),
+        Route("/trials/{sweep}/{key}/{attempt:int}/file", v.file),
+        Route("/trials/{sweep}/{key}/{attempt:int}/raw", v.raw),
+        Route("/trials/{sweep}/{key}/{attempt:int}/bundle", v.bundle),
+        Route("/compare", v.compare),
+        Route("/knowledge/{name}", v.knowledge_suite),
+        Route("/static/pygments.css", v.pygments_css),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)])

@@ -1,0 +1,408 @@
+"""What the viewer reads: the results store (through SQL, paginated) and evidence bundles.
+
+- `Catalog.sweeps`: every sweep, newest first, with its verdict mix and what it ran,
+  filtered by suite, model, agent, arm and time, a page at a time.
+- `ReportCache`: `hangar report`'s `Report` of a sweep, the same object the CLI prints,
+  kept per sweep and rebuilt in the background when the sweep's trials change (a page
+  never waits for a 20,000-trial report twice; while a sweep runs it shows the last one
+  built and says it is updating).
+- `Catalog.trials`: one page of a sweep's trials (latest attempts), filtered.
+- `Evidence`: a trial's bundle fetched from its store (file or S3) once, its hashes
+  verified (`verify_bundle`: the archive's sha256 against the result's, every file against
+  the manifest), and extracted with the untrusted-archive rules (`extract_untrusted`:
+  no link out, no device, a size cap).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import and_, func, or_, select
+
+from hangar.errors import HangarError
+from hangar.report import Report, build_report
+from hangar.results import TrialResult
+from hangar.sandbox.archive import extract_untrusted
+from hangar.store import ResultsStore, sweeps, trials
+from hangar.verifiers.bundle import BundleCheck, verify_bundle
+from hangar.verifiers.store import bundle_key, open_store, split_uri
+
+#: Trials a page lists.
+PAGE = 100
+#: The most an extracted bundle may hold.
+BUNDLE_LIMIT = 2 * 1024**3
+
+
+class SweepRow(BaseModel):
+    """One line of the sweeps page."""
+
+    id: str
+    created_at: datetime
+    updated_at: datetime
+    total: int
+    """Trials the sweep's matrix holds."""
+    done: int
+    """Trials with a result (latest attempts)."""
+    verdicts: dict[str, int]
+    models: list[str]
+    agents: list[str]
+    arms: list[str]
+    suites: list[str]
+    kinds: list[str]
+    cost_usd: float
+
+
+class Filters(BaseModel):
+    """The sweeps page's filters (empty: no filter)."""
+
+    suite: str = ""
+    model: str = ""
+    agent: str = ""
+    arm: str = ""
+    since: str = ""
+    """ISO date or time: updated at or after."""
+    until: str = ""
+    """ISO date or time: created at or before."""
+
+
+class TrialFilters(BaseModel):
+    """A sweep's trial list filters."""
+
+    verdict: str = ""
+    scenario: str = ""
+    agent: str = ""
+    model: str = ""
+    arm: str = ""
+
+
+class Catalog:
+    """The store, read for the viewer."""
+
+    def __init__(self, store: ResultsStore) -> None:
+        self.store = store
+
+    def _latest(self, sweep_id: str | None = None) -> Any:
+        last = select(
+            trials.c.sweep_id,
+            trials.c.trial_key,
+            func.max(trials.c.attempt).label("attempt"),
+        ).group_by(trials.c.sweep_id, trials.c.trial_key)
+        if sweep_id is not None:
+            last = last.where(trials.c.sweep_id == sweep_id)
+        sub = last.subquery()
+        return (
+            select(trials)
+            .join(
+                sub,
+                and_(
+                    trials.c.sweep_id == sub.c.sweep_id,
+                    trials.c.trial_key == sub.c.trial_key,
+                    trials.c.attempt == sub.c.attempt,
+                ),
+            )
+            .subquery()
+        )
+
+    def sweeps(self, f: Filters, page: int = 0, per_page: int = 50) -> tuple[list[SweepRow], int]:
+        """A page of sweeps, newest first, and how many match."""
+        query = select(sweeps)
+        for column, value in (
+            (trials.c.suite, f.suite),
+            (trials.c.model, f.model),
+            (trials.c.agent, f.agent),
+            (trials.c.arm, f.arm),
+        ):
+            if value:
+                query = query.where(
+                    select(trials.c.sweep_id)
+                    .where(trials.c.sweep_id == sweeps.c.id, column == value)
+                    .exists()
+                )
+        if f.since:
+            query = query.where(sweeps.c.updated_at >= datetime.fromisoformat(f.since))
+        if f.until:
+            query = query.where(sweeps.c.created_at <= datetime.fromisoformat(f.until))
+        with self.store.engine.connect() as conn:
+            total = conn.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+            rows = conn.execute(
+                query.order_by(sweeps.c.updated_at.desc()).limit(per_page).offset(page * per_page)
+            ).all()
+            ids = [r.id for r in rows]
+            latest = self._latest()
+            mix: dict[str, dict[str, int]] = {i: {} for i in ids}
+            seen: dict[str, dict[str, set[str]]] = {
+                i: {k: set() for k in ("model", "agent", "arm", "suite", "kind")} for i in ids
+            }
+            cost: dict[str, float] = dict.fromkeys(ids, 0.0)
+            if ids:
+                grouped = conn.execute(
+                    select(
+                        latest.c.sweep_id,
+                        latest.c.verdict,
+                        latest.c.model,
+                        latest.c.agent,
+                        latest.c.arm,
+                        latest.c.suite,
+                        latest.c.kind,
+                        func.count().label("n"),
+                        func.sum(latest.c.cost_usd + latest.c.judge_cost_usd).label("cost"),
+                    )
+                    .where(latest.c.sweep_id.in_(ids))
+                    .group_by(
+                        latest.c.sweep_id,
+                        latest.c.verdict,
+                        latest.c.model,
+                        latest.c.agent,
+                        latest.c.arm,
+                        latest.c.suite,
+                        latest.c.kind,
+                    )
+                )
+                for g in grouped:
+                    mix[g.sweep_id][g.verdict] = mix[g.sweep_id].get(g.verdict, 0) + g.n
+                    cost[g.sweep_id] += float(g.cost or 0)
+                    for k in ("model", "agent", "arm", "suite", "kind"):
+                        if getattr(g, k):
+                            seen[g.sweep_id][k].add(getattr(g, k))
+        return [
+            SweepRow(
+                id=r.id,
+                created_at=r.created_at,
+                updated_at=r.updated_at,
+                total=r.total_trials,
+                done=sum(mix[r.id].values()),
+                verdicts=mix[r.id],
+                models=sorted(seen[r.id]["model"]),
+                agents=sorted(seen[r.id]["agent"]),
+                arms=sorted(seen[r.id]["arm"]),
+                suites=sorted(seen[r.id]["suite"]),
+                kinds=sorted(seen[r.id]["kind"]),
+                cost_usd=cost[r.id],
+            )
+            for r in rows
+        ], total
+
+    def state(self, sweep_id: str) -> tuple[int, str]:
+        """(rows, newest finish) of a sweep: what changes when a trial lands."""
+        with self.store.engine.connect() as conn:
+            row = conn.execute(
+                select(func.count(), func.max(trials.c.finished_at)).where(
+                    trials.c.sweep_id == sweep_id
+                )
+            ).one()
+        return int(row[0]), str(row[1] or "")
+
+    def exists(self, sweep_id: str) -> bool:
+        """Whether the store knows the sweep."""
+        with self.store.engine.connect() as conn:
+            return (
+                conn.execute(select(sweeps.c.id).where(sweeps.c.id == sweep_id)).first() is not None
+            )
+
+    def trials(
+        self, sweep_id: str, f: TrialFilters, page: int = 0, per_page: int = PAGE
+    ) -> tuple[list[dict[str, Any]], int]:
+        """A page of a sweep's trials (latest attempts, newest first) and how many match."""
+        latest = self._latest(sweep_id)
+        query = select(
+            latest.c.trial_key,
+            latest.c.attempt,
+            latest.c.scenario_id,
+            latest.c.agent,
+            latest.c.model,
+            latest.c.arm,
+            latest.c.repeat,
+            latest.c.verdict,
+            latest.c.reason,
+            latest.c.duration_s,
+            latest.c.cost_usd,
+            latest.c.judge_cost_usd,
+            latest.c.kind,
+            latest.c.finished_at,
+        )
+        for column, value in (
+            (latest.c.verdict, f.verdict),
+            (latest.c.agent, f.agent),
+            (latest.c.model, f.model),
+            (latest.c.arm, f.arm),
+        ):
+            if value:
+                query = query.where(column == value)
+        if f.scenario:
+            query = query.where(
+                or_(latest.c.scenario_id == f.scenario, latest.c.scenario_id.contains(f.scenario))
+            )
+        with self.store.engine.connect() as conn:
+            total = conn.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+            rows = conn.execute(
+                query.order_by(latest.c.finished_at.desc(), latest.c.trial_key)
+                .limit(per_page)
+                .offset(page * per_page)
+            ).all()
+        return [dict(r._mapping) for r in rows], total
+
+    def trial(self, sweep_id: str, key: str, attempt: int | None = None) -> TrialResult | None:
+        """One trial's result (its latest attempt unless `attempt`)."""
+        found = [
+            r
+            for r in self.store.results_of(sweep_id, key)
+            if attempt is None or r.attempt == attempt
+        ]
+        return max(found, key=lambda r: r.attempt) if found else None
+
+    def attempts(self, sweep_id: str, key: str) -> list[int]:
+        """Every attempt of a trial."""
+        return sorted(r.attempt for r in self.store.results_of(sweep_id, key))
+
+
+class CachedReport(BaseModel):
+    """A report and the sweep state it was built from."""
+
+    report: Report
+    state: tuple[int, str]
+    stale: bool = False
+    """The sweep changed since; a newer report is being built."""
+
+
+class ReportCache:
+    """`hangar report`'s report per sweep, rebuilt in the background when it changes."""
+
+    def __init__(self, catalog: Catalog, margin: float = 0.05) -> None:
+        self.catalog = catalog
+        self.margin = margin
+        self._cache: dict[str, CachedReport] = {}
+        self._building: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def _build(self, sweep_id: str) -> None:
+        try:
+            state = self.catalog.state(sweep_id)
+            report = build_report(
+                sweep_id, self.catalog.store.results(sweep_id), margin=self.margin
+            )
+            with self._lock:
+                self._cache[sweep_id] = CachedReport(report=report, state=state)
+        finally:
+            with self._lock:
+                done = self._building.pop(sweep_id, None)
+            if done is not None:
+                done.set()
+
+    def _start(self, sweep_id: str) -> threading.Event:
+        with self._lock:
+            event = self._building.get(sweep_id)
+            if event is None:
+                event = self._building[sweep_id] = threading.Event()
+                threading.Thread(target=self._build, args=(sweep_id,), daemon=True).start()
+            return event
+
+    def get(self, sweep_id: str) -> CachedReport:
+        """The report: the cached one when current; the last one (marked stale) while a
+        new one is built; built now when there is none yet."""
+        state = self.catalog.state(sweep_id)
+        with self._lock:
+            cached = self._cache.get(sweep_id)
+        if cached is not None and cached.state == state:
+            return cached
+        event = self._start(sweep_id)
+        if cached is not None:
+            return cached.model_copy(update={"stale": True})
+        event.wait()
+        with self._lock:
+            return self._cache[sweep_id]
+
+    def warm(self, sweep_ids: list[str]) -> None:
+        """Build these sweeps' reports in the background."""
+        for sweep_id in sweep_ids:
+            self._start(sweep_id)
+
+
+class Bundle(BaseModel):
+    """A trial's evidence, fetched, verified and extracted."""
+
+    folder: Path
+    """Where its files are."""
+    archive: Path
+    """The archive as fetched."""
+    check: BundleCheck
+    """What the hash check found."""
+    files: list[str]
+    """Its files (manifest order), relative."""
+
+
+class Evidence:
+    """Bundles fetched once per viewer process into a private temporary folder."""
+
+    def __init__(self, endpoint: str | None = None, fallback: str | None = None) -> None:
+        self.endpoint = endpoint
+        self.fallback = fallback
+        self.root = Path(tempfile.mkdtemp(prefix="hangar-view-"))
+        self._lock = threading.Lock()
+        self._bundles: dict[str, Bundle] = {}
+
+    def bundle(
+        self, result: TrialResult, fetch: Callable[[str, Path], None] | None = None
+    ) -> Bundle | None:
+        """The result's bundle (None when it has none)."""
+        uri = result.evidence_uri
+        if not uri:
+            return None
+        with self._lock:
+            if uri in self._bundles:
+                return self._bundles[uri]
+            slot = self.root / f"{len(self._bundles):06d}"
+            slot.mkdir()
+            archive = slot / "bundle.tar.gz"
+            if fetch is not None:
+                fetch(uri, archive)
+            else:
+                self._fetch(result, archive)
+            check = verify_bundle(archive, result.evidence_sha256)
+            folder = slot / "files"
+            skipped: list[str] = []
+            with archive.open("rb") as handle:
+                extract_untrusted(handle, folder, strip=0, limit=BUNDLE_LIMIT, skipped=skipped)
+            files = sorted(
+                p.relative_to(folder).as_posix()
+                for p in folder.rglob("*")
+                if p.is_file() and not p.is_symlink()
+            )
+            if skipped:
+                check = check.model_copy(
+                    update={"ok": False, "problems": [*check.problems, *skipped]}
+                )
+            found = Bundle(folder=folder, archive=archive, check=check, files=files)
+            self._bundles[uri] = found
+            return found
+
+    def _fetch(self, result: TrialResult, archive: Path) -> None:
+        """From the result's own URI; else from the evidence store given (same key)."""
+        assert result.evidence_uri is not None
+        try:
+            store, key = split_uri(result.evidence_uri, self.endpoint)
+            store.get(key, archive)
+        except (HangarError, OSError):
+            if self.fallback is None:
+                raise
+            other = open_store(self.fallback)
+            other.get(bundle_key(result.sweep, result.trial_key, result.attempt), archive)
+
+    def close(self) -> None:
+        """Remove every fetched bundle."""
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def read_json(path: Path) -> Any:
+    """A JSON evidence file, or None when it is missing or not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return None
