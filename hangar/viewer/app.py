@@ -404,6 +404,7 @@ def make_app(viewer: Viewer) -> Starlette:
         Route("/compare", v.compare),
         Route("/knowledge/{name}", v.knowledge_suite),
         Route("/static/pygments.css", v.pygments_css),
+        Route("/favicon.ico", lambda _: Response(status_code=204)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)])

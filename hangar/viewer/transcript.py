@@ -138,6 +138,14 @@ def _turn(fields: dict[str, Any]) -> str:
     return f" {fields['turn']}" if "turn" in fields else ""
 
 
+def _append(b: Block, text: str) -> None:
+    """More output of the same stream: kept up to `MAX_TEXT`, the rest counted as cut."""
+    room = max(0, MAX_TEXT - len(b.text))
+    b.text += text[:room]
+    b.cut += max(0, len(text) - room)
+    b.folded = len(b.text) > FOLD_CHARS or b.text.count("\n") > FOLD_LINES
+
+
 def read_transcript(path: Path) -> Transcript:
     """The transcript of a trace file (see the module docstring)."""
     items: list[Item] = []
@@ -159,15 +167,8 @@ def read_transcript(path: Path) -> Transcript:
             start = ts if start is None else start
             kind = event.get("kind")
             last = items[-1] if items else None
-            if (
-                last is not None
-                and kind in ("stdout", "stderr")
-                and last.kind == kind
-                and last.blocks
-                and len(last.blocks[0].text) < MAX_TEXT
-            ):
-                merged = last.blocks[0].text + str(event.get("text", ""))
-                last.blocks[0] = block(kind, merged)
+            if last is not None and kind in ("stdout", "stderr") and last.kind == kind:
+                _append(last.blocks[0], str(event.get("text", "")))
                 continue
             if len(items) >= MAX_ITEMS:
                 continue

@@ -1,0 +1,367 @@
+"""`hangar view`, driven in headless Chromium (Debian's package, through Playwright) on a
+real sweep of each kind (execution on docker, a decision suite, a rubric benchmark, a
+knowledge gold set), including hostile evidence: a `<script>` payload in the output, an
+HTML file in the evidence, megabytes of output, a non-UTF-8 file, a tampered bundle."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from hangar.cli import app
+from hangar.store import ResultsStore
+from tests.require import skip_or_fail
+
+pytestmark = [pytest.mark.ray, pytest.mark.docker, pytest.mark.slow]
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+runner = CliRunner()
+HOSTILE = r"""
+printf '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">\n'
+printf 'bad bytes: \377\376\375 end\n'
+head -c 3000000 /dev/zero | tr '\0' A
+echo
+mkdir -p "$HOME/out"
+printf '<html><body><script>window.__pwned=3</script>' > "$HOME/out/page.html"
+printf '<h1 id="evil">evil</h1></body></html>' >> "$HOME/out/page.html"
+printf '\377\376 not utf-8 \200\n' > "$HOME/out/latin.txt"
+"""
+
+
+class Farm:
+    """The store with one sweep of each kind, and the viewer serving it."""
+
+    def __init__(self, root: Path, url: str, base: str, ids: dict[str, str], knowledge: Path):
+        self.root, self.url, self.base, self.ids, self.knowledge = root, url, base, ids, knowledge
+
+    @property
+    def store(self) -> ResultsStore:
+        return ResultsStore(self.url)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _sweeps(root: Path, url: str, server_url: str) -> dict[str, str]:
+    """Run a sweep of each kind into the store at `url`."""
+    from hangar.benchmark.run import run_benchmark
+    from hangar.knowledge.run import run_arm
+    from hangar.knowledge.suite import import_arm, sealed_suite
+    from hangar.models import ModelSpec
+    from hangar.scheduler.driver import SweepRunner
+    from hangar.scheduler.sweep import load_sweep
+
+    evidence = (root / "ev").as_uri()
+    agents = yaml.safe_load((EXAMPLES / "agents.yaml").read_text())
+    agents["hostile"] = {"command": HOSTILE, "collect": ["~/out"]}
+    (root / "agents.yaml").write_text(yaml.safe_dump(agents))
+    sweep = {
+        "id": "view-exec",
+        "scenarios": [str(EXAMPLES / "median" / "scenario.yaml")],
+        "agents_file": "agents.yaml",
+        "models": ["none"],
+        "arms": {"control": []},
+        "repeats": 1,
+        "backend": "docker",
+        "store": url,
+        "evidence": evidence,
+    }
+    (root / "sweep.yaml").write_text(yaml.safe_dump(sweep))
+    loaded = load_sweep(root / "sweep.yaml")
+    SweepRunner(loaded, ResultsStore(url)).run()
+
+    shutil.copytree(EXAMPLES / "decision", root / "decision")
+    decision = yaml.safe_load((root / "decision" / "sweep.yaml").read_text())
+    decision["models"][0]["base_url"] = f"{server_url}/v1"
+    decision |= {"store": url, "evidence": evidence, "id": "view-decision"}
+    (root / "decision" / "sweep.yaml").write_text(yaml.safe_dump(decision))
+    SweepRunner(load_sweep(root / "decision" / "sweep.yaml"), ResultsStore(url)).run()
+
+    bench = root / "sdd-benchmark"
+    shutil.copytree(EXAMPLES / "sdd-benchmark", bench)
+    config = bench / "config.yaml"
+    config.write_text(
+        config.read_text().replace("http://127.0.0.1:8765/v1", f"{server_url}/v1")
+        + f"    store: {url}\n    evidence: {evidence}\n"
+    )
+    bench_run = run_benchmark(bench)
+
+    knowledge = root / "knowledge"
+    shutil.copytree(EXAMPLES / "knowledge", knowledge)
+    ext = knowledge / "external"
+    import_arm(
+        sealed_suite(knowledge),
+        "baseline-projects",
+        ext / "baseline-projects.jsonl",
+        ext / "baseline-projects.meta.json",
+    )
+    model = ModelSpec(
+        id="scripted-searcher", base_url=f"{server_url}/v1", api_key_env="HANGAR_SCRIPTED_KEY"
+    )
+    arm = run_arm(
+        knowledge,
+        "baseline-repo-search",
+        model,
+        repositories={"handbook": str(EXAMPLES / "repos" / "handbook.bundle")},
+        store_url=url,
+        evidence_url=evidence,
+    )
+    benchmark_id = next(i for i in ResultsStore(url).sweep_ids() if i.startswith("sdd-benchmark"))
+    assert bench_run.report.summary.total_samples == 8
+    return {
+        "execution": "view-exec",
+        "decision": "view-decision",
+        "rubric": benchmark_id,
+        "knowledge": arm.sweep,
+    }
+
+
+@pytest.fixture(scope="module")
+def farm(
+    ray_local: None, docker_client: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Farm]:
+    import uvicorn
+
+    from hangar.testing.scripted import Script, ScriptedServer
+    from hangar.viewer.app import Viewer, make_app
+
+    root = tmp_path_factory.mktemp("farm")
+    url = f"sqlite:///{root}/results.db"
+    parts = (
+        EXAMPLES / "decision" / "scripted-model.yaml",
+        EXAMPLES / "sdd-benchmark" / "scripted-model.yaml",
+        EXAMPLES / "knowledge" / "scripted-model.yaml",
+    )
+    script = Script(conversations=[c for p in parts for c in Script.load(p).conversations])
+    server = ScriptedServer(script).start()
+    try:
+        ids = _sweeps(root, url, server.url)
+    finally:
+        server.shutdown()
+    viewer = Viewer(ResultsStore(url), knowledge=[root / "knowledge"], poll_s=1.0)
+    port = _port()
+    config = uvicorn.Config(make_app(viewer), host="127.0.0.1", port=port, log_level="warning")
+    web = uvicorn.Server(config)
+    thread = threading.Thread(target=web.run, daemon=True)
+    thread.start()
+    for _ in range(100):
+        if web.started:
+            break
+        time.sleep(0.05)
+    yield Farm(root, url, f"http://127.0.0.1:{port}", ids, root / "knowledge")
+    web.should_exit = True
+    thread.join(10)
+    viewer.evidence.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        skip_or_fail("chromium", "Debian's chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1300, "height": 1000})
+    p = context.new_page()
+    p.errors = []  # type: ignore[attr-defined]
+    p.on("pageerror", lambda e: p.errors.append(str(e)))  # type: ignore[attr-defined]
+    p.on("console", lambda m: p.errors.append(m.text) if m.type == "error" else None)  # type: ignore[attr-defined]
+    yield p
+    context.close()
+
+
+def trial_link(
+    farm: Farm, sweep: str, agent: str | None = None, scenario: str | None = None
+) -> str:
+    for r in farm.store.results(sweep):
+        if (agent is None or r.agent == agent) and (scenario is None or r.scenario_id == scenario):
+            return f"{farm.base}/trials/{sweep}/{r.trial_key}"
+    raise AssertionError(f"no trial of {agent or scenario} in {sweep}")
+
+
+def test_the_sweeps_page_lists_every_run_and_filters(farm: Farm, page: Any) -> None:
+    page.goto(farm.base + "/")
+    rows = page.locator("tr.sweep-row")
+    assert rows.count() == 4
+    text = page.inner_text("#sweeps")
+    for sweep in farm.ids.values():
+        assert sweep in text
+    page.fill("input[name=model]", "scripted-searcher")
+    page.click("button[type=submit]")
+    page.wait_for_load_state()
+    assert page.locator("tr.sweep-row").count() == 1
+    assert farm.ids["knowledge"] in page.inner_text("#sweeps")
+    assert page.errors == []
+
+
+def test_the_sweep_page_shows_the_reports_numbers(farm: Farm, page: Any, tmp_path: Path) -> None:
+    for kind in ("execution", "decision"):
+        sweep = farm.ids[kind]
+        out = runner.invoke(app, ["report", sweep, "--store", farm.url, "--format", "json"])
+        assert out.exit_code == 0, out.output
+        report = json.loads(out.stdout)
+        page.goto(f"{farm.base}/sweeps/{sweep}")
+        for g in report["groups"]:
+            label = f"{g['agent']} · {g['model']} · {g['arm']}"
+            row = page.locator(f'tr.group[data-group="{label}"]').inner_text()
+            r = g["pass_rate"]
+            assert (
+                f"{r['estimate'] * 100:.1f}% [{r['low'] * 100:.1f}%, {r['high'] * 100:.1f}%]" in row
+            )
+            for m in g["metrics"]:
+                if m["scale"] == "binary":
+                    assert f"{m['mean'] * 100:.1f}% [{m['ci_low'] * 100:.1f}%" in row
+        sentences = page.locator("td.sentence").all_inner_texts()
+        assert sentences == [c["sentence"] for c in report["comparisons"]]
+    assert "skill is shown to beat control by at least 5 points on correct" in sentences
+    shot = tmp_path / "sweep.png"
+    page.screenshot(path=str(shot), full_page=True)
+    from PIL import Image
+
+    with Image.open(shot) as image:
+        colours = {c for _, c in image.convert("RGB").getcolors(maxcolors=1 << 20) or []}
+    assert {(0x3B, 0x6F, 0xB6), (0xD9, 0x82, 0x2B)} <= colours  # the bars of two groups
+    assert page.errors == []
+
+
+def test_an_execution_trial(farm: Farm, page: Any) -> None:
+    page.goto(trial_link(farm, farm.ids["execution"], agent="gold"))
+    assert page.inner_text("#verdict") == "pass"
+    diff = page.locator("#diff")
+    assert "statkit/stats.py" in diff.inner_text()
+    assert diff.locator("span.gi").count() >= 2  # added lines, highlighted
+    assert "exit 0" in page.inner_text("body")
+    assert page.locator("#timeline rect.phase").count() >= 8
+    assert "model request" not in page.inner_text("#transcript")  # a command agent
+    assert "The bundle's hashes match" in page.inner_text("#bundle-check")
+    with page.expect_download() as download:
+        page.click("text=download bundle.tar.gz")
+    assert download.value.suggested_filename == "bundle.tar.gz"
+    assert page.errors == []
+
+
+def test_a_decision_case_a_rubric_sample_and_a_knowledge_answer(farm: Farm, page: Any) -> None:
+    results = list(farm.store.results(farm.ids["decision"]))
+    wrong = next(r for r in results if r.arm == "control" and r.verdict.value == "fail")
+    page.goto(f"{farm.base}/trials/{farm.ids['decision']}/{wrong.trial_key}")
+    table = page.inner_text("#choices")
+    assert "expected" in table and page.locator("#choices tr.wrong").count() >= 1
+    assert f"expected {', '.join(wrong.details['expected'])}" in page.inner_text("body")
+
+    page.goto(trial_link(farm, farm.ids["rubric"], scenario="BENCH-TASK-003"))
+    dims = page.inner_text("#dimensions")
+    assert (
+        "granularity" in dims and "(asked again)" in dims
+    )  # the follow-up on an unparsable answer
+    summaries = page.locator("details.judge summary").all_inner_texts()
+    assert any("reference-first" in s for s in summaries)
+    assert any("candidate-first" in s for s in summaries)
+    assert len(summaries) == 8  # four dimensions, two orderings
+
+    page.goto(trial_link(farm, farm.ids["knowledge"], scenario="Q08"))
+    cites = page.inner_text("#citations")
+    assert "valid" in cites and "fabricated" in cites  # README.md is not a valid source
+    assert page.locator("#labels tr").count() == 3  # a header and two raters
+    page.goto(
+        f"{farm.base}/knowledge/{farm.knowledge.name}?baseline=baseline-projects&candidate=baseline-repo-search"
+    )
+    assert (
+        "baseline is shown to lose by at least 15 points on citation validity"
+        in page.inner_text("#knowledge")
+    )
+    assert page.errors == []
+
+
+def test_hostile_evidence_is_shown_never_run(farm: Farm, page: Any) -> None:
+    link = trial_link(farm, farm.ids["execution"], agent="hostile")
+    response = page.goto(link)
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    assert page.evaluate("window.__pwned") is None
+    body = page.locator("#transcript").text_content()  # folded blocks included
+    assert "<script>window.__pwned=1</script>" in body  # shown as text
+    assert "bad bytes: \ufffd" in body  # undecodable bytes replaced
+    assert page.locator("#transcript details.fold").count() >= 1  # the long output folds
+    assert "more in the file" in body  # megabytes: cut on the page, whole in the file
+    size = page.evaluate("document.documentElement.outerHTML.length")
+    assert size < 1_000_000
+    html_file = next(
+        f for f in page.locator("#files a").all_inner_texts() if f.endswith("page.html")
+    )
+    page.click(f"text={html_file}")
+    page.wait_for_load_state()
+    assert page.locator("#evil").count() == 0 and page.evaluate("window.__pwned") is None
+    assert '<script>window.__pwned=3</script><h1 id="evil">evil</h1>' in page.inner_text(
+        "#file-text"
+    )
+    page.goto(link)
+    files = page.locator("#files a").all_inner_texts()
+    page.click(f"text={next(f for f in files if f.endswith('latin.txt'))}")
+    assert "\ufffd\ufffd not utf-8" in page.inner_text("#file-text")
+    raw = httpx.get(page.url.replace("/file?", "/raw?"))
+    assert raw.headers["content-type"] == "application/octet-stream"
+    assert raw.headers["content-disposition"].startswith("attachment")
+    assert raw.headers["x-content-type-options"] == "nosniff"
+    # the trace, paged: 3 MB in 256 KiB pages
+    page.goto(link)
+    page.click("text=trace.jsonl")
+    assert page.locator("text=next").count() == 1
+    assert page.errors == []
+
+
+def test_a_tampered_bundle_is_named(farm: Farm, page: Any) -> None:
+    result = next(r for r in farm.store.results(farm.ids["execution"]) if r.agent == "noop")
+    path = Path(str(result.evidence_uri).removeprefix("file://"))
+    path.write_bytes(path.read_bytes() + b"tampered")
+    page.goto(f"{farm.base}/trials/{farm.ids['execution']}/{result.trial_key}")
+    check = page.inner_text("#bundle-check")
+    assert "does not match" in check and "the result recorded" in check
+
+
+def test_new_trials_appear_while_a_sweep_runs(farm: Farm, page: Any) -> None:
+    sweep = farm.ids["decision"]
+    page.goto(f"{farm.base}/sweeps/{sweep}")
+    before = page.inner_text("#trial-count")
+    page.evaluate("window.__marker = 'still here'")
+    one = next(iter(farm.store.results(sweep)))
+    later = one.model_copy(
+        update={"trial_key": "f" * 64, "finished_at": one.finished_at.replace(year=2027)}
+    )
+    farm.store.record([later])
+    deadline = time.monotonic() + 15
+    while page.inner_text("#trial-count") == before and time.monotonic() < deadline:
+        page.wait_for_timeout(300)  # the page polls every second; no reload here
+    assert page.evaluate("window.__marker") == "still here"  # no reload
+    assert str(int(before.split()[0]) + 1) in page.inner_text("#trial-count")
+
+
+def test_comparing_two_sweeps_and_a_baseline(farm: Farm, page: Any) -> None:
+    from hangar.baseline import create_baseline
+
+    create_baseline(farm.store, "exec-b1", farm.ids["execution"])
+    page.goto(f"{farm.base}/compare?baseline=exec-b1&b={farm.ids['execution']}")
+    assert "No regression." in page.inner_text("body")
+    assert "pass" in page.inner_text("#compare-metrics")
+    page.goto(f"{farm.base}/compare?a={farm.ids['decision']}&b={farm.ids['execution']}")
+    assert page.locator("#compare-metrics tr").count() > 1
+    assert page.errors == []
