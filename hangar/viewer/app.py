@@ -109,6 +109,8 @@ class Viewer:
             lstrip_blocks=True,
         )
         self.env.filters.update(pct=pct, num=num, usd=usd)
+        # The newest sweeps' reports are built while the first page loads.
+        self.reports.warm([r.id for r in self.catalog.sweeps(Filters(), 0, 5)[0]])
 
     def page(self, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         """A template rendered."""
