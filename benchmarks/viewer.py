@@ -111,8 +111,8 @@ def main() -> None:
     for name, n in (("small", args.small), ("large", args.large)):
         first, warm, trials = results[name]
         print(
-            f"{name:5} {n:6} trials: first view {first * 1000:7.0f} ms, then {warm * 1000:5.0f} ms; "
-            f"a trials page {trials * 1000:4.0f} ms"
+            f"{name:5} {n:6} trials: first view {first * 1000:7.0f} ms, "
+            f"then {warm * 1000:5.0f} ms; a trials page {trials * 1000:4.0f} ms"
         )
     print(f"sweeps page: {listing * 1000:.0f} ms")
     ratio = results["large"][1] / results["small"][1]
