@@ -7,7 +7,7 @@ HANGAR  := $(VENV)/bin/hangar
 BASE_IMAGE ?= hangar/base:bookworm
 EXTRAS  ?= dev,s3,postgres,k8s
 
-.PHONY: demo test check fmt venv docker services base-image clean
+.PHONY: demo test check fmt venv docker services base-image helm clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,10 @@ base-image: venv docker
 demo: base-image
 	$(PY) examples/demo.py
 
-test: base-image services
+helm: venv
+	$(HANGAR) cluster install-helm
+
+test: base-image services helm
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 check: venv

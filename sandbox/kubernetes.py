@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
+import yaml
 from pydantic import BaseModel, Field
 
 from hangar.errors import (
@@ -172,18 +173,14 @@ def pod_manifest(spec: SandboxSpec, name: str, config: KubernetesConfig) -> dict
 
 
 def network_policy(namespace: str) -> dict[str, Any]:
-    """Deny all ingress and egress of hangar's sandbox pods in `namespace`."""
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": "hangar-sandboxes-deny-all", "namespace": namespace},
-        "spec": {
-            "podSelector": {"matchLabels": {LABEL_MANAGED: "true"}},
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [],
-            "egress": [],
-        },
-    }
+    """Deny all ingress and egress of hangar's sandbox pods in `namespace`: the policy of
+    ``networkpolicy.yaml`` beside this module, which the Helm chart installs too."""
+    source = Path(__file__).parent / "networkpolicy.yaml"
+    policy: dict[str, Any] = yaml.safe_load(source.read_text())
+    policy["metadata"]["namespace"] = namespace
+    if policy["spec"]["podSelector"]["matchLabels"] != {LABEL_MANAGED: "true"}:
+        raise ConfigError("networkpolicy.yaml must select the pods labelled hangar.managed")
+    return policy
 
 
 def _api() -> Any:

