@@ -13,15 +13,23 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 from hangar.errors import ClusterError
 
 
 def _ray() -> str:
+    """The `ray` command of hangar's own interpreter (its virtualenv need not be on PATH),
+    else the one on PATH."""
+    own = Path(sys.executable).parent / "ray"
+    if own.is_file() and os.access(own, os.X_OK):
+        return str(own)
     exe = shutil.which("ray")
     if exe is None:
         raise ClusterError(
-            "the `ray` command is not installed: pip install hangar-farm (it depends on ray)"
+            f"the `ray` command is not installed beside {sys.executable} nor on PATH: "
+            "pip install hangar-farm (it depends on ray) into that interpreter"
         )
     return exe
 

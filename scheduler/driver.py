@@ -21,15 +21,13 @@
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import os
 import re
 import signal
 import time
-from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +39,7 @@ from hangar.models import check_keys
 from hangar.paths import default_evidence_url
 from hangar.results import ProviderError, TrialResult, Verdict
 from hangar.scenario import LoadedScenario
+from hangar.scheduler.dispatch import Dispatch
 from hangar.scheduler.metrics import metric
 from hangar.scheduler.shipping import local_repository, pack_repository, pack_scenario
 from hangar.scheduler.sweep import Sweep
@@ -242,7 +241,7 @@ class SweepRunner:
         self.tally.skipped += len(blocked) - len(new)
         # Nothing to do (every trial of this matrix is final: results of an earlier version
         # of a scenario or sample have other keys and do not count): do not start Ray.
-        if {spec.trial_key for spec in self.sweep.trials(self.evidence_url)} <= final:
+        if all(spec.trial_key in final for spec in self.sweep.trials(self.evidence_url)):
             self.tally.skipped = self.sweep.size - self.tally.done
             for verdict, _, _, n in self.store.counts(self.sweep.id):
                 self.tally.verdicts[verdict] += n
@@ -266,18 +265,19 @@ class SweepRunner:
         prompt_task = ray.remote(run_trial_task).options(
             num_cpus=0, max_retries=self.policy.node_retries, retry_exceptions=False
         )
-        pending: Iterator[TrialSpec] = iter(self.sweep.trials(self.evidence_url))
-        deferred: dict[str, deque[TrialSpec]] = defaultdict(deque)
-        retries: list[tuple[float, int, TrialSpec]] = []  # heap by ready time
-        tiebreak = itertools.count()
+        dispatch = Dispatch(
+            self.sweep.trials(self.evidence_url),
+            window=window,
+            policy=self.policy,
+            caps=self.caps,
+            final=final,
+            last_attempt=last_attempt,
+        )
+        self.dispatch = dispatch
+        self.tally.stopped_models = dispatch.stopped
+        skipped_before = self.tally.skipped
         in_flight: dict[Any, tuple[TrialSpec, float]] = {}
-        per_model: Counter[str] = Counter()
-        exhausted = False
-        previous = signal.signal(signal.SIGINT, self._on_sigint)
-
-        # What the workers get instead of the driver's files, each put once.
-        packages: dict[str, Any] = {}  # scenario digest -> its package
-        repositories: dict[Path, tuple[str, Any]] = {}  # local repository -> (sha256, bundle)
+        shipper = _Shipper(ray)
 
         def submit(spec: TrialSpec) -> Any:
             loaded = spec.scenario
@@ -285,111 +285,67 @@ class SweepRunner:
                 return task.remote(spec, None, None, None)
             if not isinstance(loaded, LoadedScenario):  # a case or a sample: texts only
                 return prompt_task.remote(spec, None, None, None)
-            digest = loaded.digest
-            if digest not in packages:
-                packages[digest] = ray.put(pack_scenario(loaded))
-            repo = local_repository(loaded)
-            key, bundle = None, None
-            if repo is not None and repo.exists():
-                if repo not in repositories:
-                    sha, data = pack_repository(repo)
-                    repositories[repo] = (sha, ray.put(data))
-                key, bundle = repositories[repo]
-            return task.remote(spec, packages[digest], key, bundle)
+            return task.remote(spec, *shipper.ship(loaded))
 
-        def room(model: str) -> bool:
-            cap = self.caps.get(model)
-            return cap is None or per_model[model] < cap
-
-        stopped = self.tally.stopped_models
-
-        def next_spec() -> TrialSpec | None:
-            nonlocal exhausted
-            now = time.monotonic()
-            while retries and retries[0][2].model in stopped:  # its key was refused
-                heapq.heappop(retries)
-            if retries and retries[0][0] <= now and room(retries[0][2].model):
-                return heapq.heappop(retries)[2]
-            for model in stopped:
-                deferred.pop(model, None)
-            for model, queue in deferred.items():
-                if queue and room(model):
-                    return queue.popleft()
-            while not exhausted and sum(map(len, deferred.values())) < window:
-                spec = next(pending, None)
-                if spec is None:
-                    exhausted = True
-                    break
-                if spec.trial_key in final:
-                    self.tally.skipped += 1
-                    continue
-                if spec.model in stopped:
-                    continue
-                spec = spec.model_copy(update={"attempt": last_attempt.get(spec.trial_key, 0) + 1})
-                if room(spec.model):
-                    return spec
-                deferred[spec.model].append(spec)
-            return None
-
+        previous = signal.signal(signal.SIGINT, self._on_sigint)
         try:
             self.listener(self.tally, None)
             while True:
                 if self._over_budget():
                     self.tally.budget_exhausted = True
-                while (
-                    self._stop == 0
-                    and not self.tally.budget_exhausted
-                    and (len(in_flight) < window)
-                ):
-                    spec = next_spec()
+                while self._stop == 0 and not self.tally.budget_exhausted:
+                    spec = dispatch.next(time.monotonic())
                     if spec is None:
                         break
                     in_flight[submit(spec)] = (spec, time.time())
+                    dispatch.started(spec)
                     self.tally.peak_in_flight = max(self.tally.peak_in_flight, len(in_flight))
-                    per_model[spec.model] += 1
-                    metric("in_flight").set(per_model[spec.model], tags={"model": spec.model})
-                idle = not any(deferred.values()) and not retries and exhausted
-                if not in_flight and (idle or self._stop or self.tally.budget_exhausted):
+                    metric("in_flight").set(
+                        dispatch.per_model[spec.model], tags={"model": spec.model}
+                    )
+                self.tally.skipped = skipped_before + dispatch.skipped
+                if not in_flight and (dispatch.idle or self._stop or self.tally.budget_exhausted):
                     break
                 if self._stop >= 2:
                     for ref in in_flight:
                         ray.cancel(ref, force=True)
                     break
                 if not in_flight:
-                    time.sleep(min(self.poll_s, max(0.0, retries[0][0] - time.monotonic())))
+                    ready_at = dispatch.next_ready_at() or time.monotonic()
+                    time.sleep(min(self.poll_s, max(0.0, ready_at - time.monotonic())))
                     continue
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self.poll_s)
                 if ready:
                     ready, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
-                results = []
-                for ref in ready:
-                    spec, submitted = in_flight.pop(ref)
-                    per_model[spec.model] -= 1
-                    metric("in_flight").set(per_model[spec.model], tags={"model": spec.model})
-                    result = self._collect(ref, spec, submitted)
-                    results.append(result)
-                    error = result.provider_error
-                    if error is not None and error.kind == "auth" and spec.model not in stopped:
-                        # Every trial of the model would meet the same refused key.
-                        stopped[spec.model] = error
-                        log.error("stopped scheduling model %s: %s", spec.model, error.message)
-                    if (
-                        result.verdict is Verdict.INFRA_ERROR
-                        and spec.attempt <= self.policy.infra_retries
-                        and spec.model not in stopped
-                    ):
-                        again = spec.model_copy(update={"attempt": spec.attempt + 1})
-                        ready_at = time.monotonic() + self.policy.backoff(again.attempt)
-                        heapq.heappush(retries, (ready_at, next(tiebreak), again))
-                        self.tally.retries += 1
-                        metric("retries").inc(tags={"model": spec.model})
-                self.store.record(results)
-                for result in results:
-                    self._count(result)
+                self._finish(dispatch, [(ref, *in_flight.pop(ref)) for ref in ready])
         finally:
             signal.signal(signal.SIGINT, previous)
         self.tally.interrupted = self._stop > 0
         return self.tally
+
+    def _gauge(self, model: str) -> None:
+        metric("in_flight").set(self.dispatch.per_model[model], tags={"model": model})
+
+    def _finish(self, dispatch: Dispatch, done: list[tuple[Any, TrialSpec, float]]) -> None:
+        """Collect the trials that came back, queue retries, record them in one commit."""
+        results = []
+        for ref, spec, submitted in done:
+            result = self._collect(ref, spec, submitted)
+            results.append(result)
+            was_stopped = spec.model in dispatch.stopped
+            if dispatch.finished(spec, result, time.monotonic()):
+                self.tally.retries += 1
+                metric("retries").inc(tags={"model": spec.model})
+            if not was_stopped and spec.model in dispatch.stopped:
+                log.error(
+                    "stopped scheduling model %s: %s",
+                    spec.model,
+                    dispatch.stopped[spec.model].message,
+                )
+            metric("in_flight").set(dispatch.per_model[spec.model], tags={"model": spec.model})
+        self.store.record(results)
+        for result in results:
+            self._count(result, retrying=dispatch.will_retry(result))
 
     def _over_budget(self) -> bool:
         budget = self.sweep.config.budget_usd
@@ -418,7 +374,7 @@ class SweepRunner:
             )
         return result
 
-    def _count(self, result: TrialResult) -> None:
+    def _count(self, result: TrialResult, *, retrying: bool) -> None:
         tags = {"verdict": result.verdict.value, "model": result.model, "arm": result.arm}
         metric("trials").inc(tags=tags)
         metric("duration").observe(
@@ -436,14 +392,33 @@ class SweepRunner:
         if usage.cost_usd:
             metric("cost").inc(usage.cost_usd, tags={"model": result.model})
         self.tally.cost_usd += usage.cost_usd + result.judge_usage.cost_usd
-        retrying = (
-            result.verdict is Verdict.INFRA_ERROR
-            and result.attempt <= self.policy.infra_retries
-            and result.model not in self.tally.stopped_models
-        )
         if not retrying:
             self.tally.done += 1
             self.tally.verdicts[result.verdict.value] += 1
             if result.verdict is Verdict.INFRA_ERROR:
                 self.tally.lost += 1
         self.listener(self.tally, result)
+
+
+class _Shipper:
+    """What the workers get instead of the driver's files, each put in Ray's object store
+    once: a scenario's package by digest, a local repository's bundle by path."""
+
+    def __init__(self, ray: Any) -> None:
+        self._ray = ray
+        self._packages: dict[str, Any] = {}
+        self._repositories: dict[Path, tuple[str, Any]] = {}
+
+    def ship(self, loaded: LoadedScenario) -> tuple[Any, str | None, Any]:
+        """(package, repository sha256, repository bundle) of a scenario's trial."""
+        digest = loaded.digest
+        if digest not in self._packages:
+            self._packages[digest] = self._ray.put(pack_scenario(loaded))
+        repo = local_repository(loaded)
+        if repo is None or not repo.exists():
+            return self._packages[digest], None, None
+        if repo not in self._repositories:
+            sha, data = pack_repository(repo)
+            self._repositories[repo] = (sha, self._ray.put(data))
+        key, bundle = self._repositories[repo]
+        return self._packages[digest], key, bundle
