@@ -3,6 +3,7 @@ backoff, a refused key; time is a number the test advances."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -105,7 +106,7 @@ def test_infra_errors_come_back_after_their_backoff_then_give_up(tmp_path: Path)
         queued = dispatch.finished(attempt, result(attempt, Verdict.INFRA_ERROR), now)
         assert queued == (attempt.attempt <= POLICY.infra_retries)
     assert [a for a, _ in attempts] == [1, 2, 3]
-    gaps = [b - a for (_, a), (_, b) in zip(attempts, attempts[1:], strict=False)]
+    gaps = [b - a for (_, a), (_, b) in itertools.pairwise(attempts)]
     assert gaps == [POLICY.backoff(2), POLICY.backoff(3)] and gaps[0] < gaps[1]
 
 
