@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from hangar.errors import ClusterError
+from hangar.paths import cache_dir
 
 
 def _ray() -> str:
@@ -86,5 +89,46 @@ def run_ray(argv: list[str]) -> str:
 
 
 def stop() -> str:
-    """Stop the Ray processes of this machine."""
-    return run_ray([_ray(), "stop", "--force"])
+    """Stop the Ray processes of this machine (and forget its warm head)."""
+    out = run_ray([_ray(), "stop", "--force"])
+    _marker().unlink(missing_ok=True)
+    return out
+
+
+# -- the warm local head: `hangar cluster start --head` on this machine ------------------
+
+
+def _marker() -> Path:
+    return cache_dir() / "local-ray.json"
+
+
+def start_head(argv: list[str], port: int) -> str:
+    """Run `ray start --head` and remember the head, so `hangar run` on this machine
+    attaches to it instead of starting an embedded Ray; `ray start`'s output."""
+    out = run_ray(argv)
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("--node-ip-address=")]
+    found = re.search(r"Local node IP:\s*(\S+)", _ANSI.sub("", out))
+    node_ip = given[0] if given else found.group(1) if found else "127.0.0.1"
+    _marker().parent.mkdir(parents=True, exist_ok=True)
+    _marker().write_text(json.dumps({"address": f"{node_ip}:{port}", "node_ip": node_ip}))
+    return out
+
+
+def local_head() -> tuple[str, str] | None:
+    """(address, node IP) of the head `hangar cluster start --head` started on this machine,
+    when it still answers; None otherwise (a stale record is removed)."""
+    try:
+        head = json.loads(_marker().read_text())
+        address, node_ip = str(head["address"]), str(head["node_ip"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1):
+            return address, node_ip
+    except (OSError, ValueError):
+        _marker().unlink(missing_ok=True)
+        return None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")

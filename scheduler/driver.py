@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from hangar.cluster.nodes import local_head
 from hangar.cluster.reaper import ensure_reapers
 from hangar.errors import ConfigError, RayUnavailable
 from hangar.models import check_keys
@@ -54,16 +55,18 @@ SANDBOX_RESOURCE = "hangar_sandbox"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+EMBEDDED = "embedded"
+"""`address` that always starts an embedded Ray, even beside a warm local head."""
+
+
 def connect(address: str | None, slots: int) -> int:
-    """Start embedded Ray or attach to `address`; returns the cluster's sandbox slots."""
+    """Attach to `address`, else to the warm head `hangar cluster start --head` left on
+    this machine, else start an embedded Ray (also when `address` is ``embedded``);
+    returns the cluster's sandbox slots."""
     # Ray's token auth is on, embedded or not (nodes started by `hangar cluster` use it
     # too). Said explicitly, so Ray does not warn about its default at every run; Ray
     # reads the mode when it is imported, so this must come first.
     os.environ.setdefault("RAY_AUTH_MODE", "token")
-    if address is None:
-        # Ray runs workers at nice 15 by default; a trial worker drives the container
-        # engine and should not queue behind it (hangar cluster nodes do the same).
-        os.environ.setdefault("RAY_worker_niceness", "0")
     import ray
 
     if ray.is_initialized():
@@ -71,16 +74,17 @@ def connect(address: str | None, slots: int) -> int:
         if total:
             return total
         raise RayUnavailable("the running Ray has no hangar_sandbox resource")
+    node_ip = None
+    if address is None and (warm := local_head()) is not None:
+        address, node_ip = warm
+        log.warning(
+            "attached to the local Ray head at %s (started by `hangar cluster start`); "
+            "`hangar cluster stop` to go back to an embedded Ray per run",
+            address,
+        )
     try:
-        if address is None:
-            # Embedded: listen on loopback only; a laptop's sweep is nobody else's business.
-            ray.init(
-                resources={SANDBOX_RESOURCE: slots},
-                include_dashboard=False,
-                logging_level=logging.WARNING,
-                log_to_driver=False,
-                _node_ip_address="127.0.0.1",
-            )
+        if address in (None, EMBEDDED):
+            _start_embedded(ray, slots)
         else:
             # A cluster on this machine's loopback (tests, one-box clusters): the driver's
             # node is on loopback too, or Ray looks for it on the public interface.
@@ -89,10 +93,10 @@ def connect(address: str | None, slots: int) -> int:
                 address=address,
                 logging_level=logging.WARNING,
                 log_to_driver=False,
-                _node_ip_address="127.0.0.1" if local else None,
+                _node_ip_address=node_ip or ("127.0.0.1" if local else None),
             )
     except Exception as exc:
-        where = address or "an embedded node"
+        where = address if address not in (None, EMBEDDED) else "an embedded node"
         raise RayUnavailable(f"cannot start or reach Ray at {where}: {exc}") from exc
     total = int(ray.cluster_resources().get(SANDBOX_RESOURCE, 0))
     if not total:
@@ -101,6 +105,21 @@ def connect(address: str | None, slots: int) -> int:
             "with `hangar cluster start --head` / `hangar cluster join ADDRESS`"
         )
     return total
+
+
+def _start_embedded(ray: Any, slots: int) -> None:
+    # Ray runs workers at nice 15 by default; a trial worker drives the container engine
+    # and should not queue behind it (hangar cluster nodes do the same).
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    # Listen on loopback only; a laptop's sweep is nobody else's business.
+    ray.init(
+        address="local",  # a new node, even when this machine runs another Ray
+        resources={SANDBOX_RESOURCE: slots},
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+    )
 
 
 def sandbox_nodes() -> int:

@@ -31,7 +31,11 @@ app.add_typer(cluster_app, name="cluster")
 def run(
     sweep_file: Annotated[Path, typer.Argument(help="Sweep YAML file.")],
     address: Annotated[
-        str | None, typer.Option(help="Ray cluster to attach to (default: embedded Ray).")
+        str | None,
+        typer.Option(
+            help="Ray cluster to attach to (default: the head `hangar cluster start` left "
+            "running on this machine, else an embedded Ray; `embedded`: always embedded)."
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON.")] = False,
     allow_failures: Annotated[
@@ -240,19 +244,28 @@ def cluster_start(
     sandbox_slots: Annotated[int, typer.Option(help="Trials this node runs at once.")] = 2,
     port: Annotated[int, typer.Option(help="Head's GCS port.")] = 6379,
     metrics_port: Annotated[int, typer.Option(help="Port Prometheus scrapes.")] = 8080,
+    node_ip: Annotated[
+        str | None, typer.Option(help="This node's address (127.0.0.1: this machine only).")
+    ] = None,
 ) -> None:
-    """Start a Ray head node offering sandbox slots."""
-    from hangar.cluster.nodes import run_ray, start_argv
+    """Start a Ray head node offering sandbox slots. `hangar run` on this machine attaches
+    to it (no Ray start-up per sweep) until `hangar cluster stop`."""
+    from hangar.cluster.nodes import start_argv, start_head
 
     if not head:
         raise typer.BadParameter("use --head here, and `hangar cluster join ADDRESS` elsewhere")
-    run_ray(
-        start_argv(head=True, sandbox_slots=sandbox_slots, port=port, metrics_port=metrics_port)
+    argv = start_argv(
+        head=True,
+        sandbox_slots=sandbox_slots,
+        port=port,
+        metrics_port=metrics_port,
+        node_ip=node_ip,
     )
+    start_head(argv, port)
     console.print(
         f"head started with {sandbox_slots} sandbox slots; join workers with "
-        f"`hangar cluster join <this host>:{port}`, run sweeps with "
-        f"`hangar run SWEEP --address <this host>:{port}`",
+        f"`hangar cluster join <this host>:{port}`; `hangar run SWEEP` here attaches to "
+        f"it, elsewhere `hangar run SWEEP --address <this host>:{port}`",
         highlight=False,
     )
     console.print(

@@ -227,3 +227,42 @@ def test_driver_killed_then_resumed(tmp_path: Path) -> None:
     for key in done_before:
         assert runs[key[:20]] == 1, "a trial finished before the kill ran again"
     assert len(final_rows(store, "kill")) == 10
+
+
+def test_run_attaches_to_a_warm_local_head(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hangar cluster start --head` leaves a head that `hangar run` attaches to (no Ray
+    start-up of its own); once the head is gone, the record of it is dropped."""
+    from hangar.cluster.nodes import local_head, start_argv, start_head
+    from tests.services import free_port
+
+    monkeypatch.setenv("HANGAR_CACHE_DIR", str(tmp_path / "cache"))
+    ray_tmp = tempfile.mkdtemp(prefix="hrw-")
+    port = free_port()
+    argv = start_argv(
+        head=True, port=port, metrics_port=free_port(), sandbox_slots=2, node_ip="127.0.0.1"
+    )
+    path = write(
+        tmp_path / "sweep.yaml",
+        {
+            "id": "warm",
+            "scenarios": [str(TINY)],
+            "backend": "local",
+            "repeats": 3,
+            "agents": {"ok": {"command": "true"}},
+            "store": f"sqlite:///{tmp_path}/r.db",
+            "evidence": (tmp_path / "ev").as_uri(),
+        },
+    )
+    try:
+        start_head([*argv, f"--temp-dir={ray_tmp}"], port)
+        assert local_head() == (f"127.0.0.1:{port}", "127.0.0.1")
+        proc = subprocess.run(
+            [HANGAR, "run", str(path), "--json"], capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"attached to the local Ray head at 127.0.0.1:{port}" in proc.stderr
+        assert json.loads(proc.stdout)["done"] == 3
+    finally:
+        kill_processes(ray_tmp)
+    wait_for(lambda: local_head() is None, 30, "the stopped head to be forgotten")
+    assert not (tmp_path / "cache" / "local-ray.json").exists()
