@@ -24,7 +24,8 @@ import yaml
 from hangar.cluster.tools import require_helm
 from hangar.errors import ConfigError
 from hangar.sandbox.base import SandboxSpec
-from hangar.sandbox.kubernetes import KubernetesConfig, pod_manifest
+from hangar.sandbox.config import KubernetesConfig
+from hangar.sandbox.kubernetes import pod_manifest
 
 CHART = Path(__file__).resolve().parent.parent / "helm" / "hangar"
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 
+from pydantic import BaseModel
+
 from hangar.errors import ConfigError
 from hangar.sandbox.base import (
     ExecResult,
@@ -38,9 +40,17 @@ def sandbox_class(backend: str) -> type[Sandbox]:
     return cls
 
 
-def create_sandbox(backend: str, spec: SandboxSpec) -> Sandbox:
-    """A new, not yet started sandbox of the named backend."""
-    return sandbox_class(backend)(spec)
+def create_sandbox(backend: str, spec: SandboxSpec, config: BaseModel | None = None) -> Sandbox:
+    """A new, not yet started sandbox of the named backend, with that backend's settings
+    (`hangar.sandbox.config`; None: its defaults)."""
+    cls = sandbox_class(backend)
+    if config is None:
+        return cls(spec)
+    if getattr(config, "kind", None) != backend:
+        raise ConfigError(
+            f"settings of backend {getattr(config, 'kind', '?')!r} given to {backend!r}"
+        )
+    return cls(spec, config=config)  # type: ignore[call-arg]
 
 
 __all__ = [

@@ -417,6 +417,9 @@ class Sandbox(ABC):
     #: agent did survives outside the workspace.
     scratch_mounts: ClassVar[bool] = False
 
+    #: The backend's settings (`hangar.sandbox.config`), set by each backend.
+    config: BaseModel
+
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
 

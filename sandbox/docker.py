@@ -50,6 +50,7 @@ from hangar.sandbox.base import (
     describe,
     timeout_argv,
 )
+from hangar.sandbox.config import DockerConfig
 
 #: (image id, user) -> (uid, gid), shared by the sandboxes of this process.
 _USER_IDS: dict[tuple[str, str], tuple[int, int]] = {}
@@ -88,10 +89,18 @@ class DockerSandbox(Sandbox):
     """A sandbox in a docker container (the default backend)."""
 
     backend: ClassVar[str] = "docker"
+    config: DockerConfig
     scratch_mounts: ClassVar[bool] = True
 
-    def __init__(self, spec: SandboxSpec, client: docker.DockerClient | None = None) -> None:
+    def __init__(
+        self,
+        spec: SandboxSpec,
+        client: docker.DockerClient | None = None,
+        *,
+        config: DockerConfig | None = None,
+    ) -> None:
         super().__init__(spec)
+        self.config = config or DockerConfig()
         self._client = client
         self._container: Container | None = None
         self._ids: tuple[int, int] | None = None
@@ -210,9 +219,10 @@ class DockerSandbox(Sandbox):
                 mem_limit=spec.limits.memory,
                 memswap_limit=spec.limits.memory,
                 nano_cpus=int(spec.limits.cpus * 1e9),
-                labels=spec.labels(),
+                labels={**self.config.labels, **spec.labels()},
                 mounts=mounts,
                 read_only=spec.read_only_root,
+                runtime=self.config.runtime,
             )
             self._container.start()
         except docker.errors.ImageNotFound as exc:
@@ -220,6 +230,13 @@ class DockerSandbox(Sandbox):
             raise ImageNotFound(self.image_problem(spec.image) or str(exc)) from exc
         except docker.errors.APIError as exc:
             self.close()
+            runtime = self.config.runtime
+            if runtime and "runtime" in str(exc).lower():
+                raise SandboxUnavailable(
+                    f"the container engine has no runtime {runtime!r} ({exc.explanation}): "
+                    "install it and register it with dockerd (`docker info` lists the "
+                    "runtimes), or remove `runtime:` from the sweep's `backend:` section"
+                ) from exc
             raise _unavailable(f"start a container from {spec.image!r}", exc) from exc
 
     # -- exec -----------------------------------------------------------------------------

@@ -28,7 +28,6 @@ import base64
 import contextlib
 import io
 import logging
-import os
 import re
 import shlex
 import shutil
@@ -41,7 +40,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 import yaml
-from pydantic import BaseModel, Field
 
 from hangar.errors import (
     ConfigError,
@@ -65,31 +63,13 @@ from hangar.sandbox.base import (
     describe,
     timeout_argv,
 )
+from hangar.sandbox.config import KubernetesConfig
 
 log = logging.getLogger(__name__)
 
 SANDBOX_UID = 1000
 _PULL_FAILURES = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 _BROKEN = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
-
-
-class KubernetesConfig(BaseModel):
-    """Where and how sandbox pods run."""
-
-    namespace: str = Field(
-        default_factory=lambda: os.environ.get("HANGAR_K8S_NAMESPACE") or "hangar-sandboxes"
-    )
-    """Namespace of sandbox pods (``$HANGAR_K8S_NAMESPACE``; the NetworkPolicy goes there)."""
-    runtime_class: str | None = Field(
-        default_factory=lambda: os.environ.get("HANGAR_K8S_RUNTIME_CLASS") or None
-    )
-    """runtimeClassName, e.g. ``gvisor`` (``$HANGAR_K8S_RUNTIME_CLASS``)."""
-    image_pull_policy: str = "IfNotPresent"
-    """imagePullPolicy of the sandbox container."""
-    schedule_timeout_s: float = Field(default=300, gt=0)
-    """How long a pod may take to be scheduled and started before the trial gives up."""
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    """nodeSelector of sandbox pods."""
 
 
 def _label_value(value: str) -> str:
@@ -169,6 +149,11 @@ def pod_manifest(spec: SandboxSpec, name: str, config: KubernetesConfig) -> dict
         pod["spec"]["runtimeClassName"] = config.runtime_class
     if config.node_selector:
         pod["spec"]["nodeSelector"] = dict(config.node_selector)
+    if config.tolerations:
+        pod["spec"]["tolerations"] = [t.model_dump(exclude_none=True) for t in config.tolerations]
+    if config.service_account:
+        pod["spec"]["serviceAccountName"] = config.service_account
+    pod["metadata"]["labels"] = {**config.labels, **pod["metadata"]["labels"]}
     return pod
 
 
@@ -205,10 +190,11 @@ class KubernetesSandbox(Sandbox):
     """A sandbox in a Kubernetes Pod."""
 
     backend: ClassVar[str] = "kubernetes"
+    config: KubernetesConfig
     other_users: ClassVar[bool] = False
     live_mounts: ClassVar[bool] = False
 
-    def __init__(self, spec: SandboxSpec, config: KubernetesConfig | None = None) -> None:
+    def __init__(self, spec: SandboxSpec, *, config: KubernetesConfig | None = None) -> None:
         super().__init__(spec)
         self.config = config or KubernetesConfig()
         self.name: str | None = None

@@ -44,6 +44,7 @@ from hangar.sandbox.base import (
     SandboxSpec,
     command_argv,
 )
+from hangar.sandbox.config import LocalConfig
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +58,13 @@ class LocalSandbox(Sandbox):
     """Runs commands as host subprocesses in a private temp folder (no isolation)."""
 
     backend: ClassVar[str] = "local"
+    config: LocalConfig
     isolated: ClassVar[bool] = False
     other_users: ClassVar[bool] = False
 
-    def __init__(self, spec: SandboxSpec) -> None:
+    def __init__(self, spec: SandboxSpec, *, config: LocalConfig | None = None) -> None:
         super().__init__(spec)
+        self.config = config or LocalConfig()
         self._root: Path | None = None
 
     @property

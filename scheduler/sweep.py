@@ -48,6 +48,7 @@ from hangar.errors import ConfigError, HangarError
 from hangar.knowledge.questions import LoadedQuestion
 from hangar.models import ModelSpec
 from hangar.results import TrialResult, Verdict
+from hangar.sandbox.config import BackendConfig, DockerConfig
 from hangar.scenario import LoadedScenario, load_scenario, read_yaml
 from hangar.suite import sealed_suite_of
 from hangar.suite import verify as verify_suite
@@ -115,8 +116,9 @@ class SweepFile(BaseModel):
     """Arm name -> the scenario plugins it installs."""
     repeats: int = Field(default=1, gt=0)
     """Trials per (scenario, agent, model, arm)."""
-    backend: str = "docker"
-    """Sandbox backend."""
+    backend: BackendConfig = Field(default_factory=DockerConfig)
+    """Sandbox backend and its settings: ``docker``, or ``{kind: kubernetes, namespace:
+    ..., runtime_class: gvisor}`` (see `hangar.sandbox.config`)."""
     store: str | None = None
     """Results store URL (default: sqlite under the runs folder)."""
     evidence: str | None = None

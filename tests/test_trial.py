@@ -16,6 +16,7 @@ import pytest
 
 from hangar.agents import CommandAgent, load_agents
 from hangar.results import TrialResult, Verdict
+from hangar.sandbox.config import BackendConfig, DockerConfig
 from hangar.sandbox.disk import TrialDisk
 from hangar.scenario import load_scenario, repin
 from hangar.trials import Arm, TrialSpec, run_trial, single_trial
@@ -57,7 +58,7 @@ def run(
         command: str,
         *,
         arm: str = "control",
-        backend: str = "docker",
+        backend: str | BackendConfig = "docker",
         edit: Callable[[Path], None] | None = None,
     ) -> TrialResult:
         if edit is not None:
@@ -132,6 +133,16 @@ def test_gold_passes_and_noop_fails(run: Runner) -> None:
 
 def test_local_backend_runs_the_same_trial(run: Runner) -> None:
     assert run(GOLD, backend="local").verdict is Verdict.PASS
+
+
+def test_the_backends_settings_are_evidence(run: Runner) -> None:
+    """A sweep's `backend:` settings reach the sandbox and are recorded with the trial."""
+    settings = DockerConfig(runtime="runc", labels={"team": "evals"})
+    result = run(GOLD, backend=settings)
+    assert result.verdict is Verdict.PASS, result.reason
+    recorded = {"kind": "docker", "runtime": "runc", "labels": {"team": "evals"}}
+    assert json.loads(bundle(result, "backend.json")) == recorded
+    assert json.loads(bundle(result, "trial.json"))["backend_config"] == recorded
 
 
 # -- what the agent does to its own repository is its result, never the farm's --------------

@@ -167,7 +167,7 @@ def sweep_check(
         f"{case.id} (decision case): missing {m}" for case in sweep.cases for m in case.missing
     ]
     mirrors = MirrorCache(cache_dir() / "mirrors")
-    image_problem = sandbox_class(c.backend).image_problem
+    image_problem = sandbox_class(c.backend.kind).image_problem
     for loaded in sweep.scenarios:
         for arm in sweep.arms:
             found = (

@@ -24,6 +24,7 @@ from hangar.knowledge.questions import DEFAULT_IMAGE, load_questions
 from hangar.knowledge.suite import MANIFEST, sealed_suite
 from hangar.models import ModelSpec, check_keys
 from hangar.results import Verdict
+from hangar.sandbox.config import backend_settings
 
 
 class ArmRun(BaseModel):
@@ -78,7 +79,7 @@ def run_arm(
             store=store_url,
             evidence=evidence_url,
             budget_usd=budget_usd,
-            backend=backend,
+            backend=backend_settings(backend),
         ),
         scenarios=[],
         agents={agent.name: agent},

@@ -27,7 +27,14 @@ from hangar.models.relay import ModelRelay
 from hangar.models.tunnel import RelayTunnel
 from hangar.paths import cache_dir
 from hangar.results import COUNTED_VERDICTS, Score, Usage, Verdict
-from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, sandbox_class
+from hangar.sandbox import (
+    Mount,
+    Sandbox,
+    SandboxLimits,
+    SandboxSpec,
+    create_sandbox,
+    sandbox_class,
+)
 from hangar.sandbox.archive import extract_untrusted
 from hangar.sandbox.disk import TrialDisk
 from hangar.sandbox.workspace import (
@@ -409,7 +416,8 @@ class ExecutionTrial(TrialRun):
 
     def start_sandbox(self) -> Sandbox:
         """A new sandbox of this trial (an image the engine lacks is blocked_setup)."""
-        sandbox = self.backend(self.sandbox_spec())
+        sandbox = create_sandbox(self.spec.backend, self.sandbox_spec(), self.spec.backend_config)
+        self.write("backend.json", sandbox.config.model_dump(mode="json"))
         self.sandboxes.append(sandbox)
         try:
             sandbox.start()

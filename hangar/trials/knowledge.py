@@ -26,7 +26,7 @@ from hangar.errors import ImageNotFound, WorkspaceError
 from hangar.knowledge.questions import LoadedQuestion
 from hangar.paths import cache_dir
 from hangar.results import COUNTED_VERDICTS, Usage, Verdict
-from hangar.sandbox import Mount, Sandbox, SandboxSpec, sandbox_class
+from hangar.sandbox import Mount, Sandbox, SandboxSpec, create_sandbox, sandbox_class
 from hangar.sandbox.workspace import MirrorCache, export_tree
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun
@@ -116,7 +116,8 @@ class KnowledgeTrial(TrialRun):
             node=self.spec.node or socket.gethostname(),
             ttl_s=TIME_S + 900,
         )
-        sandbox = sandbox_class(self.spec.backend)(spec)
+        sandbox = create_sandbox(self.spec.backend, spec, self.spec.backend_config)
+        self.write("backend.json", sandbox.config.model_dump(mode="json"))
         try:
             sandbox.start()
         except ImageNotFound as exc:

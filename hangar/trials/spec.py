@@ -23,6 +23,7 @@ from hangar.knowledge.questions import LoadedQuestion
 from hangar.models import ModelSpec
 from hangar.paths import default_evidence_url
 from hangar.results import TrialResult, Verdict
+from hangar.sandbox.config import BackendConfig
 from hangar.scenario import LoadedScenario, tree_digest
 from hangar.validation import Name
 
@@ -109,6 +110,8 @@ class TrialSpec(BaseModel):
     """Attempt number."""
     backend: str = "docker"
     """Sandbox backend."""
+    backend_config: BackendConfig | None = None
+    """The sweep's settings of that backend (None: its defaults)."""
     evidence_url: str
     """Evidence store URL (``file://DIR``)."""
     work_root: Path | None = None
@@ -119,6 +122,13 @@ class TrialSpec(BaseModel):
     """Where the trial runs (set by the worker: host name and Ray node id)."""
 
 
+def _backend(backend: str | BackendConfig) -> dict[str, Any]:
+    """A spec's backend fields from a backend's name or its settings."""
+    if isinstance(backend, str):
+        return {"backend": backend}
+    return {"backend": backend.kind, "backend_config": backend}
+
+
 def single_trial(
     loaded: LoadedScenario,
     agent: AgentSpec,
@@ -127,7 +137,7 @@ def single_trial(
     model: ModelSpec | str = "none",
     repeat: int = 0,
     sweep: str | None = None,
-    backend: str = "docker",
+    backend: str | BackendConfig = "docker",
     evidence_url: str | None = None,
 ) -> TrialSpec:
     """The spec of one trial, with the node's default folders (a sweep's, or on its own).
@@ -148,7 +158,7 @@ def single_trial(
         arm=arm.name,
         plugins=arm.plugins,
         repeat=repeat,
-        backend=backend,
+        **_backend(backend),
         evidence_url=evidence_url or default_evidence_url(),
     )
 
@@ -225,7 +235,7 @@ def question_trial(
     arm: str,
     *,
     model: ModelSpec | str,
-    backend: str = "docker",
+    backend: str | BackendConfig = "docker",
     sweep: str | None = None,
     evidence_url: str | None = None,
 ) -> TrialSpec:
@@ -240,7 +250,7 @@ def question_trial(
         model=spec.id,
         model_spec=spec,
         arm=arm,
-        backend=backend,
+        **_backend(backend),
         evidence_url=evidence_url or default_evidence_url(),
     )
 

@@ -20,7 +20,8 @@ from hangar.cluster.k8s import CHART, default_values, merge, render
 from hangar.cluster.tools import helm_path
 from hangar.dashboards.provisioning import GENERATED
 from hangar.sandbox import Mount, SandboxLimits, SandboxSpec
-from hangar.sandbox.kubernetes import KubernetesConfig, network_policy, pod_manifest
+from hangar.sandbox.config import KubernetesConfig
+from hangar.sandbox.kubernetes import network_policy, pod_manifest
 from tests.require import skip_or_fail
 
 K8S_VERSION = "1.30.0"
@@ -257,3 +258,34 @@ def test_exec_websocket_stream_adapter() -> None:
     assert stream.recv() == b""
     assert stream.stderr() == "warning\n"
     assert ws.written == b"\x00hello" and stream.exit_code() == 0
+
+
+def test_backend_settings_shape_the_pod(tmp_path: Path) -> None:
+    config = KubernetesConfig(
+        namespace="evals",
+        node_selector={"pool": "sandboxes"},
+        tolerations=[
+            {"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "spot", "value": "yes", "effect": "NoExecute", "tolerationSeconds": 60},
+        ],
+        service_account="sandboxes",
+        image_pull_policy="Always",
+        labels={"team": "evals"},
+    )
+    spec = SandboxSpec(image="registry.example/hangar/base:bookworm", trial="cd" * 32)
+    pod = pod_manifest(spec, "hangar-cfg", config)
+    k8s_validate(pod)
+    s = pod["spec"]
+    assert s["nodeSelector"] == {"pool": "sandboxes"} and s["serviceAccountName"] == "sandboxes"
+    assert s["tolerations"][1] == {
+        "key": "spot",
+        "operator": "Equal",
+        "value": "yes",
+        "effect": "NoExecute",
+        "tolerationSeconds": 60,
+    }
+    assert s["automountServiceAccountToken"] is False  # a named account's token stays out
+    assert s["containers"][0]["imagePullPolicy"] == "Always"
+    assert pod["metadata"]["namespace"] == "evals"
+    assert pod["metadata"]["labels"]["team"] == "evals"
+    assert pod["metadata"]["labels"]["hangar.managed"] == "true"

@@ -9,8 +9,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from hangar.errors import ImageNotFound, SandboxError
+from hangar.errors import ImageNotFound, SandboxError, SandboxUnavailable
 from hangar.sandbox import Mount, SandboxLimits, SandboxSpec
+from hangar.sandbox.config import DockerConfig
 from hangar.sandbox.docker import DockerSandbox
 from tests.conftest import BASE_IMAGE
 
@@ -115,3 +116,25 @@ def test_close_after_container_vanished(docker_client: docker.DockerClient) -> N
     docker_client.api.remove_container(sb.container_id, force=True)
     sb.close()  # nothing left to remove: no error
     assert not _ours(docker_client, "vanished")
+
+
+def test_backend_settings_reach_the_container(docker_client: docker.DockerClient) -> None:
+    """A sweep's `backend: {kind: docker, runtime: ..., labels: ...}`: the runtime and the
+    labels are the container's; hangar's own labels cannot be displaced."""
+    config = DockerConfig(runtime="runc", labels={"team": "evals", "cost-centre": "42"})
+    spec = SandboxSpec(image=BASE_IMAGE, trial="configured")
+    with DockerSandbox(spec, config=config) as sb:
+        attrs = docker_client.api.inspect_container(sb.container_id)
+    assert attrs["HostConfig"]["Runtime"] == "runc"
+    labels = attrs["Config"]["Labels"]
+    assert labels["team"] == "evals" and labels["cost-centre"] == "42"
+    assert labels["hangar.trial"] == "configured"
+
+
+def test_a_runtime_the_engine_lacks_is_named(docker_client: docker.DockerClient) -> None:
+    spec = SandboxSpec(image=BASE_IMAGE, trial="no-runtime")
+    box = DockerSandbox(spec, config=DockerConfig(runtime="hangar-no-such-runtime"))
+    with pytest.raises(SandboxUnavailable, match="no runtime 'hangar-no-such-runtime'") as e:
+        box.start()
+    assert "docker info" in str(e.value)
+    assert not _ours(docker_client, "no-runtime")

@@ -96,6 +96,14 @@ def test_duplicate_ids_refuse_the_sweep(tmp_path: Path) -> None:
         ({"repeats": 0}, "field `repeats`"),
         ({"colour": "blue"}, "field `colour`"),
         ({"agents": {"x": {"comand": "typo"}}}, r"not a valid agent \('x'\)"),
+        ({"backend": "dokcer"}, "docker"),
+        ({"backend": {"kind": "kubernetes", "namespce": "x"}}, "namespce"),
+        (
+            {"backend": {"kind": "kubernetes", "image_pull_policy": "Sometimes"}},
+            "image_pull_policy.*'IfNotPresent'",
+        ),
+        ({"backend": {"kind": "docker", "labels": {"hangar.trial": "x"}}}, "hangar's own"),
+        ({"backend": {"kind": "docker", "namespace": "x"}}, "namespace"),
     ],
 )
 def test_bad_sweeps_are_named(tmp_path: Path, config: dict[str, Any], words: str) -> None:
@@ -121,3 +129,29 @@ def test_s3_endpoint_travels_in_the_url() -> None:
         == "s3://b/p?endpoint=http://127.0.0.1:9000"
     )
     assert evidence_url("file:///x", "http://e") == "file:///x"
+
+
+def test_backend_settings_travel_in_every_trial(tmp_path: Path) -> None:
+    settings = {
+        "kind": "kubernetes",
+        "namespace": "evals",
+        "runtime_class": "gvisor",
+        "tolerations": [{"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"}],
+        "service_account": "sandboxes",
+    }
+    sweep = load_sweep(sweep_file(tmp_path, backend=settings))
+    specs = list(sweep.trials("file:///tmp/e"))
+    assert {s.backend for s in specs} == {"kubernetes"}
+    config = specs[0].backend_config
+    assert config is not None and config.model_dump(mode="json", exclude_none=True) == {
+        **settings,
+        "tolerations": [{"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"}],
+        "image_pull_policy": "IfNotPresent",
+        "schedule_timeout_s": 300.0,
+        "node_selector": {},
+        "labels": {},
+    }
+    # The short form is the backend with its defaults; settings never change a trial's key.
+    plain = load_sweep(sweep_file(tmp_path, backend="kubernetes"))
+    assert [s.trial_key for s in plain.trials("file:///tmp/e")] == [s.trial_key for s in specs]
+    assert next(iter(plain.trials("file:///tmp/e"))).backend_config.namespace == "hangar-sandboxes"
