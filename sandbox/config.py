@@ -102,9 +102,8 @@ def _short_form(value: Any) -> Any:
 
 
 BackendConfig = Annotated[
-    DockerConfig | LocalConfig | KubernetesConfig,
+    Annotated[DockerConfig | LocalConfig | KubernetesConfig, Field(discriminator="kind")],
     BeforeValidator(_short_form),
-    Field(discriminator="kind"),
 ]
 """A backend's settings: ``backend: NAME`` or ``backend: {kind: NAME, ...}``."""
 

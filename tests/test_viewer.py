@@ -174,10 +174,16 @@ def browser() -> Iterator[Any]:
         skip_or_fail("chromium", "Debian's chromium is not installed")
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+    try:
+        manager = sync_playwright().start()
+    except Exception as exc:  # its node did not start (a missing shared library)
+        skip_or_fail("chromium", f"Playwright's driver did not start: {exc}")
+    try:
+        b = manager.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         yield b
         b.close()
+    finally:
+        manager.stop()
 
 
 @pytest.fixture
