@@ -1,29 +1,41 @@
 """Removing sandboxes (and trial disks) that outlived their trial.
 
-Every docker sandbox carries ``hangar.expires``. A trial removes its own containers in
-every outcome, but a worker or node that dies mid-trial cannot: `collect_garbage`
-removes managed containers whose expiry has passed (or all of a sweep's, on demand),
-and a `Reaper` actor on every node does it periodically, releasing the node's expired
-trial disks (`hangar.sandbox.disk`) as well.
+Every docker sandbox carries ``hangar.expires`` and a lease (`hangar.sandbox.lease`). A
+trial removes its own containers in every outcome, but a worker or node that dies
+mid-trial cannot: its sandboxes' keepers exit once their lease goes stale, and
+`collect_garbage` removes managed containers whose lease on this machine is stale or
+whose expiry has passed (or all of a sweep's, on demand). A `Reaper` actor on every node
+does it every `REAP_EVERY_S` seconds, releasing the node's expired trial disks
+(`hangar.sandbox.disk`) as well.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from datetime import UTC, datetime
+from pathlib import Path
 
 import docker.errors
 from pydantic import BaseModel
 
 from hangar.paths import cache_dir
-from hangar.sandbox.base import LABEL_EXPIRES, LABEL_MANAGED, LABEL_SWEEP, LABEL_TRIAL
+from hangar.sandbox.base import (
+    LABEL_EXPIRES,
+    LABEL_LEASE,
+    LABEL_MANAGED,
+    LABEL_NODE,
+    LABEL_SWEEP,
+    LABEL_TRIAL,
+)
 from hangar.sandbox.disk import release_expired
 from hangar.sandbox.docker import docker_client
+from hangar.sandbox.lease import is_stale
 
 log = logging.getLogger(__name__)
 
-REAP_EVERY_S = 60.0
+REAP_EVERY_S = 20.0
 
 
 class RemovedSandbox(BaseModel):
@@ -47,10 +59,20 @@ def _expired(label: str, now: datetime) -> bool:
     return when <= now
 
 
+def _lease_stale(labels: dict[str, str]) -> bool:
+    """Whether the sandbox's lease is a file of this machine that nobody renews."""
+    lease = labels.get(LABEL_LEASE)
+    host = labels.get(LABEL_NODE, "").split("/")[0]
+    if not lease or host != socket.gethostname():
+        return False  # another machine's sandbox (a shared engine): its expiry decides
+    return is_stale(Path(lease))
+
+
 def collect_garbage(
     *, sweep: str | None = None, everything: bool = False, dry_run: bool = False
 ) -> list[RemovedSandbox]:
-    """Remove hangar's sandboxes whose expiry passed (all of them with `everything`).
+    """Remove hangar's sandboxes whose lease is stale or expiry passed (all of them with
+    `everything`).
 
     `sweep` limits it to one sweep's sandboxes. Containers of other programs are never
     touched: only those labelled ``hangar.managed=true``.
@@ -60,7 +82,7 @@ def collect_garbage(
     removed = []
     for container in docker_client().containers.list(all=True, filters={"label": filters}):
         labels = container.labels or {}
-        if not everything and not _expired(labels.get(LABEL_EXPIRES, ""), now):
+        if not (everything or _expired(labels.get(LABEL_EXPIRES, ""), now) or _lease_stale(labels)):
             continue
         item = RemovedSandbox(
             id=str(container.short_id),

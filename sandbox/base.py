@@ -43,6 +43,7 @@ LABEL_SWEEP = "hangar.sweep"
 LABEL_TRIAL = "hangar.trial"
 LABEL_EXPIRES = "hangar.expires"
 LABEL_NODE = "hangar.node"
+LABEL_LEASE = "hangar.lease"
 
 Stream = Literal["stdout", "stderr"]
 #: Called with each chunk of output as it arrives (used to record an agent's trace live).

@@ -1,7 +1,8 @@
 """`DockerSandbox`: one container per trial, through the docker SDK for Python.
 
-The container's keeper (``sleep infinity`` under docker's init) runs as root with no
-capabilities; every command runs as the non-root sandbox user. The container has no
+The container's keeper (a shell sleeping while the trial's lease is fresh, under docker's
+init: `hangar.sandbox.lease`) runs as root with no capabilities; every command runs as
+the non-root sandbox user. The container has no
 network, no capabilities, ``no-new-privileges``, CPU/memory/pids limits and only the
 spec's mounts from the host. Commands run through the exec API under an in-container
 ``timeout -k``; files move as tar archives through the archive API (the daemon does the
@@ -39,6 +40,7 @@ from hangar.errors import (
 )
 from hangar.sandbox.archive import extract_untrusted, tar_directory
 from hangar.sandbox.base import (
+    LABEL_LEASE,
     SIGKILL_EXIT,
     ExecOutput,
     ExecResult,
@@ -51,6 +53,8 @@ from hangar.sandbox.base import (
     timeout_argv,
 )
 from hangar.sandbox.config import DockerConfig
+from hangar.sandbox.lease import MOUNT as LEASE_MOUNT
+from hangar.sandbox.lease import Lease, keeper_argv
 
 #: (image id, user) -> (uid, gid), shared by the sandboxes of this process.
 _USER_IDS: dict[tuple[str, str], tuple[int, int]] = {}
@@ -105,6 +109,7 @@ class DockerSandbox(Sandbox):
         self._container: Container | None = None
         self._ids: tuple[int, int] | None = None
         self._oom_seen = 0
+        self._lease: Lease | None = None
 
     @classmethod
     def image_problem(cls, image: str) -> str | None:
@@ -186,7 +191,13 @@ class DockerSandbox(Sandbox):
         if self._container is not None:
             return
         spec = self.spec
-        mounts = []
+        # The keeper lives while this process renews the lease (see sandbox/lease.py).
+        self._lease = Lease()
+        mounts = [
+            docker.types.Mount(
+                target=LEASE_MOUNT, source=str(self._lease.path), type="bind", read_only=True
+            )
+        ]
         for m in spec.mounts:
             if not m.source.is_dir() and not m.source.is_file():
                 raise SandboxError(f"mount source {m.source} does not exist on the host")
@@ -202,7 +213,7 @@ class DockerSandbox(Sandbox):
             self._container = self.client.containers.create(
                 spec.image,
                 entrypoint=[],
-                command=["sleep", "infinity"],
+                command=keeper_argv(),
                 # The keeper runs as root (with no capabilities) so that the agent, which
                 # runs as the sandbox user, cannot kill it: an agent that could stop its
                 # own container would turn a failing trial into a retried infra_error.
@@ -219,7 +230,11 @@ class DockerSandbox(Sandbox):
                 mem_limit=spec.limits.memory,
                 memswap_limit=spec.limits.memory,
                 nano_cpus=int(spec.limits.cpus * 1e9),
-                labels={**self.config.labels, **spec.labels()},
+                labels={
+                    **self.config.labels,
+                    **spec.labels(),
+                    LABEL_LEASE: str(self._lease.path),
+                },
                 mounts=mounts,
                 read_only=spec.read_only_root,
                 runtime=self.config.runtime,
@@ -511,6 +526,15 @@ class DockerSandbox(Sandbox):
     def close(self) -> None:
         """Remove the container (force) and its anonymous volumes; idempotent."""
         container, self._container = self._container, None
+        lease, self._lease = self._lease, None
+        try:
+            self._remove(container)
+        finally:
+            if lease is not None:  # a container left behind now stops within a minute
+                lease.end()
+
+    @staticmethod
+    def _remove(container: Container | None) -> None:
         if container is None:
             return
         try:

@@ -41,7 +41,8 @@ def test_container_settings(docker_client: docker.DockerClient, tmp_path: Path) 
     assert host["Memory"] == host["MemorySwap"] == 256 * 1024 * 1024
     assert host["NanoCpus"] == 500_000_000
     assert host["Init"] is True and host["Privileged"] is False
-    assert [(m["Target"], m["ReadOnly"]) for m in host["Mounts"]] == [("/trial", True)]
+    mounts = [(m["Target"], m["ReadOnly"]) for m in host["Mounts"]]
+    assert mounts == [("/run/hangar/lease", True), ("/trial", True)]
     assert config["User"] == "0"  # the keeper; commands run as the sandbox user
     labels = config["Labels"]
     assert labels["hangar.managed"] == "true"

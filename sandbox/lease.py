@@ -1,0 +1,80 @@
+"""A sandbox's lease: a host file its worker keeps fresh while the trial lives.
+
+A sandbox outlives its trial when the worker process or its node dies mid-trial: nothing
+is left to remove the container. So each docker sandbox gets a lease, a file in the
+node's cache that a thread of the worker touches every `RENEW_S` seconds until the
+sandbox is closed. The file is mounted read-only into the container, and the keeper
+(the container's first process) exits once the file is older than `STALE_S`: the
+container stops, and everything in it dies with it. The reaper then removes stopped
+sandboxes whose lease is stale (`hangar.cluster.reaper`), so an orphan is gone about a
+minute after its worker, not at its ``hangar.expires`` (the trial's whole budget later).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from hangar.paths import cache_dir
+
+#: How often the worker renews a lease.
+RENEW_S = 5.0
+#: A lease older than this is dead: its keeper exits, the reaper removes the sandbox.
+STALE_S = 45
+#: How often the keeper looks at its lease.
+CHECK_S = 5
+#: Where the lease is mounted in the sandbox.
+MOUNT = "/run/hangar/lease"
+
+
+def keeper_argv() -> list[str]:
+    """The keeper: sleeps while the lease is fresh (a missing or unreadable lease ends it).
+
+    It needs only ``sh``, ``date``, ``stat`` and ``sleep``, like the rest of hangar's
+    commands; the container's clock and the file's time are the same kernel's.
+    """
+    fresh = f"[ $(( $(date +%s) - $(stat -c %Y {MOUNT}) )) -lt {STALE_S} ]"
+    return ["sh", "-c", f"while {fresh} 2>/dev/null; do sleep {CHECK_S}; done"]
+
+
+def leases_dir() -> Path:
+    """The node's folder of leases."""
+    return cache_dir() / "leases"
+
+
+def is_stale(path: Path, now: float | None = None) -> bool:
+    """Whether the lease at `path` is missing or older than `STALE_S`."""
+    try:
+        age = (now or time.time()) - path.stat().st_mtime
+    except OSError:
+        return True
+    return age > STALE_S
+
+
+class Lease:
+    """One sandbox's lease file, renewed by a daemon thread until `end()`."""
+
+    def __init__(self) -> None:
+        folder = leases_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / f"{socket.gethostname()}-{uuid.uuid4().hex}"
+        self.path.touch(mode=0o644)
+        self._ended = threading.Event()
+        self._thread = threading.Thread(target=self._renew, daemon=True, name="hangar-lease")
+        self._thread.start()
+
+    def _renew(self) -> None:
+        while not self._ended.wait(RENEW_S):
+            try:
+                os.utime(self.path)
+            except OSError:
+                return  # removed under us: the sandbox is being collected
+
+    def end(self) -> None:
+        """Stop renewing and remove the file (idempotent)."""
+        self._ended.set()
+        self.path.unlink(missing_ok=True)

@@ -1,0 +1,74 @@
+"""A sandbox outlives a dead worker by about a minute, not by its whole budget: its keeper
+exits when the lease stops being renewed, and the reaper removes what is left."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import docker
+import pytest
+
+from hangar.cluster.reaper import collect_garbage
+from hangar.sandbox import SandboxSpec
+from hangar.sandbox.docker import DockerSandbox
+from hangar.sandbox.lease import CHECK_S, STALE_S, Lease, is_stale, keeper_argv
+from tests.conftest import BASE_IMAGE
+from tests.services import wait_for
+
+pytestmark = pytest.mark.docker
+
+
+def test_a_lease_is_renewed_until_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("hangar.sandbox.lease.RENEW_S", 0.05)
+    lease = Lease()
+    past = time.time() - 10 * STALE_S
+    os.utime(lease.path, (past, past))
+    assert is_stale(lease.path)
+    wait_for(lambda: not is_stale(lease.path), 5, "the lease to be renewed")
+    lease.end()
+    assert not lease.path.exists() and is_stale(lease.path)
+
+
+def test_an_orphaned_sandbox_stops_and_is_collected(docker_client: docker.DockerClient) -> None:
+    spec = SandboxSpec(image=BASE_IMAGE, trial="orphan", node=socket.gethostname(), ttl_s=86400)
+    live = DockerSandbox(SandboxSpec(image=BASE_IMAGE, trial="alive", node=socket.gethostname()))
+    orphan = DockerSandbox(spec)
+    with live:
+        orphan.start()
+        try:
+            assert orphan.exec(["sh", "-c", "sleep 600 & echo started"]).stdout == "started\n"
+            lease = orphan._lease
+            assert lease is not None
+            # The worker dies: nobody renews the lease any more (its file stays).
+            lease._ended.set()
+            past = time.time() - STALE_S - 1
+            os.utime(lease.path, (past, past))
+            container = docker_client.containers.get(orphan.container_id)
+
+            def stopped() -> bool:
+                container.reload()
+                return container.status == "exited"
+
+            wait_for(stopped, 4 * CHECK_S, "the orphan's keeper to exit")
+            # Nothing of it runs (the agent's background sleep died with the keeper), and
+            # the reaper takes it, though its expiry is a day away; the live one stays.
+            removed = collect_garbage()
+            assert [r.trial for r in removed] == ["orphan"]
+            assert docker_client.containers.get(live.container_id).status == "running"
+        finally:
+            orphan.close()
+    assert not docker_client.containers.list(all=True, filters={"label": "hangar.trial=alive"})
+
+
+def test_the_keeper_needs_its_lease() -> None:
+    """A keeper started without a readable lease ends at once instead of living forever."""
+    import subprocess
+    from pathlib import Path
+
+    from hangar.sandbox.lease import MOUNT
+
+    assert not Path(MOUNT).exists()
+    # Ends (subprocess.run raises TimeoutExpired if it sleeps on).
+    subprocess.run(keeper_argv(), timeout=3 * CHECK_S, capture_output=True, check=False)
