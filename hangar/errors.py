@@ -22,6 +22,7 @@ without a traceback and exits non-zero.
     ├── EvidenceStoreError           an evidence store cannot be reached, or lacks an object
     ├── RayUnavailable               Ray could not be started or reached
     ├── ClusterError                 `ray start` / `ray stop` failed
+    ├── PreflightFailed              a node cannot run the sweep's trials (before any starts)
     └── GrafanaError                 Grafana is unreachable, refuses the token or a request
 
 A non-zero exit code or a timed-out command is *not* an exception: it is an
@@ -96,6 +97,10 @@ class RayUnavailable(HangarError):
 
 class ClusterError(HangarError):
     """`ray start` or `ray stop` failed."""
+
+
+class PreflightFailed(HangarError):
+    """A sweep's preflight found nodes that cannot run its trials; names each and the fix."""
 
 
 class GrafanaError(HangarError):

@@ -455,6 +455,12 @@ class Sandbox(ABC):
         return None
 
     @classmethod
+    def engine_problem(cls, config: BaseModel | None = None) -> str | None:
+        """Why this node cannot start sandboxes with `config` (the engine does not answer,
+        lacks a runtime...), with what to do; None when it can (a sweep's preflight)."""
+        return None
+
+    @classmethod
     def image_folder(cls, image: str, path: str, cache: Path) -> Path | None:
         """A tar archive of folder `path` as `image` has it (None: no such folder, or a
         backend that cannot read images); `cache` is a node-local folder to keep it in."""

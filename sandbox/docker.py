@@ -29,6 +29,7 @@ import docker
 import docker.errors
 import docker.types
 from docker.models.containers import Container
+from pydantic import BaseModel
 
 from hangar.errors import (
     ImageNotFound,
@@ -110,6 +111,22 @@ class DockerSandbox(Sandbox):
         self._ids: tuple[int, int] | None = None
         self._oom_seen = 0
         self._lease: Lease | None = None
+
+    @classmethod
+    def engine_problem(cls, config: BaseModel | None = None) -> str | None:
+        """No engine answers, or it lacks the configured runtime."""
+        try:
+            runtimes = docker_client().info().get("Runtimes") or {}
+        except (SandboxUnavailable, docker.errors.DockerException) as exc:
+            return str(exc)
+        runtime = getattr(config, "runtime", None)
+        if runtime and runtime not in runtimes:
+            return (
+                f"the Docker engine has no runtime {runtime!r} (it has: "
+                f"{', '.join(sorted(runtimes))}): install it and register it with dockerd, "
+                "or remove `runtime:` from the sweep's `backend:` section"
+            )
+        return None
 
     @classmethod
     def image_problem(cls, image: str) -> str | None:

@@ -40,6 +40,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 import yaml
+from pydantic import BaseModel
 
 from hangar.errors import (
     ConfigError,
@@ -193,6 +194,23 @@ class KubernetesSandbox(Sandbox):
     config: KubernetesConfig
     other_users: ClassVar[bool] = False
     live_mounts: ClassVar[bool] = False
+
+    @classmethod
+    def engine_problem(cls, config: BaseModel | None = None) -> str | None:
+        """No cluster is configured, or its API refuses to list pods in the namespace."""
+        namespace = getattr(config, "namespace", None) or KubernetesConfig().namespace
+        try:
+            core, _ = _api()
+            core.list_namespaced_pod(namespace, limit=1)
+        except (SandboxUnavailable, ConfigError) as exc:
+            return str(exc)
+        except Exception as exc:  # the client's ApiException, urllib3's connection errors
+            return (
+                f"the Kubernetes API refused to list pods in namespace {namespace!r}: "
+                f"{getattr(exc, 'reason', None) or exc} (check KUBECONFIG, the namespace and "
+                "the workers' ServiceAccount role)"
+            )
+        return None
 
     def __init__(self, spec: SandboxSpec, *, config: KubernetesConfig | None = None) -> None:
         super().__init__(spec)

@@ -42,6 +42,7 @@ from hangar.results import ProviderError, TrialResult, Verdict
 from hangar.scenario import LoadedScenario
 from hangar.scheduler.dispatch import Dispatch
 from hangar.scheduler.metrics import metric
+from hangar.scheduler.preflight import preflight
 from hangar.scheduler.shipping import local_repository, pack_repository, pack_scenario
 from hangar.scheduler.sweep import Sweep
 from hangar.scheduler.task import run_trial_task
@@ -122,11 +123,11 @@ def _start_embedded(ray: Any, slots: int) -> None:
     )
 
 
-def sandbox_nodes() -> int:
-    """Alive nodes that offer sandbox slots."""
+def sandbox_nodes() -> list[dict[str, Any]]:
+    """Ray's records of the alive nodes that offer sandbox slots."""
     import ray
 
-    return len([n for n in ray.nodes() if n["Alive"] and n["Resources"].get(SANDBOX_RESOURCE)])
+    return [n for n in ray.nodes() if n["Alive"] and n["Resources"].get(SANDBOX_RESOURCE)]
 
 
 def evidence_url(url: str | None, endpoint: str | None) -> str:
@@ -268,7 +269,9 @@ class SweepRunner:
         slots = connect(self.address, config.concurrency.sandbox_slots)
         import ray  # after connect(), which sets Ray's environment first
 
-        check_evidence_reachable(self.evidence_url, sandbox_nodes())
+        nodes = sandbox_nodes()
+        check_evidence_reachable(self.evidence_url, len(nodes))
+        self.preflight = preflight(self.sweep, self.evidence_url, nodes)
         window = config.concurrency.max_in_flight or 2 * slots
         for verdict, _, _, n in self.store.counts(self.sweep.id):
             if verdict != Verdict.INFRA_ERROR:

@@ -130,7 +130,10 @@ def test_per_model_caps_and_the_window(ray_local: None, tmp_path: Path) -> None:
 
 
 def test_infra_errors_are_retried_then_succeed(ray_local: None, tmp_path: Path) -> None:
-    blocker = tmp_path / "evidence"
+    # A file where the sweep's evidence folder should be (the store itself takes the
+    # preflight's probe, so the sweep starts; its trials cannot store their bundles).
+    blocker = tmp_path / "evidence" / "drv"
+    blocker.parent.mkdir()
     blocker.write_text("a file where the evidence folder should be")
     seen: list[TrialResult] = []
 
@@ -148,13 +151,14 @@ def test_infra_errors_are_retried_then_succeed(ray_local: None, tmp_path: Path) 
 
 
 def test_infra_errors_give_up_after_the_policy(ray_local: None, tmp_path: Path) -> None:
-    (tmp_path / "evidence").write_text("never a folder")
+    (tmp_path / "evidence").mkdir()
+    (tmp_path / "evidence" / "drv").write_text("never a folder")
     path = write_sweep(tmp_path, arms={"control": []})
     tally, store = go(path)
     attempts = [(r.attempt, r.verdict.value) for r in store.results("drv", all_attempts=True)]
     assert sorted(attempts) == [(1, "infra_error"), (2, "infra_error"), (3, "infra_error")]
     assert tally.lost == 1 and tally.retries == 2
-    (tmp_path / "evidence").unlink()
+    (tmp_path / "evidence" / "drv").unlink()
     again, store = go(path)  # not final, so the next run tries again, numbering on
     assert again.verdicts["pass"] == 1
     assert max(r.attempt for r in store.results("drv", all_attempts=True)) == 4

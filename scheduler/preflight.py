@@ -1,0 +1,162 @@
+"""Before the first trial: check on every sandbox node what its trials will need there.
+
+A node without the evidence store's credentials, an engine, an image or a model key would
+otherwise run every trial it is given to the end and record each as an ``infra_error``.
+`preflight` sends one tiny Ray task to each alive node offering sandbox slots (pinned to
+it); `check_node` looks at what a trial there will use: the sandbox engine answers (with
+the sweep's backend settings: a docker runtime, a Kubernetes namespace), the sweep's
+images are there, the evidence store takes a write and gives it back, and the models'
+key variables are set (the model relay runs on the node). Any problem stops the sweep
+before any trial with one error that names each node and what to fix. The results store
+is the driver's alone and was reached before this runs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from hangar.errors import HangarError, PreflightFailed
+from hangar.sandbox import sandbox_class
+from hangar.sandbox.config import BackendConfig
+from hangar.scenario import LoadedScenario
+from hangar.scheduler.sweep import Sweep
+from hangar.verifiers.store import open_store
+
+#: How long a node may take to answer its preflight task.
+TIMEOUT_S = 120.0
+
+
+class Needs(BaseModel):
+    """What the sweep's trials will use on a node."""
+
+    backend: BackendConfig | None = None
+    """The sandbox backend and its settings (None: no trial needs a sandbox)."""
+    images: list[str] = []
+    """Images the sandbox trials start."""
+    evidence_url: str
+    """Where every trial writes its bundle."""
+    key_envs: list[str] = []
+    """Variables that hold the models' keys."""
+
+
+class NodeReport(BaseModel):
+    """What one node's preflight found."""
+
+    node: str
+    """Host name and Ray node id (as in results)."""
+    problems: list[str]
+    """Each problem with what to do; empty when the node is ready."""
+
+
+def needs_of(sweep: Sweep, evidence_url: str) -> Needs:
+    """What the trials of `sweep` will need on the nodes that run them."""
+    config = sweep.config
+    images = sorted(
+        {s.scenario.image for s in sweep.scenarios if isinstance(s, LoadedScenario)}
+        | {q.image for q in sweep.questions}
+    )
+    sandboxed = bool(images)
+    return Needs(
+        backend=config.backend if sandboxed else None,
+        images=images if sandboxed else [],
+        evidence_url=evidence_url,
+        key_envs=sorted({m.key_env for m in config.models if m.provider != "none"}),
+    )
+
+
+def check_node(needs: Needs, node: str) -> NodeReport:
+    """The preflight of this node (runs there, in a Ray task)."""
+    problems = []
+    if needs.backend is not None:
+        cls = sandbox_class(needs.backend.kind)
+        engine = cls.engine_problem(needs.backend)
+        if engine is not None:
+            problems.append(f"sandbox engine: {engine}")
+        else:
+            for image in needs.images:
+                try:
+                    missing = cls.image_problem(image)
+                except HangarError as exc:
+                    missing = str(exc)
+                if missing:
+                    problems.append(missing)
+    evidence = _evidence_problem(needs.evidence_url, node)
+    if evidence:
+        problems.append(evidence)
+    for env in needs.key_envs:
+        if not os.environ.get(env):
+            problems.append(
+                f"{env} is not set on this node (the model relay runs here): set it in the "
+                "environment of `hangar cluster start` / `hangar cluster join` (or the "
+                "workers' Secret) and restart the node"
+            )
+    return NodeReport(node=node, problems=problems)
+
+
+def _evidence_problem(url: str, node: str) -> str | None:
+    """Write a probe to the evidence store and read it back; what went wrong, or None."""
+    key = "_preflight/" + node.replace("/", "-") + ".txt"
+    probe = f"hangar preflight from {node}\n".encode()
+    try:
+        store = open_store(url)
+        with tempfile.TemporaryDirectory(prefix="hangar-preflight-") as tmp:
+            sent, back = Path(tmp) / "sent", Path(tmp) / "back"
+            sent.write_bytes(probe)
+            store.put(key, sent)
+            store.get(key, back)
+            if back.read_bytes() != probe:
+                return f"the evidence store {url} gave back other bytes than were written"
+    except Exception as exc:
+        return (
+            f"the evidence store {url} refused a write or read from this node: {exc}. "
+            "Give the node access (for S3: AWS credentials or a profile in the environment "
+            "of `hangar cluster start` / `hangar cluster join`, or an instance role; the "
+            "endpoint in the sweep's `evidence_endpoint`)"
+        )
+    return None
+
+
+def _remote_check(needs: Needs) -> NodeReport:
+    import ray
+
+    node = f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:12]}"
+    return check_node(needs, node)
+
+
+def preflight(sweep: Sweep, evidence_url: str, nodes: list[dict[str, Any]]) -> list[NodeReport]:
+    """Check every node of `nodes` (Ray's node records) at once; raises `PreflightFailed`
+    naming each node with a problem, else returns the reports."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    needs = needs_of(sweep, evidence_url)
+    task = ray.remote(_remote_check)
+    refs = [
+        task.options(
+            num_cpus=0,
+            max_retries=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False),
+        ).remote(needs)
+        for n in nodes
+    ]
+    reports: list[NodeReport] = []
+    for n, ref in zip(nodes, refs, strict=True):
+        try:
+            reports.append(ray.get(ref, timeout=TIMEOUT_S))
+        except Exception as exc:
+            where = f"{n.get('NodeManagerAddress', '?')}/{n['NodeID'][:12]}"
+            reports.append(NodeReport(node=where, problems=[f"the preflight task failed: {exc}"]))
+    failed = [r for r in reports if r.problems]
+    if failed:
+        lines = [f"node {r.node}:\n" + "\n".join(f"  - {p}" for p in r.problems) for r in failed]
+        raise PreflightFailed(
+            f"preflight failed on {len(failed)} of {len(reports)} node(s); no trial was "
+            "started:\n" + "\n".join(lines)
+        )
+    return reports

@@ -1,0 +1,142 @@
+"""A sweep's preflight: every node is checked for what its trials will need there before
+any trial starts; a node that lacks something stops the sweep with one error naming it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import docker
+import pytest
+import yaml
+
+from hangar.sandbox.config import DockerConfig
+from hangar.scheduler.preflight import Needs, check_node
+from hangar.store import ResultsStore
+from tests.conftest import BASE_IMAGE
+from tests.services import RayCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "tests" / "fixtures" / "tiny" / "scenario.yaml"
+HANGAR = str(Path(sys.executable).parent / "hangar")
+
+#: No credentials anywhere boto3 looks, and never the instance metadata address.
+NO_AWS = {
+    "AWS_ACCESS_KEY_ID": None,
+    "AWS_SECRET_ACCESS_KEY": None,
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/credentials",
+    "AWS_CONFIG_FILE": "/nonexistent/config",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+def without_aws(monkeypatch: pytest.MonkeyPatch) -> None:
+    import boto3
+
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # its credentials are cached
+    for name, value in NO_AWS.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+
+
+@pytest.mark.docker
+def test_a_ready_node_passes(tmp_path: Path, docker_client: docker.DockerClient) -> None:
+    needs = Needs(
+        backend=DockerConfig(),
+        images=[BASE_IMAGE],
+        evidence_url=(tmp_path / "ev").as_uri(),
+        key_envs=["PATH"],
+    )
+    report = check_node(needs, "here/abc")
+    assert report.problems == []
+    assert (tmp_path / "ev" / "_preflight" / "here-abc.txt").read_text() == (
+        "hangar preflight from here/abc\n"
+    )
+
+
+@pytest.mark.docker
+@pytest.mark.s3
+def test_each_missing_thing_is_named_with_its_fix(
+    tmp_path: Path,
+    s3_endpoint: str,
+    docker_client: docker.DockerClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    without_aws(monkeypatch)
+    monkeypatch.delenv("HANGAR_PF_KEY", raising=False)
+    needs = Needs(
+        backend=DockerConfig(runtime="hangar-no-such-runtime"),
+        images=[BASE_IMAGE],
+        evidence_url=f"s3://hangar-test/pf?endpoint={s3_endpoint}",
+        key_envs=["HANGAR_PF_KEY"],
+    )
+    problems = check_node(needs, "here/abc").problems
+    assert len(problems) == 3, problems
+    engine, evidence, key = problems
+    assert "no runtime 'hangar-no-such-runtime'" in engine and "runc" in engine
+    assert "refused a write or read" in evidence and "Unable to locate credentials" in evidence
+    assert "hangar cluster join" in evidence
+    assert key.startswith("HANGAR_PF_KEY is not set on this node")
+    missing = check_node(
+        needs.model_copy(
+            update={"backend": DockerConfig(), "key_envs": [], "images": ["hangar/absent:1"]}
+        ),
+        "x/y",
+    )
+    assert any("image 'hangar/absent:1' is not on the Docker engine" in p for p in missing.problems)
+
+
+@pytest.mark.ray
+@pytest.mark.s3
+@pytest.mark.slow
+def test_nodes_without_credentials_stop_the_sweep_before_any_trial(
+    tmp_path: Path, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The case a new user met: nodes started without S3 credentials and without the model
+    key. Before, every trial ran to the end and was recorded as an infra_error."""
+    log = tmp_path / "agent.log"
+    path = tmp_path / "sweep.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "id": "preflight",
+                "scenarios": [str(TINY)],
+                "backend": "local",
+                "repeats": 6,
+                "agents": {"ok": {"command": f"echo ran >> {log}"}},
+                "models": [{"id": "m", "provider": "openai", "api_key_env": "HANGAR_PF_KEY"}],
+                "store": f"sqlite:///{tmp_path}/r.db",
+                "evidence": "s3://hangar-test/preflight",
+                "evidence_endpoint": s3_endpoint,
+            }
+        )
+    )
+    driver_env = {**os.environ, "HANGAR_PF_KEY": "sk-driver-only"}
+    with monkeypatch.context() as m:  # the nodes start without credentials or the key
+        without_aws(m)
+        m.delenv("HANGAR_PF_KEY", raising=False)
+        cluster = RayCluster(Path(tempfile.mkdtemp(prefix="hpf-")))
+        cluster.start()
+    try:
+        proc = subprocess.run(
+            [HANGAR, "run", str(path), "--address", cluster.address],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=driver_env,
+        )
+    finally:
+        cluster.stop()
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    err = proc.stderr
+    assert "preflight failed on 2 of 2 node(s); no trial was started" in err, err[-3000:]
+    assert err.count("Unable to locate credentials") == 2
+    assert err.count("HANGAR_PF_KEY is not set on this node") == 2
+    assert "sk-driver-only" not in err and "Traceback" not in err
+    assert not log.exists(), "an agent ran"
+    assert list(ResultsStore(f"sqlite:///{tmp_path}/r.db").results("preflight")) == []
