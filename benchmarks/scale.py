@@ -44,14 +44,22 @@ from hangar.trials import TrialSpec  # noqa: E402
 TRIAL_S = 1.0
 
 
-def sleep_trial(spec: TrialSpec, package: Any, key: Any, bundle: Any) -> TrialResult:
-    """The benchmark's trial: a fixed sleep, then a pass (no sandbox, no evidence)."""
+def sleep_trial(
+    spec: TrialSpec, package: Any, key: Any, bundle: Any, board: Any = None
+) -> TrialResult:
+    """The benchmark's trial: a fixed sleep, then a pass (no sandbox, no evidence); it
+    reports to the sweep's board like a real trial task."""
     from datetime import UTC, datetime
 
+    import ray
+
     from hangar.results import Verdict
+    from hangar.scheduler.task import on_board
     from hangar.trials import result_of
 
+    where = f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:12]}"
     started = datetime.now(UTC)
+    on_board(board, spec, where)
     time.sleep(TRIAL_S)
     return result_of(spec, Verdict.PASS, "slept", started, datetime.now(UTC))
 
@@ -135,6 +143,57 @@ def sweep_file(folder: Path, trials: int, s3: str) -> Path:
     return path
 
 
+def bare_sleep() -> None:
+    """The baseline's task: the same sleep, nothing else."""
+    time.sleep(TRIAL_S)
+
+
+def measure_ray(cluster: Cluster, trials: int) -> dict[str, float]:
+    """The baseline: plain Ray tasks of the same sleep on the same slots and window, fed
+    by the smallest loop (no hangar): what Ray itself achieves on this machine."""
+    from hangar.scheduler.driver import SANDBOX_RESOURCE, connect
+
+    connect(cluster.address, 0)  # as the driver does: token auth, loopback; imports Ray
+    import ray
+
+    task = ray.remote(bare_sleep).options(num_cpus=0, resources={SANDBOX_RESOURCE: 1})
+    window = 2 * cluster.nodes * cluster.slots
+    done_at: list[float] = []
+    machine, started = cpu_seconds(), time.monotonic()
+    pending, sent = set(), 0
+    while len(done_at) < trials:
+        while sent < trials and len(pending) < window:
+            pending.add(task.remote())
+            sent += 1
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+        if ready:
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+        for ref in ready:
+            pending.discard(ref)
+            ray.get(ref)
+            done_at.append(time.monotonic())
+    elapsed = time.monotonic() - started
+    return {
+        "rate": trials / elapsed,
+        "steady": steady_rate(done_at),
+        "cpu": 0.0,
+        "machine": (cpu_seconds() - machine) / trials,
+        "rss": 0,
+    }
+
+
+def steady_rate(done_at: list[float]) -> float:
+    """Completions per second between 10% and 90% of them."""
+    lo, hi = len(done_at) // 10, len(done_at) * 9 // 10
+    return (hi - lo) / (done_at[hi] - done_at[lo])
+
+
+def cpu_seconds() -> float:
+    """CPU time the whole machine has spent (user, system, irq), in seconds."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(cluster: Cluster, trials: int) -> dict[str, float]:
     """One sweep of `trials` on the cluster: rates, driver CPU per trial, peak RSS."""
     import hangar.scheduler.driver as driver
@@ -151,6 +210,7 @@ def measure(cluster: Cluster, trials: int) -> dict[str, float]:
 
     me = psutil.Process()
     with PeakRss() as rss:
+        machine = cpu_seconds()
         cpu = sum(me.cpu_times()[:2])
         started = time.monotonic()
         tally = driver.SweepRunner(
@@ -158,11 +218,16 @@ def measure(cluster: Cluster, trials: int) -> dict[str, float]:
         ).run()
         elapsed = time.monotonic() - started
         cpu = sum(me.cpu_times()[:2]) - cpu
+        machine = cpu_seconds() - machine
     if tally.done != trials:
         raise SystemExit(f"the sweep of {trials} finished {tally.done} trials: {tally}")
-    lo, hi = done_at[len(done_at) // 10], done_at[len(done_at) * 9 // 10]
-    steady = (len(done_at) * 9 // 10 - len(done_at) // 10) / (hi - lo)
-    return {"rate": trials / elapsed, "steady": steady, "cpu": cpu / trials, "rss": rss.peak}
+    return {
+        "rate": trials / elapsed,
+        "steady": steady_rate(done_at),
+        "cpu": cpu / trials,
+        "machine": machine / trials,
+        "rss": rss.peak,
+    }
 
 
 def main() -> None:
@@ -177,13 +242,22 @@ def main() -> None:
     print(f"{args.nodes} nodes x {args.slots} slots, {TRIAL_S:.0f} s trials: ideal {ideal:.0f}/s")
     with tempfile.TemporaryDirectory() as tmp, Cluster(args.nodes, args.slots, Path(tmp)) as c:
         peaks = {}
+        base = measure_ray(c, min(args.sizes))
+        print(
+            f"plain Ray, {min(args.sizes)} tasks: {base['rate']:6.1f}/s overall, "
+            f"{base['steady']:6.1f}/s steady ({base['steady'] / ideal:4.0%} of ideal); "
+            f"machine CPU {base['machine'] * 1000:5.1f} ms/task",
+            flush=True,
+        )
         for n in [*args.sizes, *([args.memory] if args.memory else [])]:
             m = measure(c, n)
             peaks[n] = m["rss"]
             print(
                 f"{n:7d} trials: {m['rate']:6.1f}/s overall ({m['rate'] / ideal:4.0%} of ideal), "
-                f"{m['steady']:6.1f}/s steady ({m['steady'] / ideal:4.0%}); driver CPU "
-                f"{m['cpu'] * 1000:5.2f} ms/trial, peak RSS {m['rss'] / mib:5.0f} MiB",
+                f"{m['steady']:6.1f}/s steady ({m['steady'] / ideal:4.0%}; "
+                f"{m['steady'] / base['steady']:.2f} of plain Ray); driver CPU "
+                f"{m['cpu'] * 1000:5.2f} ms/trial, machine CPU {m['machine'] * 1000:5.1f} "
+                f"ms/trial, peak RSS {m['rss'] / mib:5.0f} MiB",
                 flush=True,
             )
         if args.memory:

@@ -21,11 +21,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import signal
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,14 +38,16 @@ from urllib.parse import urlparse
 from hangar.cluster.nodes import local_head
 from hangar.cluster.reaper import ensure_reapers
 from hangar.errors import ConfigError, RayUnavailable
+from hangar.logs import event
 from hangar.models import check_keys
 from hangar.paths import default_evidence_url
 from hangar.results import ProviderError, TrialResult, Verdict
 from hangar.scenario import LoadedScenario
+from hangar.scheduler.board import Snapshot, node_slots, open_board
 from hangar.scheduler.dispatch import Dispatch
 from hangar.scheduler.metrics import metric
 from hangar.scheduler.preflight import preflight
-from hangar.scheduler.shipping import local_repository, pack_repository, pack_scenario
+from hangar.scheduler.shipping import local_repository, pack_repository, pack_scenario, ship
 from hangar.scheduler.sweep import Sweep
 from hangar.scheduler.task import run_trial_task
 from hangar.store import ResultsStore
@@ -52,6 +56,8 @@ from hangar.trials import TrialSpec, lost_result
 log = logging.getLogger(__name__)
 
 SANDBOX_RESOURCE = "hangar_sandbox"
+#: How often the driver reads the board of running trials.
+BOARD_EVERY_S = 2.0
 #: Terminal colours in Ray's error reports (evidence is plain text).
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -176,6 +182,8 @@ class SweepTally:
     """The sweep's budget was spent and no new trial was scheduled after that."""
     stopped_models: dict[str, ProviderError] = field(default_factory=dict)
     """Models whose provider refused the key: no more of their trials were scheduled."""
+    board: Snapshot = field(default_factory=Snapshot)
+    """Running trials per node, as last read from the sweep's board (a few seconds old)."""
 
     @property
     def finished(self) -> int:
@@ -234,6 +242,9 @@ class SweepRunner:
         self.caps = config.concurrency.per_model
         self.tally = SweepTally(total=sweep.size)
         self._stop = 0
+        self._board: Any = None
+        self._board_read: Any = None
+        self._board_at = 0.0
 
     # -- Ctrl-C ---------------------------------------------------------------------------
 
@@ -300,14 +311,28 @@ class SweepRunner:
         skipped_before = self.tally.skipped
         in_flight: dict[Any, tuple[TrialSpec, float]] = {}
         shipper = _Shipper(ray)
+        self._board = open_board(ray, f"hangar-board-{self.sweep.id}-{uuid.uuid4().hex[:8]}")
+        self.tally.board = Snapshot(slots=node_slots(nodes, SANDBOX_RESOURCE))
+        event(
+            log,
+            f"sweep {self.sweep.id}: {self.sweep.size} trials on {len(nodes)} node(s)",
+            event="sweep_started",
+            sweep=self.sweep.id,
+            trials=self.sweep.size,
+            final_before=len(final),
+            nodes=len(nodes),
+            slots=slots,
+            window=window,
+        )
 
         def submit(spec: TrialSpec) -> Any:
             loaded = spec.scenario
+            board = self._board
             if loaded.kind == "knowledge":  # a sandbox, repositories fetched by the node
-                return task.remote(spec, None, None, None)
+                return task.remote(spec, None, None, None, board)
             if not isinstance(loaded, LoadedScenario):  # a case or a sample: texts only
-                return prompt_task.remote(spec, None, None, None)
-            return task.remote(spec, *shipper.ship(loaded))
+                return prompt_task.remote(spec, None, None, None, board)
+            return task.remote(spec, *shipper.ship(loaded), board)
 
         previous = signal.signal(signal.SIGINT, self._on_sigint)
         try:
@@ -340,16 +365,56 @@ class SweepRunner:
                 if ready:
                     ready, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
                 self._finish(dispatch, [(ref, *in_flight.pop(ref)) for ref in ready])
+                self._read_board(ray, [spec.trial_key for spec, _ in in_flight.values()])
         finally:
             signal.signal(signal.SIGINT, previous)
+            ray.kill(self._board)
         self.tally.interrupted = self._stop > 0
+        t = self.tally
+        event(
+            log,
+            f"sweep {self.sweep.id}: {t.finished}/{t.total} final",
+            event="sweep_ended",
+            sweep=self.sweep.id,
+            total=t.total,
+            skipped=t.skipped,
+            done=t.done,
+            verdicts=dict(t.verdicts),
+            cost_usd=round(t.cost_usd, 6),
+            retries=t.retries,
+            infra_errors_left=t.lost,
+            interrupted=t.interrupted,
+            budget_exhausted=t.budget_exhausted,
+        )
         return self.tally
+
+    def _read_board(self, ray: Any, in_flight: list[str]) -> None:
+        """Refresh the tally's view of running trials from the board, without waiting:
+        one read in flight at a time, at most every `BOARD_EVERY_S`."""
+        now = time.monotonic()
+        if self._board_read is None:
+            if now - self._board_at >= BOARD_EVERY_S:
+                self._board_read, self._board_at = self._board.running.remote(in_flight), now
+            return
+        ready, _ = ray.wait([self._board_read], timeout=0)
+        if ready:
+            read, self._board_read = self._board_read, None
+            with contextlib.suppress(Exception):  # a stale display, never a failed sweep
+                keep = set(in_flight)  # some ended while the board answered
+                running = [r for r in ray.get(read) if r.trial_key in keep]
+                self.tally.board = self.tally.board.model_copy(update={"running": running})
+                self.listener(self.tally, None)
 
     def _gauge(self, model: str) -> None:
         metric("in_flight").set(self.dispatch.per_model[model], tags={"model": model})
 
     def _finish(self, dispatch: Dispatch, done: list[tuple[Any, TrialSpec, float]]) -> None:
         """Collect the trials that came back, queue retries, record them in one commit."""
+        ended = {spec.trial_key for _, spec, _ in done}
+        board = self.tally.board
+        if ended & {r.trial_key for r in board.running}:
+            running = [r for r in board.running if r.trial_key not in ended]
+            self.tally.board = board.model_copy(update={"running": running})
         results = []
         for ref, spec, submitted in done:
             result = self._collect(ref, spec, submitted)
@@ -414,6 +479,26 @@ class SweepRunner:
         if usage.cost_usd:
             metric("cost").inc(usage.cost_usd, tags={"model": result.model})
         self.tally.cost_usd += usage.cost_usd + result.judge_usage.cost_usd
+        event(
+            log,
+            f"trial {result.trial_key[:16]} {result.verdict.value}: {result.reason}",
+            event="trial_finished",
+            sweep=result.sweep,
+            trial_key=result.trial_key,
+            scenario=result.scenario_id,
+            agent=result.agent,
+            model=result.model,
+            arm=result.arm,
+            repeat=result.repeat,
+            attempt=result.attempt,
+            verdict=result.verdict.value,
+            reason=result.reason,
+            retrying=retrying,
+            duration_s=round(result.duration_s, 3),
+            cost_usd=round(usage.cost_usd + result.judge_usage.cost_usd, 6),
+            node=result.node,
+            evidence=result.evidence_uri,
+        )
         if not retrying:
             self.tally.done += 1
             self.tally.verdicts[result.verdict.value] += 1
@@ -435,12 +520,12 @@ class _Shipper:
         """(package, repository sha256, repository bundle) of a scenario's trial."""
         digest = loaded.digest
         if digest not in self._packages:
-            self._packages[digest] = self._ray.put(pack_scenario(loaded))
+            self._packages[digest] = ship(self._ray, pack_scenario(loaded))
         repo = local_repository(loaded)
         if repo is None or not repo.exists():
             return self._packages[digest], None, None
         if repo not in self._repositories:
             sha, data = pack_repository(repo)
-            self._repositories[repo] = (sha, self._ray.put(data))
+            self._repositories[repo] = (sha, ship(self._ray, data))
         key, bundle = self._repositories[repo]
         return self._packages[digest], key, bundle

@@ -4,9 +4,12 @@ A worker on another machine cannot read the driver's scenario folder. The driver
 each scenario once per sweep (`pack_scenario`: the scenario file and every file it
 references) and each local repository once (`pack_repository`: a bundle file as it is,
 a directory as a git bundle of all its refs, however many scenarios share it), and puts
-them into the object store; every trial task gets them as arguments, so Ray moves each
-to a node once, and the worker unpacks them once per node (`unpack_scenario`, under the
-node's cache, keyed by the scenario's digest and the bundle's sha256). Relative
+them into the object store; every trial task gets their references wrapped in a list
+(`Shipment`), so Ray does not resolve them for each task (that cost a plain task's
+worth of CPU per trial: `benchmarks/scale.py`); the worker fetches one only when its
+node's cache lacks it, so each moves to a node once, and unpacks it once per node
+(`unpack_scenario`, under the node's cache, keyed by the scenario's digest and the
+bundle's sha256). Relative
 paths keep their meaning because the archive keeps the files' layout relative to their
 common folder. A repository given by URL is not shipped: workers fetch it themselves.
 """
@@ -20,7 +23,9 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 from hangar.errors import ConfigError
 from hangar.sandbox.archive import extract_untrusted
@@ -82,11 +87,40 @@ def pack_scenario(loaded: LoadedScenario) -> bytes:
     return buf.getvalue()
 
 
+Shipment = list[Any]
+"""``[object ref]``: a reference Ray passes as it is (a reference that is an argument
+itself is fetched before the task runs, whether the node needs the object or not)."""
+
+Data = bytes | Callable[[], bytes]
+"""Bytes, or a function that fetches them (called only when the node lacks them)."""
+
+
+def ship(ray: Any, data: bytes) -> Shipment:
+    """`data` put into the object store once, as a `Shipment` for task arguments."""
+    return [ray.put(data)]
+
+
+def receive(shipment: Shipment) -> Callable[[], bytes]:
+    """The fetcher of a `Shipment` (on the worker)."""
+
+    def fetch() -> bytes:
+        import ray
+
+        ref: Any = shipment[0]
+        return cast(bytes, ray.get(ref))
+
+    return fetch
+
+
+def _bytes(data: Data) -> bytes:
+    return data() if callable(data) else data
+
+
 def unpack_scenario(
     loaded: LoadedScenario,
-    package: bytes,
+    package: Data,
     cache: Path,
-    repository: tuple[str, bytes] | None = None,
+    repository: tuple[str, Data] | None = None,
 ) -> LoadedScenario:
     """`loaded` as read from its `package`, unpacked once per node under
     ``cache/scenarios``; with `repository` ((sha256, bundle) from `pack_repository`),
@@ -95,7 +129,7 @@ def unpack_scenario(
     if not (target / _COMPLETE).exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".unpacking-"))
-        extract_untrusted(io.BytesIO(package), staging, strip=0, limit=1 << 40)
+        extract_untrusted(io.BytesIO(_bytes(package)), staging, strip=0, limit=1 << 40)
         (staging / _COMPLETE).touch()
         try:
             staging.rename(target)
@@ -108,7 +142,7 @@ def unpack_scenario(
         if not bundle.exists():
             bundle.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=bundle.parent, delete=False) as part:
-                part.write(data)
+                part.write(_bytes(data))
             Path(part.name).replace(bundle)  # whole or not at all
         update["scenario"] = loaded.scenario.model_copy(update={"repository": str(bundle)})
     return loaded.model_copy(update=update)

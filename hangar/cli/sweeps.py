@@ -9,17 +9,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from hangar.cli._app import app, console, err_console, resolve_sweep
+from hangar.logs import LogFormat
+from hangar.logs import configure as configure_logs
 
 sweep_app = typer.Typer(help="Check sweep files.")
 cluster_app = typer.Typer(help="Start, join and stop Ray nodes with sandbox slots.")
@@ -52,6 +49,13 @@ def run(
     repeat: Annotated[
         int | None, typer.Option(min=1, help="Repeats of each trial (instead of the file's).")
     ] = None,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            help="`json`: one JSON object per line on stderr (a sweep's start and end, every "
+            "trial's verdict, warnings) for log shippers, instead of the live view.",
+        ),
+    ] = LogFormat.text,
 ) -> None:
     """Run a sweep: new trials only, resuming where an earlier run stopped.
 
@@ -59,10 +63,14 @@ def run(
     infra_error or void, or were not run (budget, a refused key); 130 Ctrl-C; 2 a
     configuration error.
     """
+    from rich.live import Live
+
+    from hangar.cli.progress import SweepView
     from hangar.scheduler.driver import SweepRunner, SweepTally
     from hangar.scheduler.sweep import load_sweep
     from hangar.store import ResultsStore
 
+    configure_logs(log_format)
     sweep = load_sweep(sweep_file).narrowed(filter_, repeat)
     for bad in sweep.unloadable:
         err_console.print(
@@ -70,29 +78,20 @@ def run(
         )
     store = ResultsStore(sweep.config.store)
 
-    def stats(tally: SweepTally) -> str:
-        rate = f"{tally.pass_rate:.0%}" if tally.pass_rate is not None else "-"
-        return f"pass {rate}  cost ${tally.cost_usd:.2f}  retries {tally.retries}"
-
-    progress = Progress(
-        TextColumn(f"[bold]{sweep.id}[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=err_console,
-        disable=as_json,
-    )
-    bar = progress.add_task("sweep", total=sweep.size, stats="")
+    view = SweepView(sweep.id, sweep.size)
 
     def listen(tally: SweepTally, result: object) -> None:
-        progress.update(bar, completed=tally.finished, stats=stats(tally))
+        view.update(tally)
 
+    quiet = as_json or log_format == LogFormat.json
+    display = (
+        contextlib.nullcontext()
+        if quiet
+        else Live(view, console=err_console, refresh_per_second=4, transient=False)
+    )
     # Ray prints its own notices (a node died, a task is retried) on stdout; keep stdout
-    # for hangar's output (the JSON of --json) and send them to stderr with the bar.
-    with progress, contextlib.redirect_stdout(sys.stderr):
+    # for hangar's output (the JSON of --json) and send them to stderr with the view.
+    with display, contextlib.redirect_stdout(sys.stderr):
         tally = SweepRunner(sweep, store, address=address, listener=listen).run()
     outcome = {
         "sweep": sweep.id,
@@ -187,29 +186,66 @@ def status(
     store: Annotated[
         str | None, typer.Option(help="Results store URL (default: the sweep's, or local).")
     ] = None,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch", help="Redraw every --interval seconds until every trial is final or Ctrl-C."
+        ),
+    ] = False,
+    interval: Annotated[float, typer.Option(min=0.2, help="Seconds between redraws.")] = 2.0,
 ) -> None:
     """Counts by verdict, model and arm of a sweep's latest attempts."""
+    import time
+
+    from rich.live import Live
+
     sweep_id, total, results = resolve_sweep(sweep, store)
-    counts = results.counts(sweep_id)
-    if not counts and total is None:
+    if not results.counts(sweep_id) and total is None and not watch:
         known = ", ".join(results.sweep_ids()[:10]) or "none"
         err_console.print(f"no results for sweep {sweep_id!r} (sweeps in the store: {known})")
         raise typer.Exit(1)
-    verdicts = ["pass", "fail", "blocked_setup", "infra_error", "void"]
-    table = Table("model", "arm", *verdicts, "trials", title=f"sweep {sweep_id}")
+    if not watch:
+        console.print(_status_view(sweep_id, total, results.counts(sweep_id)))
+        return
+    with Live(console=console, auto_refresh=False) as live:
+        try:
+            while True:
+                counts = results.counts(sweep_id)
+                live.update(_status_view(sweep_id, total, counts), refresh=True)
+                final = sum(n for v, *_, n in counts if v != "infra_error")
+                if total is not None and final >= total:
+                    return
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            return
+
+
+_VERDICTS = ["pass", "fail", "blocked_setup", "infra_error", "void"]
+
+
+def _status_view(
+    sweep_id: str, total: int | None, counts: list[tuple[str, str, str, int]]
+) -> Group:
+    """The status table of a sweep's counts (verdict, model, arm, n) and its summary line."""
+    table = Table("model", "arm", *_VERDICTS, "trials", title=f"sweep {escape(sweep_id)}")
     cells: dict[tuple[str, str], dict[str, int]] = {}
     for verdict, model, arm, n in counts:
         cells.setdefault((model, arm), {})[verdict] = n
     for (model, arm), row in sorted(cells.items()):
-        table.add_row(model, arm, *(str(row.get(v, 0)) for v in verdicts), str(sum(row.values())))
-    console.print(table)
+        table.add_row(
+            escape(model),
+            escape(arm),
+            *(str(row.get(v, 0)) for v in _VERDICTS),
+            str(sum(row.values())),
+        )
     recorded = sum(n for *_, n in counts)
     final = sum(n for v, *_, n in counts if v != "infra_error")
-    console.print(
+    line = (
         f"{final} final"
         + (f" of {total} trials" if total else "")
         + f"; {recorded - final} infra_error (retried on the next run)"
     )
+    return Group(table, Text(line))
 
 
 @app.command("gc")

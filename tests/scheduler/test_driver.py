@@ -273,6 +273,7 @@ def test_a_worker_that_cannot_unpack_its_scenario_reports_why(
 ) -> None:
     import ray
 
+    from hangar.scheduler.shipping import ship
     from hangar.scheduler.task import run_trial_task
     from hangar.trials import Arm, single_trial
 
@@ -293,7 +294,8 @@ def test_a_worker_that_cannot_unpack_its_scenario_reports_why(
         evidence_url=(tmp_path / "evidence").as_uri(),
     )
     task = ray.remote(run_trial_task).options(resources={"hangar_sandbox": 1}, num_cpus=0)
-    result: TrialResult = ray.get(task.remote(spec, b"not a tar archive", None, None))
+    package = ship(ray, b"not a tar archive")
+    result: TrialResult = ray.get(task.remote(spec, package, None, None))
     assert result.verdict is Verdict.INFRA_ERROR
     expected = "sandbox failure: SandboxError: could not read an untrusted archive"
     assert result.reason.startswith(expected), result.reason

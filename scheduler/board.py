@@ -1,0 +1,82 @@
+"""What runs where, live: a small Ray actor the trial tasks report to.
+
+The driver knows which trials it submitted, not which have a slot yet or on which node.
+Each trial task tells the sweep's `Board` when it starts and on which node (one
+fire-and-forget actor call: a lost one only makes the display stale); the driver reads
+the board every few seconds and keeps the entries of the trials still in flight, so a
+finished trial, or one killed with its node, leaves the display at once: no second call
+per trial. The `Snapshot` is what the progress display shows: per-node slot use and the
+longest-running trials.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class Running(BaseModel):
+    """One running trial."""
+
+    trial_key: str
+    label: str
+    """scenario · agent · model · arm, for people."""
+    node: str
+    started: float
+    """Unix time the task started on its node."""
+
+
+class Snapshot(BaseModel):
+    """The board at one moment."""
+
+    running: list[Running] = []
+    """Running trials, longest-running first."""
+    slots: dict[str, int] = {}
+    """Sandbox slots of each alive node (host name / Ray node id)."""
+
+    def busy(self) -> dict[str, int]:
+        """Running trials per node (every node with slots listed)."""
+        counts = dict.fromkeys(self.slots, 0)
+        for r in self.running:
+            counts[r.node] = counts.get(r.node, 0) + 1
+        return counts
+
+
+class Board:
+    """The Ray actor (one per sweep run); see the module docstring."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, Running] = {}
+
+    def started(self, trial_key: str, label: str, node: str) -> None:
+        self._running[trial_key] = Running(
+            trial_key=trial_key, label=label, node=node, started=time.time()
+        )
+
+    def running(self, in_flight: list[str]) -> list[Running]:
+        """The trials of `in_flight` that started, longest-running first; the others'
+        entries are dropped (they ended)."""
+        keep = set(in_flight)
+        self._running = {k: r for k, r in self._running.items() if k in keep}
+        return sorted(self._running.values(), key=lambda r: r.started)
+
+
+def open_board(ray: Any, name: str) -> Any:
+    """A new board actor for one sweep run (no CPU, on the driver's node)."""
+    return (
+        ray.remote(Board)
+        .options(name=name, namespace="hangar", num_cpus=0, get_if_exists=True)
+        .remote()
+    )
+
+
+def node_slots(nodes: list[dict[str, Any]], resource: str) -> dict[str, int]:
+    """Sandbox slots per node, keyed like trial results' `node` (host / Ray node id)."""
+    return {
+        f"{n.get('NodeManagerHostname') or n.get('NodeManagerAddress')}/{n['NodeID'][:12]}": int(
+            n["Resources"].get(resource, 0)
+        )
+        for n in nodes
+    }
