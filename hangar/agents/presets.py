@@ -16,10 +16,10 @@ The sandbox image must hold the CLI:
   (``~/.codex/sessions``) go into the evidence.
 - ``claude``: Claude Code (``claude -p --output-format stream-json``), talking the
   Anthropic Messages API to the relay. Option: ``permission_mode`` (default,
-  acceptEdits, plan, bypassPermissions; without it permissions are skipped). Claude Code
-  needs Node.js 22 or newer, which Debian bookworm does not ship: build an image from a
-  Dockerfile that adds it (see the README); its transcripts (``~/.claude/projects``) go
-  into the evidence.
+  acceptEdits, plan, bypassPermissions; without it permissions are skipped). Its image:
+  ``hangar image build-base --with claude`` (Claude Code's linux-x64 binary and Node.js 22,
+  which Debian bookworm lacks, both from the npm registry); its transcripts
+  (``~/.claude/projects``) go into the evidence.
 """
 
 from __future__ import annotations
@@ -112,11 +112,18 @@ PRESETS: dict[str, Preset] = {
     ),
     "claude": Preset(
         command=(
+            # Its side calls (titles, summaries) go to the trial's model, never another.
+            'ANTHROPIC_SMALL_FAST_MODEL="$HANGAR_MODEL" '
             f"claude -p --output-format stream-json --verbose {_CLAUDE_SKIP} {{options}} "
-            '--model "$HANGAR_MODEL" < "$HANGAR_CONTEXT_FILE"'
+            # WebSearch is run by the provider (the relay refuses it: it reaches the world).
+            '--disallowedTools WebSearch --model "$HANGAR_MODEL" < "$HANGAR_CONTEXT_FILE"'
         ),
         collect=("~/.claude/projects",),
-        env={"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1"},
+        env={
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        },
         options={
             "permission_mode": Option(
                 values=("default", "acceptEdits", "plan", "bypassPermissions"),
