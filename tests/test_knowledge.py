@@ -713,8 +713,9 @@ def test_an_as_of_commit_that_is_not_there_is_blocked_setup(
             "knowledge",
             "run",
             str(folder),
+            # A key the test's Ray workers have (the preflight checks it on the node).
             "--model",
-            "gpt-4o-mini",
+            "{id: gpt-4o-mini, api_key_env: HANGAR_SCRIPTED_KEY}",
             "--repo",
             f"handbook={BUNDLE}",
             "--store",
@@ -722,7 +723,6 @@ def test_an_as_of_commit_that_is_not_there_is_blocked_setup(
             "--evidence",
             (tmp_path / "ev").as_uri(),
         ],
-        env={"OPENAI_API_KEY": "sk-never-used"},
     )
     assert out.exit_code == 0, out.output
     assert (

@@ -65,7 +65,10 @@ def live(ray_local: None, postgres_url: str) -> Iterator[Live]:
         for table in ("checks", "trials", "sweeps", "baselines"):
             conn.exec_driver_sql(f"DELETE FROM {table}")
     server = ScriptedServer(Script.load(ROOT / "examples" / "scripted-model.yaml")).start()
-    blocker = folder / "evidence"
+    # A file where the sweep's evidence folder goes: the first attempts fail (the store
+    # itself takes the preflight's probe).
+    blocker = folder / "evidence" / SWEEP
+    blocker.parent.mkdir()
     blocker.write_text("a file where the evidence folder goes: the first attempts fail")
     (folder / "sweep.yaml").write_text(
         yaml.safe_dump(
@@ -89,7 +92,7 @@ def live(ray_local: None, postgres_url: str) -> Iterator[Live]:
                 "repeats": 2,
                 "backend": "local",
                 "store": postgres_url,
-                "evidence": blocker.as_uri(),
+                "evidence": blocker.parent.as_uri(),
                 "retry": {"infra_retries": 2, "backoff_s": 1, "backoff_max_s": 2},
             }
         )
