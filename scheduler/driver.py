@@ -259,17 +259,7 @@ class SweepRunner:
         """Run the sweep; returns the tally."""
         config = self.sweep.config
         check_keys([m for m in config.models if m.provider != "none"])
-        self.store.ensure_sweep(self.sweep.id, config.model_dump(mode="json"), self.sweep.size)
-        self.tally.spent_before = self.store.cost(self.sweep.id)
-        final, last_attempt = self.store.resume_state(self.sweep.id)
-        # Unloadable scenario files: blocked_setup rows, recorded here (no container, no
-        # model call); those recorded by an earlier run count as skipped.
-        blocked = list(self.sweep.blocked_results())
-        new = [r for r in blocked if r.trial_key not in final]
-        self.store.record(new)
-        final |= {r.trial_key for r in new}
-        self.tally.done += len(new)
-        self.tally.skipped += len(blocked) - len(new)
+        final, last_attempt = self._resume()
         # Nothing to do (every trial of this matrix is final: results of an earlier version
         # of a scenario or sample have other keys and do not count): do not start Ray.
         if all(spec.trial_key in final for spec in self.sweep.trials(self.evidence_url)):
@@ -288,17 +278,7 @@ class SweepRunner:
             if verdict != Verdict.INFRA_ERROR:
                 self.tally.verdicts[verdict] += n
         ensure_reapers()
-        task = ray.remote(run_trial_task).options(
-            resources={SANDBOX_RESOURCE: 1},
-            num_cpus=0,
-            max_retries=self.policy.node_retries,
-            retry_exceptions=False,
-        )
-        # A prompt trial (a decision case) needs no sandbox: only the window bounds it.
-        prompt_task = ray.remote(run_trial_task).options(
-            num_cpus=0, max_retries=self.policy.node_retries, retry_exceptions=False
-        )
-        dispatch = Dispatch(
+        self.dispatch = Dispatch(
             self.sweep.trials(self.evidence_url),
             window=window,
             policy=self.policy,
@@ -306,11 +286,7 @@ class SweepRunner:
             final=final,
             last_attempt=last_attempt,
         )
-        self.dispatch = dispatch
-        self.tally.stopped_models = dispatch.stopped
-        skipped_before = self.tally.skipped
-        in_flight: dict[Any, tuple[TrialSpec, float]] = {}
-        shipper = _Shipper(ray)
+        self.tally.stopped_models = self.dispatch.stopped
         self._board = open_board(ray, f"hangar-board-{self.sweep.id}-{uuid.uuid4().hex[:8]}")
         self.tally.board = Snapshot(slots=node_slots(nodes, SANDBOX_RESOURCE))
         event(
@@ -324,52 +300,92 @@ class SweepRunner:
             slots=slots,
             window=window,
         )
+        previous = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            self._loop(ray, self._submitter(ray))
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            ray.kill(self._board)
+        self.tally.interrupted = self._stop > 0
+        self._log_end()
+        return self.tally
+
+    def _resume(self) -> tuple[set[str], dict[str, int]]:
+        """Register the sweep, read what earlier runs finished, and record the
+        blocked_setup rows of unloadable scenario files (no container, no model call;
+        those recorded by an earlier run count as skipped). (final keys, last attempts)."""
+        config = self.sweep.config
+        self.store.ensure_sweep(self.sweep.id, config.model_dump(mode="json"), self.sweep.size)
+        self.tally.spent_before = self.store.cost(self.sweep.id)
+        final, last_attempt = self.store.resume_state(self.sweep.id)
+        blocked = list(self.sweep.blocked_results())
+        new = [r for r in blocked if r.trial_key not in final]
+        self.store.record(new)
+        final |= {r.trial_key for r in new}
+        self.tally.done += len(new)
+        self.tally.skipped += len(blocked) - len(new)
+        return final, last_attempt
+
+    def _submitter(self, ray: Any) -> Callable[[TrialSpec], Any]:
+        """The function that sends one trial to Ray (returns its object reference)."""
+        task = ray.remote(run_trial_task).options(
+            resources={SANDBOX_RESOURCE: 1},
+            num_cpus=0,
+            max_retries=self.policy.node_retries,
+            retry_exceptions=False,
+        )
+        # A prompt trial (a decision case) needs no sandbox: only the window bounds it.
+        prompt_task = ray.remote(run_trial_task).options(
+            num_cpus=0, max_retries=self.policy.node_retries, retry_exceptions=False
+        )
+        shipper = _Shipper(ray)
 
         def submit(spec: TrialSpec) -> Any:
-            loaded = spec.scenario
-            board = self._board
+            loaded, board = spec.scenario, self._board
             if loaded.kind == "knowledge":  # a sandbox, repositories fetched by the node
                 return task.remote(spec, None, None, None, board)
             if not isinstance(loaded, LoadedScenario):  # a case or a sample: texts only
                 return prompt_task.remote(spec, None, None, None, board)
             return task.remote(spec, *shipper.ship(loaded), board)
 
-        previous = signal.signal(signal.SIGINT, self._on_sigint)
-        try:
-            self.listener(self.tally, None)
-            while True:
-                if self._over_budget():
-                    self.tally.budget_exhausted = True
-                while self._stop == 0 and not self.tally.budget_exhausted:
-                    spec = dispatch.next(time.monotonic())
-                    if spec is None:
-                        break
-                    in_flight[submit(spec)] = (spec, time.time())
-                    dispatch.started(spec)
-                    self.tally.peak_in_flight = max(self.tally.peak_in_flight, len(in_flight))
-                    metric("in_flight").set(
-                        dispatch.per_model[spec.model], tags={"model": spec.model}
-                    )
-                self.tally.skipped = skipped_before + dispatch.skipped
-                if not in_flight and (dispatch.idle or self._stop or self.tally.budget_exhausted):
+        return submit
+
+    def _loop(self, ray: Any, submit: Callable[[TrialSpec], Any]) -> None:
+        """Send what `self.dispatch` allows, collect what comes back, until the sweep ends,
+        Ctrl-C or the budget stops it."""
+        dispatch = self.dispatch
+        skipped_before = self.tally.skipped
+        in_flight: dict[Any, tuple[TrialSpec, float]] = {}
+        self.listener(self.tally, None)
+        while True:
+            if self._over_budget():
+                self.tally.budget_exhausted = True
+            while self._stop == 0 and not self.tally.budget_exhausted:
+                spec = dispatch.next(time.monotonic())
+                if spec is None:
                     break
-                if self._stop >= 2:
-                    for ref in in_flight:
-                        ray.cancel(ref, force=True)
-                    break
-                if not in_flight:
-                    ready_at = dispatch.next_ready_at() or time.monotonic()
-                    time.sleep(min(self.poll_s, max(0.0, ready_at - time.monotonic())))
-                    continue
-                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self.poll_s)
-                if ready:
-                    ready, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
-                self._finish(dispatch, [(ref, *in_flight.pop(ref)) for ref in ready])
-                self._read_board(ray, [spec.trial_key for spec, _ in in_flight.values()])
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            ray.kill(self._board)
-        self.tally.interrupted = self._stop > 0
+                in_flight[submit(spec)] = (spec, time.time())
+                dispatch.started(spec)
+                self.tally.peak_in_flight = max(self.tally.peak_in_flight, len(in_flight))
+                self._gauge(spec.model)
+            self.tally.skipped = skipped_before + dispatch.skipped
+            if not in_flight and (dispatch.idle or self._stop or self.tally.budget_exhausted):
+                return
+            if self._stop >= 2:
+                for ref in in_flight:
+                    ray.cancel(ref, force=True)
+                return
+            if not in_flight:
+                ready_at = dispatch.next_ready_at() or time.monotonic()
+                time.sleep(min(self.poll_s, max(0.0, ready_at - time.monotonic())))
+                continue
+            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self.poll_s)
+            if ready:
+                ready, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
+            self._finish(dispatch, [(ref, *in_flight.pop(ref)) for ref in ready])
+            self._read_board(ray, [spec.trial_key for spec, _ in in_flight.values()])
+
+    def _log_end(self) -> None:
         t = self.tally
         event(
             log,
@@ -386,7 +402,6 @@ class SweepRunner:
             interrupted=t.interrupted,
             budget_exhausted=t.budget_exhausted,
         )
-        return self.tally
 
     def _read_board(self, ray: Any, in_flight: list[str]) -> None:
         """Refresh the tally's view of running trials from the board, without waiting:
