@@ -1,9 +1,10 @@
 """Scenarios (also called fixtures): one task, pinned to a repository revision.
 
 A scenario is a YAML file. Relative paths in it are relative to the file's folder.
-Its **digest** is sha256 over the canonical scenario and the bytes of every file it
-references (prepare script, host verifier, hidden verifier files, plugins): change one
-byte and it is a new scenario version, never an edit of the old one. The repository is
+Its **digest** is sha256 over the canonical scenario, the bytes of every file it
+references (prepare script, host verifier, hidden verifier files, plugins) and of the
+code that judges it (`judging_digest`): change one byte and it is a new scenario
+version, never an edit of the old one. The repository is
 pinned by its exact commit, so the digest covers the repository reference and revision,
 not the bytes of a bundle (two bundles of the same commit are the same fixture).
 """
@@ -11,6 +12,7 @@ not the bytes of a bundle (two bundles of the same commit are the same fixture).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import re
 from pathlib import Path, PurePosixPath
@@ -114,6 +116,21 @@ HostVerifier = Annotated[
 ]
 
 
+class HarnessSpec(_Strict):
+    """The test harness of a scenario beyond what hangar knows (`hangar.verifiers.harness`):
+    files that change how its tests are collected, run or reported are put back as they
+    were before the agent, and a change of one fails scope."""
+
+    allow: tuple[str, ...] = ()
+    """Harness paths the agent may change, kept as it left them (fnmatch patterns relative
+    to the workspace, ``*`` matching ``/`` too): e.g. ``tests/conftest.py``. A builtin
+    verifier's ``scope`` pattern that names a file (no wildcard in its last part) allows
+    that file too."""
+    also: tuple[str, ...] = ()
+    """More harness files: ones the verifier commands read (a ``Makefile``, a script, an
+    environment file they source), put back like the rest."""
+
+
 class VerifierSpec(_Strict):
     """How a trial is judged."""
 
@@ -129,6 +146,8 @@ class VerifierSpec(_Strict):
     """Time limit of each verifier command."""
     host_timeout_s: float = Field(default=120, gt=0)
     """Time limit of the host verifier."""
+    harness: HarnessSpec = Field(default_factory=HarnessSpec)
+    """The test harness: what the agent may change of it, and files it also holds."""
 
     @field_validator("checklist")
     @classmethod
@@ -345,11 +364,34 @@ def tree_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+#: The code that judges every execution trial (the harness as pinned, tampering signs),
+#: and the builtin verifier's: results judged by other code are another version.
+_JUDGING_CODE = ("harness.py", "tampering.py", "admission.py")
+_BUILTIN_CODE = {"junit": ("junit.py",)}
+
+
+def judging_digest(scenario: Scenario) -> str:
+    """sha256 of the code that judges `scenario`'s trials (in the scenario's digest, as a
+    benchmark's scoring code is in its samples')."""
+    spec = importlib.util.find_spec("hangar.verifiers")  # imports `hangar` only
+    assert spec is not None and spec.submodule_search_locations is not None
+    here = Path(next(iter(spec.submodule_search_locations)))
+    host = scenario.verifier.host
+    names = _JUDGING_CODE + (
+        _BUILTIN_CODE[host.builtin] if isinstance(host, BuiltinVerifier) else ()
+    )
+    h = hashlib.sha256()
+    for name in names:
+        h.update(name.encode() + b"\0" + (here / name).read_bytes())
+    return h.hexdigest()
+
+
 def scenario_digest(path: Path, scenario: Scenario) -> str:
     """The scenario's digest (see the module docstring)."""
     folder = path.resolve().parent
     payload = {
         "scenario": scenario.model_dump(mode="json"),
+        "judging": judging_digest(scenario),
         "files": [
             [role, rel, tree_digest(folder / rel)] for role, rel in referenced_files(scenario)
         ],

@@ -13,6 +13,9 @@ import pytest
 from tests.require import BASE_IMAGE, required_services, skip_or_fail
 from tests.services import postgres_url, ray_cluster, ray_local, s3_endpoint
 
+# One trial of a private copy of the example scenario (`run`, `scenario_dir`, `cache_root`).
+pytest_plugins = ["tests.trialkit"]
+
 # Credentials for the local S3 server, set before any Ray worker starts: workers keep the
 # environment they were started with. They are fake, and only ever sent to loopback.
 for _name, _value in (

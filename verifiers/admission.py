@@ -18,7 +18,10 @@ rule holds; each broken rule adds its own reason, naming the rule:
   no symlink anywhere on its way;
 - the run completed; no finding is unassessed; no finding failed (a failed or
   unassessed route or scope prevents a pass like a check); every original verifier
-  command exited 0.
+  command exited 0;
+- the test harness is as pinned: a change of it the scenario does not allow, or a sign
+  that the agent's code reaches into the test run (`hangar.verifiers.harness`,
+  `hangar.verifiers.tampering`), fails scope whatever the host verifier found.
 
 A canary found in the trace makes the trial `void`, whatever else holds.
 """
@@ -26,7 +29,7 @@ A canary found in the trace makes the trial `void`, whatever else holds.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -37,6 +40,9 @@ from hangar.results import CheckOutcome, FindingOutcome, Verdict
 from hangar.sandbox.workspace import MirrorCache
 from hangar.scenario import LoadedScenario, PinnedFile, file_sha256
 from hangar.verifiers.protocol import CommandRecord, Finding, Verification, script_problem
+
+#: The evidence of harness changes and tampering signs (written by the execution trial).
+HARNESS_FILE = "verifier/harness.json"
 
 
 def pinned_script_problem(loaded: LoadedScenario, role: str, pinned: PinnedFile) -> str | None:
@@ -162,11 +168,15 @@ def judge(
     artifacts: Path,
     commands: list[CommandRecord],
     canaries_found: list[str],
+    harness: Sequence[str] = (),
+    harness_evidence: str = HARNESS_FILE,
 ) -> Judgement:
     """Admit a host verifier's printed output (see the module docstring).
 
     `verifier_error` says the verifier crashed or hung; its output is then not read.
-    `incomplete_reason` says why the agent's run did not complete.
+    `incomplete_reason` says why the agent's run did not complete. `harness` holds, in
+    words, each change of the test harness and each sign of tampering that fails scope
+    (its evidence file: `harness_evidence`).
     """
     if canaries_found:
         return Judgement(
@@ -186,6 +196,11 @@ def judge(
             "scope": _outcome(verification.scope),
         }
         reasons += _verification_problems(verification, case, trace_sha256, checklist, artifacts)
+    if harness:
+        reasons.append("failed scope: " + "; ".join(harness))
+        if "scope" in found:
+            evidence = (*found["scope"].evidence, harness_evidence)
+            found["scope"] = FindingOutcome(status="fail", evidence=tuple(dict.fromkeys(evidence)))
     if not completed:
         why = f" ({incomplete_reason})" if incomplete_reason else ""
         reasons.append(f"incomplete run{why}: the agent did not finish, so the trial cannot pass")

@@ -1,4 +1,4 @@
-"""Phases 8 and 9: final status, then hidden files and verifier commands.
+"""Phases 8 and 9: final status, then the harness, hidden files and verifier commands.
 
 The final status is taken once every process of the agent is dead: the agent's own
 view of its repository in the sandbox (git with the configuration an agent could have
@@ -6,10 +6,12 @@ planted neutralised where git allows it: no global or system config, no fsmonito
 hooks, no external diff, no pager; since git may still run filters an agent declared,
 every process of the sandbox user is killed again after it), recorded whatever the
 agent did to ``.git``; the diff itself is taken on the host against the pinned commit
-(`hangar.sandbox.workspace.diff_against_pin`). Hidden files and commands then run where
-nothing the agent left outside the workspace exists (a process, a ``usercustomize.py``
-in HOME, a file in /tmp): the agent's sandbox with its scratch wiped, or a fresh one
-(see `hangar.trials.verification`).
+(`hangar.sandbox.workspace.diff_against_pin`). The harness as pinned
+(`hangar.verifiers.harness`) and the hidden files are put in place, then the commands run
+where nothing the agent left outside the workspace exists (a process, a
+``usercustomize.py`` in HOME, a file in /tmp): the agent's sandbox with its scratch
+wiped, or a fresh one (see `hangar.trials.verification`), with tools the workspace
+cannot shadow (`_WITH_OUT`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,8 +34,30 @@ VERIFIER_OUT = "/tmp/hangar-verifier"
 
 #: Bound on the git commands that read the workspace's state.
 GIT_TIMEOUT_S = 300
-#: Makes $HANGAR_VERIFIER_OUT, then runs the verifier command ($1) by bash.
-_WITH_OUT = 'mkdir -p "$HANGAR_VERIFIER_OUT" || exit 96; exec bash -c "$1"'
+#: Makes $HANGAR_VERIFIER_OUT, then runs the verifier command ($1) by bash, with tools
+#: the workspace cannot shadow: no start-up file of the shell's, and a PATH whose
+#: system folders come first, without relative folders or any under the workspace
+#: (folders under HOME and the temporary folders, which hold only what the image put
+#: there again, go last).
+_WITH_OUT = (
+    'mkdir -p "$HANGAR_VERIFIER_OUT" || exit 96; '
+    "unset BASH_ENV ENV CDPATH PYTHONSTARTUP PYTHONINSPECT; set -f; "
+    "first=; last=; saved=$IFS; IFS=:; "
+    "for d in $PATH; do case $d in "
+    '""|[!/]*|"$PWD"|"$PWD"/*) ;; '
+    '"$HOME"|"$HOME"/*|/tmp|/tmp/*|/var/tmp|/var/tmp/*|/dev/shm|/dev/shm/*) last=$last:$d ;; '
+    "*) first=$first:$d ;; esac; done; "
+    'IFS=$saved; set +f; PATH=${first#:}$last; export PATH; exec bash -c "$1"'
+)
+#: Git in a verifier command ignores what the agent planted in the repository's own
+#: configuration to run code (command-line precedence, as ``git -c``).
+VERIFIER_GIT_ENV = {
+    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_KEY_0": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_0": "false",
+    "GIT_CONFIG_KEY_1": "core.hooksPath",
+    "GIT_CONFIG_VALUE_1": "/dev/null",
+}
 
 _GIT = (
     "GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_TERMINAL_PROMPT=0 "
@@ -96,29 +121,40 @@ def final_state(sandbox: Sandbox) -> dict[str, Any]:
     return state
 
 
-def stage_hidden_files(loaded: LoadedScenario, staging: Path, sandbox_dir: str) -> str:
-    """Copy `verifier.files` into `staging` on the host, which the sandbox sees (or gets
-    copied, in one archive) as `sandbox_dir`; returns the shell that puts them in place
-    (replacing whatever the agent left at each target), to run first in the first
-    verifier command's exec: no exec and no archive per file.
+def hidden_placements(loaded: LoadedScenario) -> list[tuple[str, Path | None]]:
+    """`verifier.files` as placements: (target in the workspace, source on the host)."""
+    return [(h.target, loaded.local(h.source)) for h in loaded.scenario.verifier.files]
 
-    A placement that fails (the agent made a folder unwritable) fails the command it
-    precedes (exit 97): a failed check, never an infrastructure error an agent could
-    cause to get its trial retried.
+
+def stage_placements(
+    placements: list[tuple[str, Path | None]], staging: Path, sandbox_dir: str
+) -> str:
+    """Stage each (target, source) in `staging` on the host, which the sandbox sees (or
+    gets copied, in one archive) as `sandbox_dir`; returns the shell that makes each
+    target the source's copy, or removes it when the source is None, replacing whatever
+    the agent left there (the harness put back, then the hidden verifier files), to run
+    first in the first verifier command's exec: no exec and no archive per file.
+
+    It runs as the sandbox user, so a link the agent planted on the way leads nowhere
+    outside the sandbox. A placement that fails (the agent made a folder unwritable and
+    it cannot be made writable again) fails the command it precedes (exit 97): a failed
+    check, never an infrastructure error an agent could cause to get its trial retried.
     """
-    staging.mkdir(parents=True)
+    staging.mkdir(parents=True, exist_ok=True)
     steps = []
-    for i, hidden in enumerate(loaded.scenario.verifier.files):
-        source = loaded.local(hidden.source)
+    for i, (target_path, source) in enumerate(placements):
+        target = shlex.quote(target_path)
+        parent = f'"$(dirname -- {target})"'
+        retry = f"{{ chmod -f u+rwx {parent}; rm -rf -- {target}; }}"
+        clear = f"{{ rm -rf -- {target} 2>/dev/null || {retry}; }}"
+        if source is None:
+            steps.append(clear)
+            continue
         if source.is_dir():
             shutil.copytree(source, staging / str(i), symlinks=True)
         else:
             shutil.copy2(source, staging / str(i))
-        target = shlex.quote(hidden.target)
-        steps.append(
-            f'rm -rf -- {target} && mkdir -p -- "$(dirname -- {target})" && '
-            f"cp -R -p -- {sandbox_dir}/{i} {target}"
-        )
+        steps.append(f"{clear} && mkdir -p -- {parent} && cp -R -p -- {sandbox_dir}/{i} {target}")
     return "".join(f"{{ {step}; }} || exit 97; " for step in steps)
 
 
@@ -134,17 +170,20 @@ def run_verifier_commands(
 
     With `collect`, ``$HANGAR_VERIFIER_OUT`` is copied into ``artifacts/verifier/out``
     through the sandbox; without, the caller copies it (from a scratch folder). `before`
-    is shell run first in the first command's exec (see `stage_hidden_files`).
+    is shell run first in the first command's exec (see `stage_placements`). Each
+    record keeps when its command started and ended (host clock, seconds since the epoch):
+    a report older than the first start was not written by this verification.
     """
     spec = loaded.scenario.verifier
     out_dir = artifacts / "verifier" / "commands"
     out_dir.mkdir(parents=True, exist_ok=True)
     records = []
-    env = {"HANGAR_VERIFIER_OUT": sandbox.command_path(VERIFIER_OUT)}
+    env = {"HANGAR_VERIFIER_OUT": sandbox.command_path(VERIFIER_OUT), **VERIFIER_GIT_ENV}
     for i, command in enumerate(spec.commands):
         # The output folder is made first, in the same exec: the command itself runs
         # exactly as `bash -c COMMAND`.
         argv = ["sh", "-c", (before if i == 0 else "") + _WITH_OUT, "hangar-verifier", command]
+        started = time.time()
         if sandbox.isolated and i == len(spec.commands) - 1:
             # Nothing the last command started may run on while the host reads the
             # workspace and the output folder.
@@ -161,6 +200,8 @@ def run_verifier_commands(
                 timed_out=res.timed_out,
                 stdout=stdout.relative_to(artifacts).as_posix(),
                 stderr=stderr.relative_to(artifacts).as_posix(),
+                started_at=started,
+                ended_at=time.time(),
             )
         )
     (artifacts / "verifier" / "commands.json").write_text(

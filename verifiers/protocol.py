@@ -4,7 +4,8 @@ A host verifier gets the path of a request file as its first argument (also in
 ``HANGAR_REQUEST``) and prints one Verification JSON on stdout:
 
     request:      {case, fixture, workspace, artifacts, traceSha256, completed,
-                   checklist, commands: [{command, exitCode, timedOut, stdout, stderr}]}
+                   checklist, commands: [{command, exitCode, timedOut, stdout, stderr,
+                   startedAt, endedAt}], hiddenTests, harness, tampering}
     verification: {caseId, traceSha256, checks: [{requirement, status, evidence[]}],
                    route: {status, evidence[]}, scope: {status, evidence[]}}
                    status in pass | fail | unassessed
@@ -35,6 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from pydantic.alias_generators import to_camel
 
 from hangar.sandbox.base import MiB, TailBuffer
+from hangar.verifiers.harness import HarnessChange
+from hangar.verifiers.tampering import TamperSign
 
 
 class _Wire(BaseModel):
@@ -58,6 +61,10 @@ class CommandRecord(_Wire):
     """Its stdout, as a path relative to the artifacts folder."""
     stderr: str
     """Its stderr, as a path relative to the artifacts folder."""
+    started_at: float | None = None
+    """When it started (seconds since the epoch, the host's clock)."""
+    ended_at: float | None = None
+    """When it ended."""
 
 
 class VerificationRequest(_Wire):
@@ -79,6 +86,14 @@ class VerificationRequest(_Wire):
     """The requirements to cover, each exactly once."""
     commands: list[CommandRecord] = Field(default_factory=list)
     """The original verifier commands and their outcomes."""
+    hidden_tests: list[str] = Field(default_factory=list)
+    """The tests of the hidden verifier files (``file.py::[Class::]name``), each of which
+    must have run and passed."""
+    harness: list[HarnessChange] = Field(default_factory=list)
+    """Every change of the test harness hangar found, and what it did about it (each one
+    not allowed fails scope, whatever the verifier says)."""
+    tampering: list[TamperSign] = Field(default_factory=list)
+    """Signs that the agent's added code reaches into the test run (each fails scope)."""
 
 
 class Finding(_Wire):

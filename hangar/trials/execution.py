@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 from hangar.agents import AgentRun, ChatAgent, CommandAgent, run_chat_agent, run_command_agent
@@ -52,6 +53,7 @@ from hangar.trials.spec import TrialSpec
 from hangar.trials.verification import host_verify, judgement, place_for
 from hangar.verifiers.admission import Judgement, fixture_problems
 from hangar.verifiers.commands import final_state, git_state
+from hangar.verifiers.guard import HarnessGuard
 from hangar.verifiers.protocol import run_host_script
 
 T = TypeVar("T")
@@ -92,12 +94,18 @@ class ExecutionTrial(TrialRun):
         self.mirrors = MirrorCache(self.cache / "mirrors")
         self.home_seed: Any = None
         self.judgement: Judgement | None = None
+        self.guard = HarnessGuard(
+            self.loaded, self.workspace, self.folder / "harness", self.artifacts
+        )
 
     def localise(self, spec: TrialSpec) -> None:
         """Run from `spec`, the same trial with this node's copy of its scenario."""
         super().localise(spec)
         self.loaded = _scenario_of(spec)
         self.scenario = self.loaded.scenario
+        self.guard = HarnessGuard(
+            self.loaded, self.workspace, self.folder / "harness", self.artifacts
+        )
 
     # -- the phases -----------------------------------------------------------------------
 
@@ -122,9 +130,9 @@ class ExecutionTrial(TrialRun):
             self.final_diff(agent_view)
         commands = place.verify(box)
         with self.phase("host_verifier"):
-            raw, verifier_error = host_verify(self, commands)
+            verified = host_verify(self, commands)
         with self.phase("judgement"):
-            self.judgement = judgement(self, raw, verifier_error, commands, disk_full=disk_full)
+            self.judgement = judgement(self, verified, commands, disk_full=disk_full)
             self.verdict, self.reason = self.judgement.verdict, self.judgement.reason
 
     def record_identity(self) -> None:
@@ -172,6 +180,9 @@ class ExecutionTrial(TrialRun):
             if not self.spec.plugins:  # nothing else will touch it before the agent
                 state = workspace_state(self.workspace, self.scenario.revision)
                 self.write("status-initial.json", state)
+        if not self.backend.live_mounts:  # the sandbox gets a copy: record it now
+            with self.phase("harness_baseline"):
+                self.guard.record(extra=self.plugin_files_in_workspace())
         if self.backend.isolated:  # local commands run as we do
             hand_over(self.workspace, SANDBOX_UID)
         with self.phase("sandbox_up"):
@@ -182,7 +193,29 @@ class ExecutionTrial(TrialRun):
         if self.spec.plugins:  # plugins may have landed in the workspace
             with self.phase("initial_status"):
                 self.write("status-initial.json", git_state(sandbox))
+        if self.backend.live_mounts:  # the workspace as the agent gets it, plugins in
+            with self.phase("harness_baseline"):
+                self.guard.record()
         return sandbox
+
+    def plugin_files_in_workspace(self) -> dict[str, Path]:
+        """The arm's plugin files that land in the workspace: relative path -> source."""
+        files: dict[str, Path] = {}
+        for name in self.spec.plugins:
+            plugin = self.scenario.plugin(name)
+            target = PurePosixPath(plugin.target)
+            if target.is_absolute():
+                if not target.is_relative_to(WORKDIR):
+                    continue
+                target = target.relative_to(WORKDIR)
+            source = self.loaded.local(plugin.source)
+            if source.is_file():
+                files[target.as_posix()] = source
+            elif source.is_dir():
+                for f in source.rglob("*"):
+                    if f.is_file():
+                        files[(target / f.relative_to(source).as_posix()).as_posix()] = f
+        return files
 
     def make_workspace(self) -> None:
         """Phase 2: the pinned commit, and nothing later, in a private repository."""
@@ -492,6 +525,7 @@ class ExecutionTrial(TrialRun):
                 with suppress(Exception):
                     future.result()
         self.pool.shutdown(wait=wait)
+        self.guard.close()
         self.disk.close()
 
     def outcome(self) -> dict[str, Any]:

@@ -9,16 +9,18 @@ Two *places* verification can run in, one interface (`VerificationPlace`):
 - `FreshSandbox` (a backend whose mounts are copies, such as Kubernetes, or a scenario
   with ``writable_root``): a new sandbox on the same workspace replaces the agent's.
 
-Either way nothing the agent left outside the workspace reaches verification. Then the
-pinned host verifier judges (`host_verify`) and its output is admitted (`judge`).
+Either way nothing the agent left outside the workspace reaches verification, and in the
+workspace the test harness is put back as it was before the agent
+(`hangar.verifiers.guard`) before the hidden files are placed. Then the pinned host
+verifier judges (`host_verify`) and its output is admitted (`judge`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from concurrent.futures import Future
-from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, NamedTuple
 
 from hangar.results import Verdict
 from hangar.sandbox import Sandbox
@@ -31,15 +33,17 @@ from hangar.verifiers.admission import Judgement, judge
 from hangar.verifiers.commands import (
     VERIFIER_OUT,
     collect_verifier_out,
+    hidden_placements,
     run_verifier_commands,
-    stage_hidden_files,
+    stage_placements,
 )
 from hangar.verifiers.protocol import CommandRecord, VerificationRequest, run_host_script
 
 if TYPE_CHECKING:
     from hangar.trials.execution import ExecutionTrial
 
-#: Where hidden verifier files wait in the sandbox's /tmp for the first verifier command.
+#: Where the harness and the hidden verifier files wait in the sandbox's /tmp for the first
+#: verifier command.
 HIDDEN_STAGING = ".hangar-hidden"
 
 
@@ -57,9 +61,10 @@ class VerificationPlace(ABC):
         """The sandbox verification runs in, once the agent's processes are dead."""
 
     @abstractmethod
-    def stage_hidden(self, box: Sandbox) -> str:
-        """Stage the hidden verifier files; the shell that places them (see
-        `stage_hidden_files`), run by the first verifier command's exec."""
+    def stage(self, box: Sandbox, placements: list[tuple[str, Path | None]]) -> str:
+        """Stage the `placements` (the harness put back, the hidden verifier files); the
+        shell that places them (see `stage_placements`), run by the first verifier
+        command's exec."""
 
     @abstractmethod
     def finish(self, box: Sandbox) -> None:
@@ -69,11 +74,14 @@ class VerificationPlace(ABC):
     collect_through_sandbox: bool = True
 
     def verify(self, box: Sandbox) -> list[CommandRecord]:
-        """Hidden files, then the original verifier commands, then the sandbox let go;
-        symlinks leaving the workspace are removed before the host reads it."""
+        """The harness put back and the hidden files placed, then the original verifier
+        commands, then the sandbox let go and the harness checked again; symlinks leaving
+        the workspace are removed before the host reads it."""
         trial = self.trial
+        with trial.phase("harness"):
+            undo = trial.guard.before_commands()
         with trial.phase("verifier_files"):
-            before = self.stage_hidden(box)
+            before = self.stage(box, undo + hidden_placements(trial.loaded))
             trial.write(
                 "verifier/hidden-files.json", [h.target for h in trial.scenario.verifier.files]
             )
@@ -87,6 +95,7 @@ class VerificationPlace(ABC):
             )
         with trial.phase("verifier_teardown"):
             self.finish(box)
+            trial.guard.after_commands()
             trial.write("workspace-links-removed.json", remove_escaping_links(trial.workspace))
         return commands
 
@@ -102,12 +111,12 @@ class SameSandbox(VerificationPlace):
             self.trial.reset_scratch()
         return agent_box
 
-    def stage_hidden(self, box: Sandbox) -> str:
+    def stage(self, box: Sandbox, placements: list[tuple[str, Path | None]]) -> str:
         """Into the emptied scratch /tmp, which the sandbox sees."""
         trial = self.trial
         staging = trial.scratch / "tmp" / HIDDEN_STAGING
         inside = box.command_path(f"/tmp/{HIDDEN_STAGING}")
-        before = stage_hidden_files(trial.loaded, staging, inside)
+        before = stage_placements(placements, staging, inside)
         if before and trial.backend.isolated:
             from hangar.trials.execution import SANDBOX_UID
 
@@ -149,11 +158,11 @@ class FreshSandbox(VerificationPlace):
         with self.trial.phase("verifier_sandbox_up"):
             return self.starting.result() if self.starting else self.trial.start_sandbox()
 
-    def stage_hidden(self, box: Sandbox) -> str:
+    def stage(self, box: Sandbox, placements: list[tuple[str, Path | None]]) -> str:
         """On the host, then copied in with one archive."""
         trial = self.trial
         staging, inside = trial.folder / "hidden", f"/tmp/{HIDDEN_STAGING}"
-        before = stage_hidden_files(trial.loaded, staging, box.command_path(inside))
+        before = stage_placements(placements, staging, box.command_path(inside))
         if before:
             box.copy_in(staging, inside)
         return before
@@ -169,8 +178,17 @@ def place_for(trial: ExecutionTrial) -> VerificationPlace:
     return SameSandbox(trial) if trial.one_sandbox else FreshSandbox(trial)
 
 
-def host_verify(trial: ExecutionTrial, commands: list[CommandRecord]) -> tuple[str, str | None]:
-    """Run the host verifier: its printed output, and what went wrong running it."""
+class HostVerification(NamedTuple):
+    """What the host verifier printed, what went wrong running it, and what a builtin
+    verifier adds to the reason of a fail."""
+
+    raw: str
+    error: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def host_verify(trial: ExecutionTrial, commands: list[CommandRecord]) -> HostVerification:
+    """Run the host verifier (see `HostVerification`)."""
     assert trial.trace is not None and trial.trace.sha256 is not None
     scenario = trial.scenario
     request = VerificationRequest(
@@ -182,13 +200,17 @@ def host_verify(trial: ExecutionTrial, commands: list[CommandRecord]) -> tuple[s
         completed=trial.agent_run.completed,
         checklist=list(scenario.verifier.checklist),
         commands=commands,
+        hidden_tests=junit.hidden_test_ids(hidden_placements(trial.loaded)),
+        harness=trial.guard.changes,
+        tampering=trial.guard.tampering,
     )
     request_path = trial.write("verifier/request.json", request.to_json())
     host = scenario.verifier.host
     if not isinstance(host, PinnedFile):
-        raw = junit.verify(request, host).to_json()
+        judged = junit.verify_with_notes(request, host)
+        raw = judged.verification.to_json()
         trial.write("verifier/verification.json", raw)
-        return raw, None
+        return HostVerification(raw, notes=tuple(judged.notes))
     run = run_host_script(
         trial.loaded.local(host.file),
         request_path,
@@ -199,28 +221,29 @@ def host_verify(trial: ExecutionTrial, commands: list[CommandRecord]) -> tuple[s
     trial.write("verifier/host-stderr.txt", run.stderr)
     if run.timed_out:
         limit = scenario.verifier.host_timeout_s
-        return run.stdout, f"host verifier hung: killed at its {limit:g} s limit"
+        return HostVerification(run.stdout, f"host verifier hung: killed at its {limit:g} s limit")
     if run.exit_code != 0:
         last = (run.stderr.strip().splitlines() or [""])[-1]
-        return run.stdout, f"host verifier crashed (exit {run.exit_code}): {last}".rstrip(": ")
-    return run.stdout, None
+        crashed = f"host verifier crashed (exit {run.exit_code}): {last}".rstrip(": ")
+        return HostVerification(run.stdout, crashed)
+    return HostVerification(run.stdout)
 
 
 def judgement(
     trial: ExecutionTrial,
-    raw: str,
-    verifier_error: str | None,
+    verified: HostVerification,
     commands: list[CommandRecord],
     *,
     disk_full: bool,
 ) -> Judgement:
-    """Admit the verification (`hangar.verifiers.admission`); a full disk and a provider's failure
-    are named; the latter makes a fail an infra_error (it was not the agent's)."""
+    """Admit the verification (`hangar.verifiers.admission`), the harness's findings with
+    it; a full disk and a provider's failure are named; the latter makes a fail an
+    infra_error (it was not the agent's)."""
     assert trial.trace is not None and trial.trace.sha256 is not None
     scenario = trial.scenario
     judged = judge(
-        raw,
-        verifier_error=verifier_error,
+        verified.raw,
+        verifier_error=verified.error,
         case=scenario.id,
         trace_sha256=trial.trace.sha256,
         completed=trial.agent_run.completed,
@@ -229,7 +252,10 @@ def judgement(
         artifacts=trial.artifacts,
         commands=commands,
         canaries_found=find_canaries(trial.trace.path, scenario.canaries),
+        harness=trial.guard.findings(),
     )
+    if verified.notes and judged.verdict is Verdict.FAIL:
+        judged.reason += "; " + "; ".join(verified.notes)
     if disk_full and judged.verdict is Verdict.FAIL:
         limit = trial.disk.state.limit / 1024**2
         judged.reason += f"; the agent filled its disk (limit {limit:g} MiB)"
