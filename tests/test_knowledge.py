@@ -755,3 +755,25 @@ def test_a_manifest_written_elsewhere_and_the_rules_edge(tmp_path: Path) -> None
     assert (
         sentence("correctness", 0.149, 0.15, False) == "baseline is not shown to lose by 15 points"
     )
+
+
+def test_a_citation_carries_the_as_of_hash_never_the_agents(tmp_path: Path) -> None:
+    # Judging reads nothing the agent can change: the workspace is read-only, and a
+    # citation's hash is the one hangar recorded when it exported the tree at as_of.
+    from types import SimpleNamespace
+
+    from hangar.agents import AgentRun
+    from hangar.trials.knowledge import KnowledgeTrial
+
+    trial = KnowledgeTrial.__new__(KnowledgeTrial)
+    commit = "c" * 40
+    trial.item = SimpleNamespace(id="Q1", commits={"handbook": commit})  # type: ignore[assignment]
+    trial.files = {"handbook": {"README.md": "sha256:" + "1" * 64}}
+    trial.artifacts = tmp_path
+    forged = {"uri": "handbook/README.md", "sha256": "sha256:" + "f" * 64}
+    trial.agent_run = AgentRun(completed=True, answer={"answer": "x", "citations": [forged]})
+    trial.collect()
+    assert trial.answer is not None
+    assert trial.answer["citations"] == [
+        {"uri": f"repo://handbook@{commit}/README.md", "sha256": "sha256:" + "1" * 64}
+    ]

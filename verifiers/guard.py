@@ -20,6 +20,7 @@ from hangar.verifiers.harness import (
     HarnessChange,
     discard,
     findings,
+    is_under,
     placements,
 )
 from hangar.verifiers.junit import judged_files
@@ -79,9 +80,10 @@ class HarnessGuard:
         self.changes = found.changes
         diff = self.artifacts / "diff.patch"
         harness_paths = {c.path for c in self.changes}
+        hidden = [p for p in found.sources_changed if is_under(p, self.hidden)]  # replaced next
         self.tampering = signs(
             self.workspace,
-            [p for p in found.sources_changed if p not in harness_paths],
+            [p for p in found.sources_changed if p not in harness_paths and p not in hidden],
             diff.read_text(errors="replace") if diff.is_file() and not diff.is_symlink() else None,
             known=set(self.baseline.markers),
             skip=frozenset(p for p in found.sources_changed if self.allowance.allows(p)),

@@ -362,7 +362,7 @@ class _Walker:
 
     def classify(self, rel: str) -> tuple[str, SectionReader | None, bool] | None:
         """(why `rel` is harness, its section reader, whether a cache), or None."""
-        if _under(rel, self.skip):
+        if is_under(rel, self.skip):
             return None
         parts = PurePosixPath(rel).parts
         name = parts[-1]
@@ -418,7 +418,8 @@ def _names_a_tool(ecosystem: Ecosystem, name: str) -> bool:
     return name in ecosystem.tools or name.startswith(ecosystem.tool_prefixes)
 
 
-def _under(rel: str, folders: frozenset[str]) -> bool:
+def is_under(rel: str, folders: frozenset[str]) -> bool:
+    """Whether `rel` is one of `folders` or inside one."""
     return rel in folders or any(rel.startswith(f + "/") for f in folders)
 
 
@@ -542,7 +543,7 @@ class HarnessBaseline(BaseModel):
         ]
         for rel in sorted(set(now) | set(self.entries)):
             before, after = self.entries.get(rel), now.get(rel)
-            if _under(rel, skip) or _digest(before) == _digest(after):
+            if is_under(rel, skip) or _digest(before) == _digest(after):
                 continue
             entry = after if after is not None else before
             assert entry is not None

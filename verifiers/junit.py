@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 from collections.abc import Iterator
 from fnmatch import fnmatchcase
@@ -196,12 +197,16 @@ def judged_files(checklist: tuple[str, ...], workspace: Path) -> frozenset[str]:
 
 
 def _test_modules(workspace: Path) -> Iterator[Path]:
-    for path in workspace.rglob("*.py"):
-        rel = path.relative_to(workspace).as_posix()
-        if rel.startswith(".git/") or path.is_symlink() or not is_test_module(rel):
-            continue
-        if path.is_file():
-            yield path
+    """The test modules of `workspace`, never through a link (a repository's link may
+    lead anywhere on the host)."""
+    for folder, dirs, names in os.walk(workspace):
+        if Path(folder) == workspace:
+            dirs[:] = [d for d in dirs if d != ".git"]
+        for name in names:
+            path = Path(folder) / name
+            rel = path.relative_to(workspace).as_posix()
+            if is_test_module(rel) and not path.is_symlink() and path.is_file():
+                yield path
 
 
 def _reports(request: VerificationRequest) -> tuple[list[TestCase], list[str], list[str]]:

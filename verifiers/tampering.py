@@ -13,7 +13,8 @@ module flags:
   code already used before the agent is not a sign (pytest and its plugins use them all);
 - **in test modules** (``test_*.py``, ``*_test.py``, a test folder's ``__init__.py``):
   code that patches other modules as soon as it is imported (an assignment to an
-  attribute or to ``sys.modules``, ``setattr``/``delattr`` at module or class level), an
+  attribute or to ``sys.modules``, ``setattr``/``delattr`` at module or class level, code
+  built at import with ``exec``/``eval``/``compile``), an
   assignment to a function's ``__code__`` anywhere, an ``atexit`` registration, and
   leaving the process (``os._exit``, ``sys.exit``, ``exit``) at import.
 
@@ -211,6 +212,8 @@ def _statement_signs(node: ast.stmt) -> Iterator[tuple[ast.stmt, str]]:
             yield node, f"calls `{name[1]}` at import (patches another module)"
         elif name in _EXITS:
             yield node, f"leaves the process at import (`{ast.unparse(call.func)}`)"
+        elif name in (("", "exec"), ("", "eval"), ("", "compile")):
+            yield node, f"runs code built at import (`{name[1]}`)"
 
 
 def _anywhere_signs(node: ast.AST) -> Iterator[str]:

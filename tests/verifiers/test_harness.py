@@ -293,6 +293,7 @@ def test_signs_on_added_lines(tmp_path: Path) -> None:
         ("import atexit\ndef test_x():\n    atexit.register(print)\n", "registers code to run"),
         ("import os\nX = os.environ['HANGAR_VERIFIER_OUT']\n", "`HANGAR_VERIFIER_OUT`"),
         ("class TestA:\n    import statkit\n    statkit.median = len\n", "assigns"),
+        ("import base64\nexec(base64.b64decode('cGFzcw=='))\n", "runs code built at import"),
     ],
 )
 def test_import_time_signs_in_test_modules(tmp_path: Path, source: str, sign: str) -> None:
