@@ -206,7 +206,9 @@ def test_pytest_addopts_from_a_declared_file_the_commands_read(run: Runner) -> N
         DESELECT_BY_ENV,
         edit=junit_scenario(commands=[ENV_COMMAND], harness={"also": [".ci-env"]}),
     )
-    failed_naming(declared, "`.ci-env` (added: declared harness", "even_length failed")
+    failed_naming(
+        declared, "`.ci-env` (added: a file the verifier commands use", "even_length failed"
+    )
 
 
 def test_pytest_addopts_from_an_undeclared_file_the_commands_read(run: Runner) -> None:
@@ -215,6 +217,22 @@ def test_pytest_addopts_from_an_undeclared_file_the_commands_read(run: Runner) -
     failed_naming(
         result,
         "hidden test tests/hidden/test_median_hidden.py::test_median_single not in any report",
+    )
+
+
+MAKE_SCRIPT = f"""import json, sys
+from pathlib import Path
+workspace = Path(json.loads(Path(sys.argv[1]).read_text())["workspace"])
+(workspace / "ci").mkdir()
+(workspace / "ci" / "test.sh").write_text({PYTEST!r})
+"""
+
+
+def test_a_script_the_commands_run_is_put_back(run: Runner) -> None:
+    edit = junit_scenario(prepare=MAKE_SCRIPT, commands=["bash ci/test.sh"])
+    result = run("echo 'exit 0' > ci/test.sh", edit=edit)
+    failed_naming(
+        result, "`ci/test.sh` (changed: a file the verifier commands use", "even_length failed"
     )
 
 

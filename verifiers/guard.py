@@ -18,6 +18,7 @@ from hangar.verifiers.harness import (
     HarnessAllowance,
     HarnessBaseline,
     HarnessChange,
+    command_files,
     discard,
     findings,
     is_under,
@@ -57,8 +58,9 @@ class HarnessGuard:
             if self.judge_checklist
             else frozenset()
         )
+        also = (*verifier.harness.also, *command_files(verifier.commands, self.workspace))
         self.baseline = HarnessBaseline.take(
-            self.workspace, self.store, judged=judged, also=verifier.harness.also, extra=extra
+            self.workspace, self.store, judged=judged, also=also, extra=extra
         )
         self._write(
             BASELINE_FILE,

@@ -20,8 +20,10 @@ commands. `HARNESS_RULES` lists those files, per test ecosystem, in one place:
   installed copy (under ``site-packages``, ``dist-packages`` or ``node_modules``);
 - **caches** (``__pycache__``, ``.pytest_cache``): a byte-compiled file planted with the
   right source size and time would run instead of the restored source; removed quietly;
-- the **judged test files** (those holding a checklist's named tests) and the files a
-  scenario declares (``verifier.harness.also``).
+- the **judged test files** (those holding a checklist's named tests), the files the
+  verifier commands name or run through (a script, ``Makefile`` for ``make``, ``tox.ini``
+  for ``tox``: `command_files`), and the files a scenario declares
+  (``verifier.harness.also``).
 
 `HarnessBaseline.take` records them (their bytes kept outside the workspace) once the
 workspace is ready for the agent; `HarnessBaseline.compare` lists every change after the
@@ -42,6 +44,7 @@ import configparser
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import stat
 import sys
@@ -377,7 +380,7 @@ class _Walker:
         if rel in self.judged:
             return "a judged test file", None, False
         if any(fnmatchcase(rel, p) for p in self.also):
-            return "declared harness (verifier.harness.also)", None, False
+            return "a file the verifier commands use", None, False
         for folder, tool, installed in self.shadow_roots(rel):
             if installed:
                 return f"an installed copy of `{tool}`, which the test run may import", None, False
@@ -632,6 +635,40 @@ def _action(before: HarnessEntry | None, *, allowed: bool, during: bool) -> Acti
     if before is None:
         return "removed"
     return "restored" if before.kept is not None else "not restored"
+
+
+#: Tools whose configuration file is harness when a verifier command runs them.
+_COMMAND_FILES = {
+    "make": ("Makefile", "makefile", "GNUmakefile"),
+    "tox": ("tox.ini",),
+    "nox": ("noxfile.py",),
+    "npm": ("package.json",),
+    "yarn": ("package.json",),
+    "pnpm": ("package.json",),
+    "npx": ("package.json",),
+}
+
+
+def command_files(commands: tuple[str, ...], workspace: Path) -> tuple[str, ...]:
+    """The workspace's files the verifier `commands` name or run through (a script, a
+    ``Makefile`` for ``make``): they are harness too."""
+    found: dict[str, None] = {}
+    for command in commands:
+        try:
+            words = shlex.split(command, comments=True)
+        except ValueError:
+            words = command.split()
+        for word in words:
+            rel = word.split("=", 1)[-1].removeprefix("./").split("::", 1)[0]
+            for name in _COMMAND_FILES.get(PurePosixPath(word).name, ()):
+                if (workspace / name).is_file():
+                    found[name] = None
+            if not rel or rel.startswith(("-", "/", "$")) or ".." in PurePosixPath(rel).parts:
+                continue
+            path = workspace / rel
+            if not path.is_symlink() and path.is_file():
+                found[rel] = None
+    return tuple(found)
 
 
 def findings(changes: list[HarnessChange]) -> list[HarnessChange]:

@@ -12,6 +12,7 @@ from hangar.verifiers.harness import (
     HarnessAllowance,
     HarnessBaseline,
     HarnessChange,
+    command_files,
     findings,
     placements,
 )
@@ -241,6 +242,27 @@ def test_an_unreadable_folder_is_a_finding(
     assert "cannot read" in found.changes[0].what
 
 
+def test_files_the_commands_name_are_harness(ws: Path, tmp_path: Path) -> None:
+    make(ws, {"Makefile": "test:\n\tpytest\n", "scripts/check.sh": "pytest\n", "tox.ini": ""})
+    commands = (
+        "make -s test",
+        "bash ./scripts/check.sh --fast",
+        "tox -e py",
+        "python3 -m pytest tests/test_stats.py::test_odd -c=setup.cfg",
+        "cat /etc/passwd ../outside $HOME/x",
+    )
+    assert command_files(commands, ws) == (
+        "Makefile",
+        "scripts/check.sh",
+        "tox.ini",
+        "tests/test_stats.py",
+        "setup.cfg",
+    )
+    base = baseline(ws, tmp_path, also=command_files(commands, ws))
+    (ws / "Makefile").write_text("test:\n\ttrue\n")
+    assert changes_of(ws, base)["Makefile"].action == "restored"
+
+
 # -- signs of tampering ----------------------------------------------------------------------
 
 DIFF = """diff --git a/tests/test_zz.py b/tests/test_zz.py
@@ -294,6 +316,9 @@ def test_signs_on_added_lines(tmp_path: Path) -> None:
         ("import os\nX = os.environ['HANGAR_VERIFIER_OUT']\n", "`HANGAR_VERIFIER_OUT`"),
         ("class TestA:\n    import statkit\n    statkit.median = len\n", "assigns"),
         ("import base64\nexec(base64.b64decode('cGFzcw=='))\n", "runs code built at import"),
+        ("import os\ndef test_x():\n    os._exit(0)\n", "refers to `os._exit`"),
+        ("import sys\ndef test_x():\n    path = sys.argv[-1]\n", "refers to `sys.argv`"),
+        ("def test_x():\n    open('/tmp/junit.xml', 'w')\n", "refers to `junit`"),
     ],
 )
 def test_import_time_signs_in_test_modules(tmp_path: Path, source: str, sign: str) -> None:
