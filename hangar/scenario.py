@@ -366,7 +366,7 @@ def tree_digest(path: Path) -> str:
 
 #: The code that judges every execution trial (the harness as pinned, tampering signs),
 #: and the builtin verifier's: results judged by other code are another version.
-_JUDGING_CODE = ("harness.py", "tampering.py", "admission.py")
+_JUDGING_CODE = ("ecosystems.py", "harness.py", "tampering.py", "guard.py", "admission.py")
 _BUILTIN_CODE = {"junit": ("junit.py",)}
 
 

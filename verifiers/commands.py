@@ -27,6 +27,7 @@ from typing import Any
 from hangar.errors import SandboxError, SandboxUnavailable
 from hangar.sandbox.base import Sandbox, exec_then_end_user
 from hangar.scenario import LoadedScenario
+from hangar.verifiers.harness import Placement
 from hangar.verifiers.protocol import CommandRecord
 
 #: Where verifier commands write reports (``$HANGAR_VERIFIER_OUT`` in the sandbox).
@@ -42,12 +43,12 @@ GIT_TIMEOUT_S = 300
 _WITH_OUT = (
     'mkdir -p "$HANGAR_VERIFIER_OUT" || exit 96; '
     "unset BASH_ENV ENV CDPATH PYTHONSTARTUP PYTHONINSPECT; set -f; "
-    "first=; last=; saved=$IFS; IFS=:; "
+    "first=; last=; home=${HOME:-/nonexistent}; saved=$IFS; IFS=:; "
     "for d in $PATH; do case $d in "
     '""|[!/]*|"$PWD"|"$PWD"/*) ;; '
-    '"$HOME"|"$HOME"/*|/tmp|/tmp/*|/var/tmp|/var/tmp/*|/dev/shm|/dev/shm/*) last=$last:$d ;; '
+    '"$home"|"$home"/*|/tmp|/tmp/*|/var/tmp|/var/tmp/*|/dev/shm|/dev/shm/*) last=$last:$d ;; '
     "*) first=$first:$d ;; esac; done; "
-    'IFS=$saved; set +f; PATH=${first#:}$last; export PATH; exec bash -c "$1"'
+    'IFS=$saved; set +f; PATH=$first$last; PATH=${PATH#:}; export PATH; exec bash -c "$1"'
 )
 #: Git in a verifier command ignores what the agent planted in the repository's own
 #: configuration to run code (command-line precedence, as ``git -c``).
@@ -121,14 +122,12 @@ def final_state(sandbox: Sandbox) -> dict[str, Any]:
     return state
 
 
-def hidden_placements(loaded: LoadedScenario) -> list[tuple[str, Path | None]]:
+def hidden_placements(loaded: LoadedScenario) -> list[Placement]:
     """`verifier.files` as placements: (target in the workspace, source on the host)."""
     return [(h.target, loaded.local(h.source)) for h in loaded.scenario.verifier.files]
 
 
-def stage_placements(
-    placements: list[tuple[str, Path | None]], staging: Path, sandbox_dir: str
-) -> str:
+def stage_placements(placements: list[Placement], staging: Path, sandbox_dir: str) -> str:
     """Stage each (target, source) in `staging` on the host, which the sandbox sees (or
     gets copied, in one archive) as `sandbox_dir`; returns the shell that makes each
     target the source's copy, or removes it when the source is None, replacing whatever

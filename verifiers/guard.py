@@ -14,11 +14,12 @@ from pathlib import Path
 
 from hangar.scenario import BuiltinVerifier, LoadedScenario
 from hangar.verifiers.admission import HARNESS_FILE
+from hangar.verifiers.ecosystems import command_files
 from hangar.verifiers.harness import (
     HarnessAllowance,
     HarnessBaseline,
     HarnessChange,
-    command_files,
+    Placement,
     discard,
     findings,
     is_under,
@@ -73,7 +74,7 @@ class HarnessGuard:
             },
         )
 
-    def before_commands(self) -> list[tuple[str, Path | None]]:
+    def before_commands(self) -> list[Placement]:
         """Once the agent is done: every change, the signs in the code it added, and the
         placements that put the harness back (to run before the hidden files)."""
         if self.baseline is None:  # the trial ended before its agent started

@@ -5,7 +5,7 @@ An agent that fixes nothing can still make a test run report success: a ``confte
 that rewrites failed reports, a ``pytest.ini`` that deselects the judged tests, a
 ``pytest/`` package that shadows the runner, a ``.pth`` or ``sitecustomize.py`` that runs
 at start-up. None of that is the agent's work, so none of it may reach the verifier
-commands. `HARNESS_RULES` lists those files, per test ecosystem, in one place:
+commands. `hangar.verifiers.ecosystems` lists those files, per test ecosystem, in one place:
 
 - **named files** anywhere in the workspace (``conftest.py``, ``pytest.ini``, start-up
   hooks, ``*.pth``, jest/vitest/mocha configuration files);
@@ -22,7 +22,7 @@ commands. `HARNESS_RULES` lists those files, per test ecosystem, in one place:
   right source size and time would run instead of the restored source; removed quietly;
 - the **judged test files** (those holding a checklist's named tests), the files the
   verifier commands name or run through (a script, ``Makefile`` for ``make``, ``tox.ini``
-  for ``tox``: `command_files`), and the files a scenario declares
+  for ``tox``), and the files a scenario declares
   (``verifier.harness.also``).
 
 `HarnessBaseline.take` records them (their bytes kept outside the workspace) once the
@@ -44,12 +44,9 @@ import configparser
 import hashlib
 import json
 import os
-import shlex
 import shutil
 import stat
-import sys
-import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
@@ -57,6 +54,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from hangar.verifiers.ecosystems import (
+    CACHES,
+    HARNESS_RULES,
+    IMPORTABLE,
+    JAVASCRIPT,
+    PYTHON,
+    SectionReader,
+    is_installed,
+    names_a_tool,
+)
 from hangar.verifiers.tampering import markers_in
 
 #: Files no larger than this are kept to be restored (a harness file is small).
@@ -66,160 +73,11 @@ KEEP_TOTAL = 64 * 1024 * 1024
 #: Where a path's digest says it is not relevant (a shared file without the section).
 NOT_RELEVANT = "-"
 
+#: A path of the workspace to make a copy of a host file, or to remove (None).
+Placement = tuple[str, Path | None]
+
 Change = Literal["added", "changed", "removed"]
 Action = Literal["restored", "removed", "kept", "not restored"]
-
-
-# -- what the harness is ---------------------------------------------------------------------
-
-#: Section readers of shared files: the parsed part that configures the test run.
-SectionReader = Callable[[bytes], object]
-
-
-def _ini_section(name: str) -> SectionReader:
-    def read(data: bytes) -> object:
-        parser = configparser.RawConfigParser(strict=False, interpolation=None)
-        parser.read_string(data.decode("utf-8", "replace"))
-        return dict(parser.items(name)) if parser.has_section(name) else None
-
-    return read
-
-
-def _toml_tool(prefix: str) -> SectionReader:
-    def read(data: bytes) -> object:
-        tool = tomllib.loads(data.decode("utf-8", "replace")).get("tool", {})
-        found = {k: v for k, v in tool.items() if k == prefix or k.startswith(prefix + "-")}
-        return found or None
-
-    return read
-
-
-def _json_keys(*keys: str) -> SectionReader:
-    def read(data: bytes) -> object:
-        doc = json.loads(data.decode("utf-8", "replace"))
-        if not isinstance(doc, dict):
-            return None
-        found = {k: doc[k] for k in keys if k in doc}
-        scripts = doc.get("scripts")
-        if isinstance(scripts, dict) and "test" in scripts:
-            found["scripts.test"] = scripts["test"]
-        return found or None
-
-    return read
-
-
-@dataclass(frozen=True)
-class Ecosystem:
-    """The harness files of one test ecosystem."""
-
-    name: str
-    named: tuple[str, ...]
-    """File-name patterns that are harness wherever they are."""
-    sections: dict[str, tuple[str, SectionReader]]
-    """File-name pattern -> (what the section is, its reader)."""
-    tools: frozenset[str]
-    """Top-level module or package names of the runner and its plugins."""
-    tool_prefixes: tuple[str, ...] = ()
-    """Name prefixes of runner plugins (``pytest_``)."""
-    installed: tuple[str, ...] = ()
-    """Folder names that hold installed packages."""
-
-
-def _stdlib_names() -> frozenset[str]:
-    # `test` (CPython's own regression tests) is left out: a `test/` folder of new tests is
-    # ordinary work, and no runner imports the package.
-    return frozenset(sys.stdlib_module_names) - {"test", "this", "antigravity"}
-
-
-PYTHON = Ecosystem(
-    name="python",
-    named=(
-        "conftest.py",
-        "pytest.ini",
-        ".pytest.ini",
-        "pytest.toml",
-        ".pytest.toml",
-        "sitecustomize.py",
-        "usercustomize.py",
-        "*.pth",
-    ),
-    sections={
-        "pyproject.toml": ("[tool.pytest*]", _toml_tool("pytest")),
-        "setup.cfg": ("[tool:pytest]", _ini_section("tool:pytest")),
-        "tox.ini": ("[pytest]", _ini_section("pytest")),
-        "entry_points.txt": ("the pytest11 entry points", _ini_section("pytest11")),
-    },
-    tools=frozenset(
-        {
-            "pytest",
-            "_pytest",
-            "py",
-            "pluggy",
-            "iniconfig",
-            "packaging",
-            "exceptiongroup",
-            "tomli",
-            "colorama",
-            "pygments",
-            "coverage",
-            "xdist",
-            "execnet",
-            "hypothesis",
-            "_hypothesis_pytestplugin",
-            "nose",
-            "nose2",
-            "mock",
-            "attr",
-            "attrs",
-            "typing_extensions",
-            "pkg_resources",
-            "setuptools",
-            "_distutils_hack",
-            "importlib_metadata",
-            "zipp",
-        }
-    )
-    | _stdlib_names(),
-    tool_prefixes=("pytest_",),
-    installed=("site-packages", "dist-packages"),
-)
-
-JAVASCRIPT = Ecosystem(
-    name="javascript",
-    named=(
-        "jest.config.*",
-        "vitest.config.*",
-        "vitest.workspace.*",
-        ".mocharc*",
-        "jest.setup.*",
-    ),
-    sections={
-        "package.json": (
-            "jest/mocha/vitest settings or the test script",
-            _json_keys("jest", "mocha", "vitest", "jest-junit", "c8", "nyc"),
-        )
-    },
-    tools=frozenset(
-        {
-            "jest",
-            "@jest",
-            "vitest",
-            "@vitest",
-            "mocha",
-            "jest-junit",
-            "mocha-junit-reporter",
-            ".bin",
-        }
-    ),
-    tool_prefixes=("jest-", "vitest-", "babel-jest"),
-    installed=("node_modules",),
-)
-
-#: Every ecosystem the builtin verifiers support (junit reports from pytest, jest, vitest, mocha).
-HARNESS_RULES: tuple[Ecosystem, ...] = (PYTHON, JAVASCRIPT)
-
-_IMPORTABLE = (".py", ".pyc", ".so", ".pyd")
-_CACHES = ("__pycache__", ".pytest_cache")
 
 
 class HarnessAllowance(BaseModel):
@@ -348,19 +206,17 @@ class _Walker:
         """(folder, name, installed) of each top-level name of a test tool or of the
         standard library that the file `rel` makes importable."""
         parts = PurePosixPath(rel).parts
-        importable = parts[-1].endswith(_IMPORTABLE)
+        importable = parts[-1].endswith(IMPORTABLE)
         found: list[tuple[str, str, bool]] = []
-        installed = False
         for i, part in enumerate(parts):
             folder, parent = "/".join(parts[:i]), parts[i - 1] if i else ""
             if parent == "node_modules":
-                if _names_a_tool(JAVASCRIPT, part):
+                if names_a_tool(JAVASCRIPT, part):
                     found.append((folder, part, True))
             elif importable and "node_modules" not in parts[:i] and not self._is_package(folder):
                 name = part.split(".", 1)[0] if i == len(parts) - 1 else part
-                if _names_a_tool(PYTHON, name):
-                    found.append((folder, name, installed))
-            installed = installed or any(part in e.installed for e in HARNESS_RULES)
+                if names_a_tool(PYTHON, name):
+                    found.append((folder, name, is_installed(parts[:i])))
         return found
 
     def classify(self, rel: str) -> tuple[str, SectionReader | None, bool] | None:
@@ -369,7 +225,7 @@ class _Walker:
             return None
         parts = PurePosixPath(rel).parts
         name = parts[-1]
-        if any(c in parts[:-1] for c in _CACHES):
+        if any(c in parts[:-1] for c in CACHES):
             return CACHE, None, True
         for ecosystem in HARNESS_RULES:
             if any(fnmatchcase(name, p) for p in ecosystem.named):
@@ -415,10 +271,6 @@ class _Walker:
 
 
 CACHE = "a cache of the test run"
-
-
-def _names_a_tool(ecosystem: Ecosystem, name: str) -> bool:
-    return name in ecosystem.tools or name.startswith(ecosystem.tool_prefixes)
 
 
 def is_under(rel: str, folders: frozenset[str]) -> bool:
@@ -594,10 +446,6 @@ class HarnessComparison(BaseModel):
     """The harness as it is once the changes are undone: the baseline of a later comparison."""
 
 
-def _installed(parts: tuple[str, ...]) -> bool:
-    return any(part in e.installed for part in parts for e in HARNESS_RULES)
-
-
 def _sources(
     workspace: Path, files: list[tuple[str, os.stat_result]], *, markers: bool = True
 ) -> tuple[dict[str, str], set[str]]:
@@ -607,9 +455,9 @@ def _sources(
     seen: set[str] = set()
     for rel, st in files:
         parts = PurePosixPath(rel).parts
-        if not rel.endswith(".py") or not stat.S_ISREG(st.st_mode) or _installed(parts):
+        if not rel.endswith(".py") or not stat.S_ISREG(st.st_mode) or is_installed(parts):
             continue
-        if any(c in parts for c in _CACHES):
+        if any(c in parts for c in CACHES):
             continue
         data = _read(workspace / rel)
         if data is None:
@@ -637,50 +485,14 @@ def _action(before: HarnessEntry | None, *, allowed: bool, during: bool) -> Acti
     return "restored" if before.kept is not None else "not restored"
 
 
-#: Tools whose configuration file is harness when a verifier command runs them.
-_COMMAND_FILES = {
-    "make": ("Makefile", "makefile", "GNUmakefile"),
-    "tox": ("tox.ini",),
-    "nox": ("noxfile.py",),
-    "npm": ("package.json",),
-    "yarn": ("package.json",),
-    "pnpm": ("package.json",),
-    "npx": ("package.json",),
-}
-
-
-def command_files(commands: tuple[str, ...], workspace: Path) -> tuple[str, ...]:
-    """The workspace's files the verifier `commands` name or run through (a script, a
-    ``Makefile`` for ``make``): they are harness too."""
-    found: dict[str, None] = {}
-    for command in commands:
-        try:
-            words = shlex.split(command, comments=True)
-        except ValueError:
-            words = command.split()
-        for word in words:
-            rel = word.split("=", 1)[-1].removeprefix("./").split("::", 1)[0]
-            for name in _COMMAND_FILES.get(PurePosixPath(word).name, ()):
-                if (workspace / name).is_file():
-                    found[name] = None
-            if not rel or rel.startswith(("-", "/", "$")) or ".." in PurePosixPath(rel).parts:
-                continue
-            path = workspace / rel
-            if not path.is_symlink() and path.is_file():
-                found[rel] = None
-    return tuple(found)
-
-
 def findings(changes: list[HarnessChange]) -> list[HarnessChange]:
     """The changes that fail scope: neither allowed nor a cache."""
     return [c for c in changes if not c.allowed and c.what != CACHE]
 
 
-def placements(
-    baseline: HarnessBaseline, changes: list[HarnessChange]
-) -> list[tuple[str, Path | None]]:
+def placements(baseline: HarnessBaseline, changes: list[HarnessChange]) -> list[Placement]:
     """(target, recorded bytes or None to remove) of each change to undo, in order."""
-    out: list[tuple[str, Path | None]] = []
+    out: list[Placement] = []
     for change in changes:
         if change.action == "restored":
             out.append((change.path, baseline.kept_path(change.path)))

@@ -47,6 +47,7 @@ from pydantic import BaseModel
 
 from hangar.results import CheckStatus
 from hangar.scenario import BuiltinVerifier
+from hangar.verifiers.harness import Placement
 from hangar.verifiers.protocol import Check, Finding, Verification, VerificationRequest
 from hangar.verifiers.tampering import is_test_module
 
@@ -152,7 +153,7 @@ def _collected_class(node: ast.ClassDef) -> bool:
     return node.name.startswith("Test") and not has_init
 
 
-def hidden_test_ids(placements: list[tuple[str, Path | None]]) -> list[str]:
+def hidden_test_ids(placements: list[Placement]) -> list[str]:
     """The tests of the hidden verifier files, from their sources on the host."""
     ids: list[str] = []
     for target, source in placements:

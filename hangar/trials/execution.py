@@ -94,18 +94,18 @@ class ExecutionTrial(TrialRun):
         self.mirrors = MirrorCache(self.cache / "mirrors")
         self.home_seed: Any = None
         self.judgement: Judgement | None = None
-        self.guard = HarnessGuard(
-            self.loaded, self.workspace, self.folder / "harness", self.artifacts
-        )
+        self.guard = self.harness_guard()
 
     def localise(self, spec: TrialSpec) -> None:
         """Run from `spec`, the same trial with this node's copy of its scenario."""
         super().localise(spec)
         self.loaded = _scenario_of(spec)
         self.scenario = self.loaded.scenario
-        self.guard = HarnessGuard(
-            self.loaded, self.workspace, self.folder / "harness", self.artifacts
-        )
+        self.guard = self.harness_guard()
+
+    def harness_guard(self) -> HarnessGuard:
+        """The guard of this trial's test harness (its kept bytes in the trial folder)."""
+        return HarnessGuard(self.loaded, self.workspace, self.folder / "harness", self.artifacts)
 
     # -- the phases -----------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from concurrent.futures import Future
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, NamedTuple
 
 from hangar.results import Verdict
@@ -37,6 +37,7 @@ from hangar.verifiers.commands import (
     run_verifier_commands,
     stage_placements,
 )
+from hangar.verifiers.harness import Placement
 from hangar.verifiers.protocol import CommandRecord, VerificationRequest, run_host_script
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class VerificationPlace(ABC):
         """The sandbox verification runs in, once the agent's processes are dead."""
 
     @abstractmethod
-    def stage(self, box: Sandbox, placements: list[tuple[str, Path | None]]) -> str:
+    def stage(self, box: Sandbox, placements: list[Placement]) -> str:
         """Stage the `placements` (the harness put back, the hidden verifier files); the
         shell that places them (see `stage_placements`), run by the first verifier
         command's exec."""
@@ -111,7 +112,7 @@ class SameSandbox(VerificationPlace):
             self.trial.reset_scratch()
         return agent_box
 
-    def stage(self, box: Sandbox, placements: list[tuple[str, Path | None]]) -> str:
+    def stage(self, box: Sandbox, placements: list[Placement]) -> str:
         """Into the emptied scratch /tmp, which the sandbox sees."""
         trial = self.trial
         staging = trial.scratch / "tmp" / HIDDEN_STAGING
@@ -158,7 +159,7 @@ class FreshSandbox(VerificationPlace):
         with self.trial.phase("verifier_sandbox_up"):
             return self.starting.result() if self.starting else self.trial.start_sandbox()
 
-    def stage(self, box: Sandbox, placements: list[tuple[str, Path | None]]) -> str:
+    def stage(self, box: Sandbox, placements: list[Placement]) -> str:
         """On the host, then copied in with one archive."""
         trial = self.trial
         staging, inside = trial.folder / "hidden", f"/tmp/{HIDDEN_STAGING}"

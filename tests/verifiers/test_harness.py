@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from hangar.verifiers.ecosystems import command_files
 from hangar.verifiers.harness import (
     HarnessAllowance,
     HarnessBaseline,
     HarnessChange,
-    command_files,
     findings,
     placements,
 )
