@@ -17,7 +17,9 @@ commands. `hangar.verifiers.ecosystems` lists those files, per test ecosystem, i
   module, at a place it can be imported from as a top-level name (a folder that is not a
   regular package). One that was there before the agent is the code under test (the
   repository *is* pytest, say) and its edits are the agent's work, unless it is an
-  installed copy (under ``site-packages``, ``dist-packages`` or ``node_modules``);
+  installed copy (under ``site-packages``, ``dist-packages`` or ``node_modules``). A
+  second copy of the repository's own package (``tests/statkit/``, which pytest's import
+  path puts before ``statkit/``) would shadow the code under test: it is harness too;
 - **caches** (``__pycache__``, ``.pytest_cache``): a byte-compiled file planted with the
   right source size and time would run instead of the restored source; removed quietly;
 - the **judged test files** (those holding a checklist's named tests), the files the
@@ -47,10 +49,10 @@ import os
 import shutil
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -60,6 +62,7 @@ from hangar.verifiers.ecosystems import (
     IMPORTABLE,
     JAVASCRIPT,
     PYTHON,
+    Ecosystem,
     SectionReader,
     is_installed,
     names_a_tool,
@@ -160,6 +163,22 @@ def _read(path: Path) -> bytes | None:
         os.close(fd)
 
 
+class TopName(NamedTuple):
+    """A name a file makes importable at the top level, and from where."""
+
+    folder: str
+    name: str
+    installed: bool
+    """Inside installed packages (``site-packages``, ``node_modules``)."""
+    regular: bool
+    """A module or a regular package (not a namespace folder)."""
+    ecosystem: Ecosystem
+
+
+#: Scripts at a repository's root that are not its code under test.
+_ROOT_SCRIPTS = frozenset({"setup", "noxfile", "manage", "fabfile", "tasks", "conftest"})
+
+
 @dataclass
 class _Walker:
     """Classifies the paths of one workspace state (see the module docstring)."""
@@ -171,6 +190,8 @@ class _Walker:
     also: tuple[str, ...] = ()
     skip: frozenset[str] = frozenset()
     """Paths hangar places itself (the hidden verifier files)."""
+    own: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """The repository's own top-level names and where they are (`own_names`)."""
 
     def __post_init__(self) -> None:
         self._packages: dict[str, bool] = {}
@@ -202,22 +223,31 @@ class _Walker:
             self._packages[folder] = folder != "" and (self.root / folder / "__init__.py").is_file()
         return self._packages[folder]
 
-    def shadow_roots(self, rel: str) -> list[tuple[str, str, bool]]:
-        """(folder, name, installed) of each top-level name of a test tool or of the
-        standard library that the file `rel` makes importable."""
+    def top_names(self, rel: str) -> Iterator[TopName]:
+        """Each top-level name the file `rel` makes importable: every folder on its way
+        that is not a regular package could be on the import path (pytest puts test
+        folders there), so the name just below it is importable; and a package folder
+        directly in ``node_modules``."""
         parts = PurePosixPath(rel).parts
         importable = parts[-1].endswith(IMPORTABLE)
-        found: list[tuple[str, str, bool]] = []
         for i, part in enumerate(parts):
             folder, parent = "/".join(parts[:i]), parts[i - 1] if i else ""
             if parent == "node_modules":
-                if names_a_tool(JAVASCRIPT, part):
-                    found.append((folder, part, True))
+                yield TopName(folder, part, True, True, JAVASCRIPT)
             elif importable and "node_modules" not in parts[:i] and not self._is_package(folder):
-                name = part.split(".", 1)[0] if i == len(parts) - 1 else part
-                if names_a_tool(PYTHON, name):
-                    found.append((folder, name, is_installed(parts[:i])))
-        return found
+                last = i == len(parts) - 1
+                name = part.split(".", 1)[0] if last else part
+                regular = last or self._is_package("/".join(parts[: i + 1]))
+                yield TopName(folder, name, is_installed(parts[:i]), regular, PYTHON)
+
+    def shadow_roots(self, rel: str) -> list[tuple[str, str, bool]]:
+        """(folder, name, installed) of each top-level name of a test tool or of the
+        standard library that the file `rel` makes importable."""
+        return [
+            (t.folder, t.name, t.installed)
+            for t in self.top_names(rel)
+            if names_a_tool(t.ecosystem, t.name)
+        ]
 
     def classify(self, rel: str) -> tuple[str, SectionReader | None, bool] | None:
         """(why `rel` is harness, its section reader, whether a cache), or None."""
@@ -237,16 +267,38 @@ class _Walker:
             return "a judged test file", None, False
         if any(fnmatchcase(rel, p) for p in self.also):
             return "a file the verifier commands use", None, False
-        for folder, tool, installed in self.shadow_roots(rel):
-            if installed:
-                return f"an installed copy of `{tool}`, which the test run may import", None, False
-            if (folder, tool) not in self.exempt:
-                return (
-                    f"a new module named like `{tool}`, which the test run may import",
-                    None,
-                    False,
-                )
+        for top in self.top_names(rel):
+            what = self._shadowing(top)
+            if what is not None:
+                return what, None, False
         return None
+
+    def _shadowing(self, top: TopName) -> str | None:
+        """Why the importable name `top` is harness, or None."""
+        if names_a_tool(top.ecosystem, top.name):
+            if top.installed:
+                return f"an installed copy of `{top.name}`, which the test run may import"
+            if (top.folder, top.name) not in self.exempt:
+                return f"a new module named like `{top.name}`, which the test run may import"
+        elif top.regular and top.folder not in self.own.get(top.name, (top.folder,)):
+            return f"a second copy of `{top.name}`, which would shadow the code under test"
+        return None
+
+    def own_names(self, files: list[tuple[str, os.stat_result]]) -> dict[str, tuple[str, ...]]:
+        """The repository's own top-level packages and modules (at the workspace's root or
+        in ``src``): name -> the folders they are in."""
+        own: dict[str, set[str]] = {}
+        for rel, _ in files:
+            for top in self.top_names(rel):
+                if (
+                    top.ecosystem is PYTHON
+                    and top.regular
+                    and top.folder in ("", "src")
+                    and not names_a_tool(PYTHON, top.name)
+                    and top.name not in _ROOT_SCRIPTS
+                ):
+                    own.setdefault(top.name, set()).add(top.folder)
+        return {name: tuple(sorted(folders)) for name, folders in own.items()}
 
     def entry(self, rel: str, st: os.stat_result) -> tuple[HarnessEntry, bytes | None] | None:
         """`rel`'s entry and bytes, or None when it is not harness."""
@@ -312,6 +364,9 @@ class HarnessBaseline(BaseModel):
     the agent changed, for `hangar.verifiers.tampering`)."""
     markers: list[str] = []
     """The tampering markers those sources already mention (not signs in this repository)."""
+    own: dict[str, tuple[str, ...]] = {}
+    """The repository's own top-level packages and modules, and where they are: a second
+    copy elsewhere would shadow the code under test."""
 
     @classmethod
     def take(
@@ -336,6 +391,7 @@ class HarnessBaseline(BaseModel):
             if not installed
         }
         walker.exempt = frozenset(exempt)
+        walker.own = walker.own_names(files)
         sources, markers = _sources(workspace, files)
         baseline = cls(
             entries={},
@@ -345,6 +401,7 @@ class HarnessBaseline(BaseModel):
             store=str(store),
             sources=sources,
             markers=sorted(markers),
+            own=walker.own,
         )
         found = [(rel, *e) for rel, st in files if (e := walker.entry(rel, st)) is not None]
         for rel, source in (extra or {}).items():
@@ -385,6 +442,7 @@ class HarnessBaseline(BaseModel):
             judged=frozenset(self.judged),
             also=tuple(self.also),
             skip=skip,
+            own=self.own,
         )
         files = list(walker.files())
         now = {rel: e[0] for rel, st in files if (e := walker.entry(rel, st)) is not None}

@@ -77,6 +77,8 @@ def changes_of(
         ("jest.config.js", "module.exports = {}\n", "javascript test harness file"),
         ("node_modules/jest-junit/index.js", "", "an installed copy of `jest-junit`"),
         (".venv/lib/python3.11/site-packages/_pytest/reports.py", "", "an installed copy"),
+        ("tests/aaa/statkit/__init__.py", "", "a second copy of `statkit`"),
+        ("tests/statkit.py", "", "a second copy of `statkit`"),
     ],
 )
 def test_added_harness_files_are_removed(
@@ -97,6 +99,9 @@ def test_added_harness_files_are_removed(
         "tests/test_new.py",  # an ordinary new test file
         "test/test_more.py",  # `test/` is left out of the standard-library names
         "packaging/debian/control",  # named like a tool, but nothing importable
+        "statkit/extra.py",  # in the code under test itself
+        "docs/statkit/index.md",  # named like it, but nothing importable
+        "tests/setup.py",  # a root script is not the code under test
         "docs/index.md",
     ],
 )
@@ -281,6 +286,12 @@ diff --git a/statkit/stats.py b/statkit/stats.py
 +    import _pytest  # reaches into the runner
      return sorted(v)[len(v) // 2]
 """
+
+
+def test_reading_the_callers_frame_is_a_sign(tmp_path: Path) -> None:
+    make(tmp_path, {"statkit/stats.py": "import sys\ndef median(v):\n    f = sys._getframe(1)\n"})
+    found = signs(tmp_path, ["statkit/stats.py"], None, known=set())
+    assert [s.sign for s in found] == ["refers to `sys._getframe`, reads the frames of its callers"]
 
 
 def test_added_lines_from_a_diff() -> None:
