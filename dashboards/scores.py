@@ -10,7 +10,7 @@ FILTER = (
     "AND model IN ($model) AND arm IN ($arm)"
 )
 TIME = "$__timeFilter(finished_at)"
-# The Wilson 95% interval of k passes in n trials (hangar.stats.wilson), in SQL.
+# The Wilson 95% interval of k passes in n trials (hangar.scores.stats.wilson), in SQL.
 Z, Z2, Z2_2, Z2_4 = (
     "1.959963984540054",
     "3.841458820694124",

@@ -54,10 +54,10 @@ from hangar.knowledge.run import run_arm
 from hangar.knowledge.scan import scan_and_void, suite_canaries
 from hangar.knowledge.suite import import_arm, sealed_suite
 from hangar.models import ModelSpec
-from hangar.report import build_report
-from hangar.report_render import render_text
 from hangar.scheduler.driver import SweepRunner
 from hangar.scheduler.sweep import Sweep, load_sweep
+from hangar.scores.render import render_text
+from hangar.scores.report import build_report
 from hangar.store import ResultsStore
 from hangar.testing.scripted import Script, ScriptedServer
 

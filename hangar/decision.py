@@ -38,7 +38,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hangar.errors import ConfigError
-from hangar.scenario import read_yaml
+from hangar.files import read_yaml
 from hangar.validation import Name, validation_message
 from hangar.verifiers import choice
 

@@ -18,7 +18,6 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -30,7 +29,7 @@ from pydantic import (
 )
 
 from hangar.errors import ConfigError
-from hangar.sandbox.base import parse_size
+from hangar.files import file_sha256, parse_size, read_yaml, tree_digest
 from hangar.validation import Name, validation_message
 
 SCRIPT_SUFFIXES = (".py", ".js", ".mjs", ".mts")
@@ -293,23 +292,6 @@ def _text(path: Path) -> str:
         return ""
 
 
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file; errors name the file, line and column."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it: {exc}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}{where}: malformed YAML: {problem}") from None
-
-
 def load_scenario(path: Path) -> LoadedScenario:
     """Load, validate and digest one scenario file."""
     path = path.resolve()
@@ -341,27 +323,6 @@ def referenced_files(scenario: Scenario) -> list[tuple[str, str]]:
     refs += [("verifier.files", f.source) for f in scenario.verifier.files]
     refs += [(f"plugin:{p.name}", p.source) for p in scenario.plugins]
     return refs
-
-
-def tree_digest(path: Path) -> str:
-    """sha256 of a file's bytes, or of a folder's relative paths and file bytes.
-
-    Symlinks count by their target text and are never followed; a missing path has a
-    fixed marker, so a scenario that lacks a file still has a digest (and is refused
-    at admission with the file named).
-    """
-    h = hashlib.sha256()
-    if path.is_symlink():
-        h.update(b"link\0" + str(path.readlink()).encode())
-    elif path.is_file():
-        h.update(b"file\0" + path.read_bytes())
-    elif path.is_dir():
-        for child in sorted(path.rglob("*")):
-            rel = child.relative_to(path).as_posix().encode()
-            h.update(b"entry\0" + rel + b"\0" + tree_digest(child).encode())
-    else:
-        h.update(b"missing\0")
-    return h.hexdigest()
 
 
 #: The code that judges every execution trial (the harness as pinned, tampering signs),
@@ -420,12 +381,3 @@ def repin(path: Path) -> list[tuple[str, str, str]]:
     if changed:
         path.write_text(text, encoding="utf-8")
     return changed
-
-
-def file_sha256(path: Path) -> str:
-    """``sha256:<hex>`` of a file's bytes, in the form scenarios pin scripts with."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return f"sha256:{h.hexdigest()}"

@@ -11,9 +11,7 @@ import json
 from pathlib import Path
 
 from hangar.errors import ConfigError
-from hangar.scenario import file_sha256
-
-MANIFEST = "manifest.json"
+from hangar.files import MANIFEST, file_sha256, pin_problems
 
 
 def _files(folder: Path) -> dict[str, str]:
@@ -45,23 +43,7 @@ def verify(folder: Path) -> list[str]:
         pinned: dict[str, str] = json.loads((folder / MANIFEST).read_text())["files"]
     except (OSError, ValueError, KeyError) as exc:
         return [f"{folder / MANIFEST}: unreadable manifest ({exc})"]
-    now = _files(folder)
-    problems = [
-        f"{folder / rel}: changed since the suite was sealed"
-        for rel in sorted(pinned)
-        if rel in now and now[rel] != pinned[rel]
-    ]
-    problems += [
-        f"{folder / rel}: missing (the suite's manifest lists it)"
-        for rel in sorted(pinned)
-        if rel not in now
-    ]
-    problems += [
-        f"{folder / rel}: added after the suite was sealed"
-        for rel in sorted(now)
-        if rel not in pinned
-    ]
-    return problems
+    return pin_problems(folder, pinned, _files(folder), others_ok=False)
 
 
 def sealed_suite_of(path: Path, stop: Path) -> Path | None:

@@ -23,7 +23,6 @@ Rules every backend keeps (the conformance battery in `tests/sandbox/` checks th
 
 from __future__ import annotations
 
-import re
 import shlex
 import time
 from abc import ABC, abstractmethod
@@ -34,6 +33,8 @@ from types import TracebackType
 from typing import ClassVar, Literal, Self, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hangar.files import parse_size
 
 MiB = 1024 * 1024
 
@@ -48,22 +49,6 @@ LABEL_LEASE = "hangar.lease"
 Stream = Literal["stdout", "stderr"]
 #: Called with each chunk of output as it arrives (used to record an agent's trace live).
 OutputCallback = Callable[[Stream, bytes], None]
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-
-
-def parse_size(value: int | str) -> int:
-    """Parse a size like ``512m``, ``2g``, ``2GiB`` or a plain number of bytes.
-
-    Suffixes are binary (k = 1024), as docker reads them.
-    """
-    if isinstance(value, int):
-        return value
-    match = _SIZE.match(value)
-    if not match:
-        raise ValueError(f"not a size: {value!r} (expected e.g. 512m, 2g, 2GiB or bytes)")
-    number, unit = float(match.group(1)), match.group(2).lower()
-    return int(number * 1024 ** "_kmgt".index(unit)) if unit else int(number)
 
 
 class Mount(BaseModel):

@@ -45,11 +45,12 @@ from hangar.decision import (
     load_decision_suite,
 )
 from hangar.errors import ConfigError, HangarError
+from hangar.files import read_yaml
 from hangar.knowledge.questions import LoadedQuestion
 from hangar.models import ModelSpec
 from hangar.results import TrialResult, Verdict
 from hangar.sandbox.config import BackendConfig, DockerConfig
-from hangar.scenario import LoadedScenario, load_scenario, read_yaml
+from hangar.scenario import LoadedScenario, load_scenario
 from hangar.suite import sealed_suite_of
 from hangar.suite import verify as verify_suite
 from hangar.trials import (

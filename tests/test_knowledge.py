@@ -24,7 +24,7 @@ from hangar.knowledge.report import build_report, keep
 from hangar.knowledge.scan import scan_and_void, suite_canaries
 from hangar.knowledge.scoring import classify, cohen_kappa, score_question
 from hangar.knowledge.suite import load_suite, seal, sealed_suite
-from hangar.stats import wilson
+from hangar.scores.stats import wilson
 from tests.require import skip_or_fail
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "knowledge"

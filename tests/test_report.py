@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hangar import stats
 from hangar.cli import app
 from hangar.errors import ConfigError
-from hangar.report import Report, build_report
-from hangar.report_render import render_html, render_markdown, render_text
 from hangar.results import CheckOutcome, Score, TrialResult, Usage, Verdict
 from hangar.scheduler.sweep import load_sweep
+from hangar.scores import stats
+from hangar.scores.render import render_html, render_markdown, render_text
+from hangar.scores.report import Report, build_report
 from hangar.store import ResultsStore
 from tests.require import skip_or_fail
 
@@ -248,7 +248,7 @@ def test_blocked_trials_are_listed() -> None:
 
 
 def test_compare_leaves_out_what_is_not_comparable(tmp_path: Path) -> None:
-    from hangar.baseline import Thresholds, compare, snapshot
+    from hangar.scores.baseline import Thresholds, compare, snapshot
 
     digests = {"agent_digest": "a" * 64, "plugins_digest": "p" * 64}
     base = [r.model_copy(update=digests) for r in skill_sweep("sw")]
@@ -368,7 +368,7 @@ def test_roles_fix_the_comparison_and_the_sentence() -> None:
 
 
 def test_baselines_gate_every_metric() -> None:
-    from hangar.baseline import Thresholds, compare, snapshot
+    from hangar.scores.baseline import Thresholds, compare, snapshot
 
     before = snapshot("v1", "a", _scored("a", [1, 1, 1, 1], [5, 5, 4, 5]))
     same = compare(

@@ -10,7 +10,7 @@ from statistics import fmean
 import pytest
 import statsmodels.stats.proportion as sm  # the oracle (a dev dependency)
 
-from hangar import stats
+from hangar.scores import stats
 
 
 @pytest.mark.parametrize(

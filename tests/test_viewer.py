@@ -362,7 +362,7 @@ def test_new_trials_appear_while_a_sweep_runs(farm: Farm, page: Any) -> None:
 
 
 def test_comparing_two_sweeps_and_a_baseline(farm: Farm, page: Any) -> None:
-    from hangar.baseline import create_baseline
+    from hangar.scores.baseline import create_baseline
 
     create_baseline(farm.store, "exec-b1", farm.ids["execution"])
     page.goto(f"{farm.base}/compare?baseline=exec-b1&b={farm.ids['execution']}")

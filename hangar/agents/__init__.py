@@ -19,7 +19,7 @@ from hangar.agents.command import AgentRun, CommandAgent, run_command_agent
 from hangar.agents.presets import expand_preset
 from hangar.agents.prompt import PromptAgent
 from hangar.errors import ConfigError
-from hangar.scenario import read_yaml
+from hangar.files import read_yaml
 from hangar.validation import validation_message
 
 #: Every kind of agent config, told apart by `kind`.

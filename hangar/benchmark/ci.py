@@ -28,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hangar.benchmark.formats import Config, phase_name
 from hangar.errors import ConfigError
+from hangar.files import read_yaml
 from hangar.models import ModelSpec
-from hangar.scenario import read_yaml
 from hangar.validation import validation_message
 
 

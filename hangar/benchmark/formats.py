@@ -38,8 +38,8 @@ from pydantic import (
 )
 
 from hangar.errors import ConfigError
+from hangar.files import read_yaml
 from hangar.models import ModelSpec
-from hangar.scenario import read_yaml
 from hangar.validation import validation_message
 
 M = TypeVar("M", bound=BaseModel)

@@ -43,8 +43,8 @@ def report(
 ) -> None:
     """Scores per agent, model and arm and per metric, the pass matrix, requirements and
     paired comparisons (with --baseline and --candidate, in those roles)."""
-    from hangar.report import build_report
-    from hangar.report_render import render_html, render_markdown, render_text
+    from hangar.scores.render import render_html, render_markdown, render_text
+    from hangar.scores.report import build_report
 
     renderers = {"text": render_text, "md": render_markdown, "html": render_html}
     if fmt not in (*renderers, "json"):
@@ -99,7 +99,7 @@ def baseline_create(
     store: StoreOption = None,
 ) -> None:
     """Snapshot a sweep's scores under NAME (an existing name is refused)."""
-    from hangar.baseline import create_baseline
+    from hangar.scores.baseline import create_baseline
 
     sweep_id, _, results = resolve_sweep(from_sweep, store)
     snap = create_baseline(results, name, sweep_id)
@@ -109,7 +109,7 @@ def baseline_create(
 @baseline_app.command("list")
 def baseline_list(store: StoreOption = None) -> None:
     """Every baseline in the store."""
-    from hangar.baseline import baseline_names
+    from hangar.scores.baseline import baseline_names
     from hangar.store import ResultsStore
 
     for name, sweep, created in baseline_names(ResultsStore(store)):
@@ -133,8 +133,8 @@ def compare(
     everything comparable; 1 a regression; 3 no regression, but something was not
     comparable.
     """
-    from hangar.baseline import Thresholds, load_baseline, snapshot
-    from hangar.baseline import compare as find
+    from hangar.scores.baseline import Thresholds, load_baseline, snapshot
+    from hangar.scores.baseline import compare as find
 
     sweep_id, _, results = resolve_sweep(candidate, store)
     before = load_baseline(results, baseline)

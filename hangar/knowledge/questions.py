@@ -19,9 +19,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from hangar.errors import ConfigError
+from hangar.files import read_yaml
 from hangar.knowledge.formats import Question
 from hangar.knowledge.suite import Suite
-from hangar.scenario import read_yaml
 
 DEFAULT_IMAGE = "hangar/base:bookworm"
 

@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from hangar import stats
 from hangar.errors import ConfigError
+from hangar.files import MANIFEST
 from hangar.knowledge.scoring import (
     Agreement,
     QuestionScore,
@@ -30,7 +30,8 @@ from hangar.knowledge.scoring import (
     citation_counts,
     score_arm,
 )
-from hangar.knowledge.suite import MANIFEST, Suite, load_arm, void_record
+from hangar.knowledge.suite import Suite, load_arm, void_record
+from hangar.scores import stats
 
 Metric = Literal["correctness", "citation_validity"]
 METRICS: tuple[Metric, ...] = ("correctness", "citation_validity")

@@ -19,9 +19,10 @@ from pydantic import BaseModel
 
 from hangar.agents import ChatAgent
 from hangar.errors import ConfigError
+from hangar.files import MANIFEST
 from hangar.knowledge.formats import Answer, Meta, write_jsonl
 from hangar.knowledge.questions import DEFAULT_IMAGE, load_questions
-from hangar.knowledge.suite import MANIFEST, sealed_suite
+from hangar.knowledge.suite import sealed_suite
 from hangar.models import ModelSpec, check_keys
 from hangar.results import Verdict
 from hangar.sandbox.config import backend_settings

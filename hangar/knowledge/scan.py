@@ -18,7 +18,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from hangar.knowledge.suite import MANIFEST, VOID, load_suite
+from hangar.files import MANIFEST
+from hangar.knowledge.suite import VOID, load_suite
 
 #: Bytes read of one file or bundle member at most.
 READ_CAP = 256 * 1024 * 1024

@@ -11,7 +11,6 @@ scan voids the whole suite (``void.json``), shown by every later report.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 import shutil
@@ -21,6 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from hangar.errors import ConfigError
+from hangar.files import MANIFEST, file_sha256, pin_problems
 from hangar.knowledge.formats import (
     Answer,
     Key,
@@ -32,17 +32,8 @@ from hangar.knowledge.formats import (
     write_jsonl,
 )
 
-MANIFEST = "manifest.json"
 SEALED = ("questions.jsonl", "keys.jsonl")
 VOID = "void.json"
-
-
-def _bare(digest: str) -> str:
-    return digest.strip().lower().removeprefix("sha256:")
-
-
-def _sha256(path: Path) -> str:
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 class Suite(BaseModel):
@@ -108,7 +99,7 @@ def seal(folder: Path, holdouts: Path | None = None) -> Path:
         "suite": suite.name,
         "sealed": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "questions": len(keys),
-        "files": {name: _sha256(folder / name) for name in SEALED},
+        "files": {name: file_sha256(folder / name) for name in SEALED},
     }
     manifest.write_text(json.dumps(data, indent=1) + "\n")
     if holdouts is not None:
@@ -137,19 +128,12 @@ def verify(folder: Path) -> list[str]:
     try:
         data = json.loads(path.read_text())
         pinned = data.get("files", data) if isinstance(data, dict) else {}
-        pinned = {k: _bare(v) for k, v in pinned.items() if isinstance(v, str)}
+        pinned = {k: v for k, v in pinned.items() if isinstance(v, str) and k in SEALED}
     except (ValueError, TypeError) as exc:
         return [f"{path}: unreadable manifest ({exc})"]
-    problems = []
-    for name in SEALED:
-        file = folder / name
-        if not file.is_file():
-            problems.append(f"{file}: missing (the manifest pins it)")
-        elif name not in pinned:
-            problems.append(f"{path}: pins no sha256 of {name}")
-        elif pinned[name] != _bare(_sha256(file)):
-            problems.append(f"{file}: changed since the suite was sealed")
-    return problems
+    unpinned = [f"{path}: pins no sha256 of {name}" for name in SEALED if name not in pinned]
+    current = {name: file_sha256(folder / name) for name in SEALED if (folder / name).is_file()}
+    return unpinned + pin_problems(folder, pinned, current, others_ok=True)
 
 
 def sealed_suite(folder: Path) -> Suite:

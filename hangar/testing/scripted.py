@@ -37,7 +37,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hangar.scenario import read_yaml
+from hangar.files import read_yaml
 
 
 class ScriptedUsage(BaseModel):

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from hangar.agents import AgentRun, ChatAgent, CommandAgent, run_chat_agent, run_command_agent
 from hangar.agents.command import CONTEXT_FILE
 from hangar.errors import ConfigError, ImageNotFound, MissingPython, WorkspaceError
+from hangar.files import tree_digest
 from hangar.models.relay import ModelRelay
 from hangar.models.tunnel import RelayTunnel
 from hangar.paths import cache_dir
@@ -46,7 +47,7 @@ from hangar.sandbox.workspace import (
     make_workspace,
     workspace_state,
 )
-from hangar.scenario import LoadedScenario, tree_digest
+from hangar.scenario import LoadedScenario
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun
 from hangar.trials.spec import TrialSpec

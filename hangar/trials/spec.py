@@ -19,12 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from hangar.agents import AgentSpec
 from hangar.benchmark.suite import LoadedSample
 from hangar.decision import SKILL_ARM, LoadedCase
+from hangar.files import tree_digest
 from hangar.knowledge.questions import LoadedQuestion
 from hangar.models import ModelSpec
 from hangar.paths import default_evidence_url
 from hangar.results import TrialResult, Verdict
 from hangar.sandbox.config import BackendConfig
-from hangar.scenario import LoadedScenario, tree_digest
+from hangar.scenario import LoadedScenario
 from hangar.validation import Name
 
 

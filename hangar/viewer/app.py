@@ -31,7 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from hangar.errors import HangarError
-from hangar.report_render import svg_cost, svg_differences, svg_intervals
+from hangar.scores.render import svg_cost, svg_differences, svg_intervals
 from hangar.store import ResultsStore
 from hangar.viewer import kinds
 from hangar.viewer.data import (
@@ -282,8 +282,8 @@ class Viewer:
         )
 
     async def compare(self, request: Request) -> Response:
-        from hangar.baseline import Thresholds, baseline_names, load_baseline, snapshot
-        from hangar.baseline import compare as find
+        from hangar.scores.baseline import Thresholds, baseline_names, load_baseline, snapshot
+        from hangar.scores.baseline import compare as find
 
         q = request.query_params
         store = self.catalog.store

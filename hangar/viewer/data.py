@@ -28,9 +28,9 @@ from pydantic import BaseModel
 from sqlalchemy import and_, func, or_, select
 
 from hangar.errors import HangarError
-from hangar.report import Report, build_report
 from hangar.results import TrialResult
 from hangar.sandbox.archive import extract_untrusted
+from hangar.scores.report import Report, build_report
 from hangar.store import ResultsStore, sweeps, trials
 from hangar.verifiers.bundle import BundleCheck, verify_bundle
 from hangar.verifiers.store import bundle_key, open_store, split_uri

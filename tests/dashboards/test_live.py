@@ -24,10 +24,10 @@ from sqlalchemy import text
 from hangar.dashboards.model import Sql
 from hangar.dashboards.operations import QUERIES as PROMQL
 from hangar.dashboards.scores import ALL_QUERIES, scores_dashboard
-from hangar.report import Report, build_report
 from hangar.results import TrialResult, Verdict
 from hangar.scheduler.driver import SweepRunner
 from hangar.scheduler.sweep import load_sweep
+from hangar.scores.report import Report, build_report
 from hangar.store import ResultsStore
 from hangar.testing.scripted import Script, ScriptedServer
 from tests.require import skip_or_fail

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hangar.sandbox.base import SandboxLimits, TailBuffer, command_argv, parse_size, timeout_argv
+from hangar.files import parse_size
+from hangar.sandbox.base import SandboxLimits, TailBuffer, command_argv, timeout_argv
 
 
 @pytest.mark.parametrize(

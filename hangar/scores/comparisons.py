@@ -3,7 +3,7 @@
 Two groups (agent · model · arm) that differ in exactly one factor are compared on the
 scenarios both ran, metric by metric: per scenario the mean score of each (repeats
 averaged first), the mean difference over scenarios, its paired SE and a seeded
-paired-bootstrap 95% interval (`hangar.stats.paired_difference`).
+paired-bootstrap 95% interval (`hangar.scores.stats.paired_difference`).
 
 Without roles, each pair is compared once, the better group as the candidate, and the
 sentence reads "A is (not) shown to beat B by N points on METRIC". With roles
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel
 
-from hangar import stats
+from hangar.scores import stats
 
 #: The factors a group is made of, in the order of its key.
 FACTORS = ("agent", "model", "arm")

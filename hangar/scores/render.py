@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.markup import escape as plain
 from rich.table import Table
 
-from hangar.comparisons import Comparison
-from hangar.report import MetricSummary, Report
+from hangar.scores.comparisons import Comparison
+from hangar.scores.report import MetricSummary, Report
 
 VERDICTS = ("pass", "fail", "blocked_setup", "infra_error", "void")
 

@@ -30,10 +30,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from hangar.errors import ConfigError
-from hangar.report import COUNTED, build_report
 from hangar.results import TrialResult
+from hangar.scores.report import COUNTED, build_report
+from hangar.scores.versions import NotComparable, split_versions
 from hangar.store import ResultsStore, baselines
-from hangar.versions import NotComparable, split_versions
 
 
 class Rate(BaseModel):

@@ -1,5 +1,5 @@
 """What a sweep's users read: scores per group, per scenario, per requirement, and the
-paired comparisons, with the statistics of `hangar.stats`.
+paired comparisons, with the statistics of `hangar.scores.stats`.
 
 A *group* is one (agent, model, arm). Only `pass` and `fail` count in rates; the other
 verdicts are counted apart (never-run trials are listed by scenario). Each scenario and
@@ -7,9 +7,9 @@ agent is scored at one version only (`split_versions`): trials of an older scena
 digest or agent settings, left in the sweep by an earlier run, are listed as not
 comparable, never mixed. Comparisons pair two groups that differ in exactly one of
 agent, model or arm, over the scenarios both ran. `build_report` makes the `Report`
-model (which is also the JSON form); `hangar.report_render` renders text, Markdown and
+model (which is also the JSON form); `hangar.scores.render` renders text, Markdown and
 HTML. Beside the pass rate of each group, every metric its trials were scored on is
-summarised (`MetricSummary`) and compared (`hangar.comparisons`).
+summarised (`MetricSummary`) and compared (`hangar.scores.comparisons`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from statistics import median
 
 from pydantic import BaseModel, Field
 
-from hangar import stats
-from hangar.comparisons import Comparison, GroupKey, compare_groups
 from hangar.results import COUNTED_VERDICTS, Scale, Score, TrialResult, Verdict
-from hangar.versions import NotComparable, split_versions
+from hangar.scores import stats
+from hangar.scores.comparisons import Comparison, GroupKey, compare_groups
+from hangar.scores.versions import NotComparable, split_versions
 
 COUNTED = COUNTED_VERDICTS
 
@@ -191,7 +191,7 @@ def build_report(
     roles: tuple[str, str] | None = None,
 ) -> Report:
     """The report of a sweep's latest attempts; `roles` (baseline, candidate) fixes the
-    comparisons' roles (see `hangar.comparisons`)."""
+    comparisons' roles (see `hangar.scores.comparisons`)."""
     kept, aside = split_versions(results)
     by_group: dict[tuple[str, str, str], list[TrialResult]] = defaultdict(list)
     for r in kept:
