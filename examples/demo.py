@@ -45,14 +45,14 @@ import shutil
 import sys
 from pathlib import Path
 
-from hangar.benchmark.run import run_benchmark
 from hangar.cli import console, print_result
 from hangar.cli.benchmarks import print_report
-from hangar.knowledge.render import render as render_knowledge
-from hangar.knowledge.report import build_report as build_knowledge_report
-from hangar.knowledge.run import run_arm
-from hangar.knowledge.scan import scan_and_void, suite_canaries
-from hangar.knowledge.suite import import_arm, sealed_suite
+from hangar.kinds.knowledge.custody import import_arm, sealed_suite
+from hangar.kinds.knowledge.render import render as render_knowledge
+from hangar.kinds.knowledge.report import build_report as build_knowledge_report
+from hangar.kinds.knowledge.run import run_arm
+from hangar.kinds.knowledge.scan import scan_and_void, suite_canaries
+from hangar.kinds.rubric.run import run_benchmark
 from hangar.models import ModelSpec
 from hangar.scheduler.driver import SweepRunner
 from hangar.scheduler.sweep import Sweep, load_sweep

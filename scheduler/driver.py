@@ -38,16 +38,16 @@ from urllib.parse import urlparse
 from hangar.cluster.nodes import local_head
 from hangar.cluster.reaper import ensure_reapers
 from hangar.errors import ConfigError, RayUnavailable
+from hangar.kinds.execution.scenario import LoadedScenario
+from hangar.kinds.execution.shipping import local_repository, pack_repository, pack_scenario, ship
 from hangar.logs import event
 from hangar.models import check_keys
 from hangar.paths import default_evidence_url
 from hangar.results import ProviderError, TrialResult, Verdict
-from hangar.scenario import LoadedScenario
 from hangar.scheduler.board import Snapshot, node_slots, open_board
 from hangar.scheduler.dispatch import Dispatch
 from hangar.scheduler.metrics import metric
 from hangar.scheduler.preflight import preflight
-from hangar.scheduler.shipping import local_repository, pack_repository, pack_scenario, ship
 from hangar.scheduler.sweep import Sweep
 from hangar.scheduler.task import run_trial_task
 from hangar.store import ResultsStore

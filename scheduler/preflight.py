@@ -22,9 +22,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from hangar.errors import HangarError, PreflightFailed
+from hangar.kinds.execution.scenario import LoadedScenario
 from hangar.sandbox import sandbox_class
 from hangar.sandbox.config import BackendConfig
-from hangar.scenario import LoadedScenario
 from hangar.scheduler.sweep import Sweep
 from hangar.verifiers.store import open_store
 

@@ -36,23 +36,23 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hangar.agents import AgentSpec, PromptAgent, load_agents, parse_agent
-from hangar.benchmark.suite import LoadedSample
-from hangar.decision import (
+from hangar.errors import ConfigError, HangarError
+from hangar.files import read_yaml
+from hangar.kinds.decision.cases import (
     CONTROL_ARM,
     SKILL_ARM,
     LoadedCase,
     is_decision_suite,
     load_decision_suite,
 )
-from hangar.errors import ConfigError, HangarError
-from hangar.files import read_yaml
-from hangar.knowledge.questions import LoadedQuestion
+from hangar.kinds.execution.scenario import LoadedScenario, load_scenario
+from hangar.kinds.execution.sealing import sealed_suite_of
+from hangar.kinds.execution.sealing import verify as verify_suite
+from hangar.kinds.knowledge.questions import LoadedQuestion
+from hangar.kinds.rubric.benchmark import LoadedSample
 from hangar.models import ModelSpec
 from hangar.results import TrialResult, Verdict
 from hangar.sandbox.config import BackendConfig, DockerConfig
-from hangar.scenario import LoadedScenario, load_scenario
-from hangar.suite import sealed_suite_of
-from hangar.suite import verify as verify_suite
 from hangar.trials import (
     Arm,
     TrialSpec,

@@ -9,11 +9,11 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from hangar.kinds.execution.scenario import LoadedScenario
+from hangar.kinds.execution.shipping import Shipment, receive, unpack_scenario
 from hangar.paths import cache_dir
 from hangar.results import TrialResult
-from hangar.scenario import LoadedScenario
 from hangar.scheduler.metrics import metric
-from hangar.scheduler.shipping import Shipment, receive, unpack_scenario
 from hangar.trials import TrialSpec, run_trial
 
 

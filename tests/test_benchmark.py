@@ -16,9 +16,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from hangar.benchmark.checks import count_tokens, run_check, run_checks
-from hangar.benchmark.dataset_check import check_folder
-from hangar.benchmark.formats import (
+from hangar.cli import app
+from hangar.errors import ConfigError
+from hangar.kinds.rubric.benchmark import load_benchmark
+from hangar.kinds.rubric.checks import count_tokens, run_check, run_checks
+from hangar.kinds.rubric.dataset_check import check_folder
+from hangar.kinds.rubric.formats import (
     Baseline,
     Dimension,
     MaxTokens,
@@ -28,9 +31,9 @@ from hangar.benchmark.formats import (
     load,
     load_config,
 )
-from hangar.benchmark.html import render_html
-from hangar.benchmark.judge import judge_output, parse
-from hangar.benchmark.report import (
+from hangar.kinds.rubric.judge import judge_output, parse
+from hangar.kinds.rubric.render import render_html
+from hangar.kinds.rubric.report import (
     BenchmarkReport,
     PhaseResult,
     build_report,
@@ -40,10 +43,7 @@ from hangar.benchmark.report import (
     write_baseline,
     write_report,
 )
-from hangar.benchmark.scoring import calibrate, quadratic_kappa, score_sample, whole
-from hangar.benchmark.suite import load_benchmark
-from hangar.cli import app
-from hangar.errors import ConfigError
+from hangar.kinds.rubric.scoring import calibrate, quadratic_kappa, score_sample, whole
 from hangar.models import ModelSpec
 from hangar.results import Score, TrialResult
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer
@@ -408,7 +408,7 @@ def test_a_perfect_sample_scores_five_and_the_seeds_example_keeps_its_scale() ->
     """Both terms on 1-5: a perfect output is 5 (the literal formula would give 3.8)."""
     rubric = load(EXAMPLE / "datasets/propose/rubric.yaml", RubricFile, "rubric").rubric
     checks = run_checks(rubric.dimensions, (EXAMPLE / "datasets/propose/samples.yaml").read_text())
-    from hangar.benchmark.judge import DimensionVerdict, Judged
+    from hangar.kinds.rubric.judge import DimensionVerdict, Judged
 
     judged = Judged(
         verdicts=[
@@ -830,8 +830,8 @@ def test_the_propose_table_and_the_cli_exit_status(example: Path) -> None:
 
 
 def test_the_ci_section_and_the_phases_a_change_affects(example: Path) -> None:
-    from hangar.benchmark.ci import changed_phases, load_ci
-    from hangar.benchmark.suite import skill_path
+    from hangar.kinds.rubric.benchmark import skill_path
+    from hangar.kinds.rubric.ci import changed_phases, load_ci
 
     assert load_ci(example).phases == "all"  # no section: the defaults
     config = example / "config.yaml"

@@ -17,13 +17,13 @@ from typer.testing import CliRunner
 
 from hangar.agents import PromptAgent
 from hangar.cli import app
-from hangar.decision import load_decision_suite
 from hangar.errors import ConfigError
+from hangar.kinds.decision.cases import load_decision_suite
+from hangar.kinds.decision.trial import render_prompt
 from hangar.models import ModelSpec
 from hangar.results import TrialResult, Verdict
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer
 from hangar.trials import case_trial, run_trial
-from hangar.trials.prompt import render_prompt
 from hangar.verifiers import choice
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from hangar.kinds.execution.scenario import repin
 from hangar.results import TrialResult, Verdict
-from hangar.scenario import repin
 from tests.trialkit import GOLD, Runner, bundle
 
 pytestmark = pytest.mark.docker

@@ -19,11 +19,11 @@ from typer.testing import CliRunner
 
 from hangar.cli import app
 from hangar.errors import ConfigError
-from hangar.knowledge.formats import Key, Label, Source
-from hangar.knowledge.report import build_report, keep
-from hangar.knowledge.scan import scan_and_void, suite_canaries
-from hangar.knowledge.scoring import classify, cohen_kappa, score_question
-from hangar.knowledge.suite import load_suite, seal, sealed_suite
+from hangar.kinds.knowledge.custody import load_suite, seal, sealed_suite
+from hangar.kinds.knowledge.formats import Key, Label, Source
+from hangar.kinds.knowledge.report import build_report, keep
+from hangar.kinds.knowledge.scan import scan_and_void, suite_canaries
+from hangar.kinds.knowledge.scoring import classify, cohen_kappa, score_question
 from hangar.scores.stats import wilson
 from tests.require import skip_or_fail
 
@@ -233,7 +233,7 @@ def label(rater: str, correct: bool, unsupported: list[str] = []) -> Label:  # n
 
 
 def test_majority_ties_pending_and_unanswered() -> None:
-    from hangar.knowledge.formats import Answer
+    from hangar.kinds.knowledge.formats import Answer
 
     answer = Answer.model_validate(
         {"id": "q", "answer": "a", "citations": [src("a.md"), src("b.md", "b" * 64)]}
@@ -734,7 +734,7 @@ def test_an_as_of_commit_that_is_not_there_is_blocked_setup(
 def test_a_manifest_written_elsewhere_and_the_rules_edge(tmp_path: Path) -> None:
     import hashlib
 
-    from hangar.knowledge.report import sentence
+    from hangar.kinds.knowledge.report import sentence
 
     folder = make_suite(tmp_path)
     flat = {
@@ -763,7 +763,7 @@ def test_a_citation_carries_the_as_of_hash_never_the_agents(tmp_path: Path) -> N
     from types import SimpleNamespace
 
     from hangar.agents import AgentRun
-    from hangar.trials.knowledge import KnowledgeTrial
+    from hangar.kinds.knowledge.trial import KnowledgeTrial
 
     trial = KnowledgeTrial.__new__(KnowledgeTrial)
     commit = "c" * 40

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from hangar.cli import app
 from hangar.errors import ConfigError
-from hangar.scenario import load_registry, load_scenario, repin
+from hangar.kinds.execution.scenario import load_registry, load_scenario, repin
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "median"
 

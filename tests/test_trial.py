@@ -12,10 +12,10 @@ from pathlib import Path
 import docker
 import pytest
 
+from hangar.kinds.execution.scenario import repin
 from hangar.results import Verdict
 from hangar.sandbox.config import DockerConfig
 from hangar.sandbox.disk import TrialDisk
-from hangar.scenario import repin
 from tests.require import skip_or_fail
 from tests.trialkit import (
     AGENTS,
@@ -462,12 +462,12 @@ def test_container_killed_mid_run(run: Runner, docker_client: docker.DockerClien
 def test_exception_in_a_phase_still_tears_down(
     run: Runner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hangar.trials.verification
+    import hangar.kinds.execution.verification
 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("verifier phase exploded")
 
-    monkeypatch.setattr(hangar.trials.verification, "run_verifier_commands", boom)
+    monkeypatch.setattr(hangar.kinds.execution.verification, "run_verifier_commands", boom)
     result = run(GOLD)
     assert result.verdict is Verdict.INFRA_ERROR
     assert result.reason == "hangar failure: RuntimeError: verifier phase exploded"

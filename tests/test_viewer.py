@@ -57,9 +57,9 @@ def _port() -> int:
 
 def _sweeps(root: Path, url: str, server_url: str) -> dict[str, str]:
     """Run a sweep of each kind into the store at `url`."""
-    from hangar.benchmark.run import run_benchmark
-    from hangar.knowledge.run import run_arm
-    from hangar.knowledge.suite import import_arm, sealed_suite
+    from hangar.kinds.knowledge.custody import import_arm, sealed_suite
+    from hangar.kinds.knowledge.run import run_arm
+    from hangar.kinds.rubric.run import run_benchmark
     from hangar.models import ModelSpec
     from hangar.scheduler.driver import SweepRunner
     from hangar.scheduler.sweep import load_sweep

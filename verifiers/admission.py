@@ -37,9 +37,9 @@ from pydantic import BaseModel, ValidationError
 
 from hangar.errors import WorkspaceError
 from hangar.files import file_sha256
+from hangar.kinds.execution.scenario import LoadedScenario, PinnedFile
 from hangar.results import CheckOutcome, FindingOutcome, Verdict
 from hangar.sandbox.workspace import MirrorCache
-from hangar.scenario import LoadedScenario, PinnedFile
 from hangar.verifiers.protocol import CommandRecord, Finding, Verification, script_problem
 
 #: The evidence of harness changes and tampering signs (written by the execution trial).

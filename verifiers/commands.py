@@ -10,7 +10,7 @@ agent did to ``.git``; the diff itself is taken on the host against the pinned c
 (`hangar.verifiers.harness`) and the hidden files are put in place, then the commands run
 where nothing the agent left outside the workspace exists (a process, a
 ``usercustomize.py`` in HOME, a file in /tmp): the agent's sandbox with its scratch
-wiped, or a fresh one (see `hangar.trials.verification`), with tools the workspace
+wiped, or a fresh one (see `hangar.kinds.execution.verification`), with tools the workspace
 cannot shadow (`_WITH_OUT`).
 """
 
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from hangar.errors import SandboxError, SandboxUnavailable
+from hangar.kinds.execution.scenario import LoadedScenario
 from hangar.sandbox.base import Sandbox, exec_then_end_user
-from hangar.scenario import LoadedScenario
 from hangar.verifiers.harness import Placement
 from hangar.verifiers.protocol import CommandRecord
 

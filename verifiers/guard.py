@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hangar.scenario import BuiltinVerifier, LoadedScenario
+from hangar.kinds.execution.scenario import BuiltinVerifier, LoadedScenario
 from hangar.verifiers.admission import HARNESS_FILE
 from hangar.verifiers.ecosystems import command_files
 from hangar.verifiers.harness import (

@@ -45,8 +45,8 @@ from defusedxml import ElementTree
 from defusedxml.common import DefusedXmlException
 from pydantic import BaseModel
 
+from hangar.kinds.execution.scenario import BuiltinVerifier
 from hangar.results import CheckStatus
-from hangar.scenario import BuiltinVerifier
 from hangar.verifiers.harness import Placement
 from hangar.verifiers.protocol import Check, Finding, Verification, VerificationRequest
 from hangar.verifiers.tampering import is_test_module

@@ -72,9 +72,9 @@ def benchmark_run(
     """Run a benchmark folder: each sample a rubric trial on Ray (resumable), then the
     report (YAML, JSON, HTML, history.yaml). Exit 0 fine, 1 a regression, 3 not comparable
     or samples without a score, 130 interrupted."""
-    from hangar.benchmark.ci import load_ci
-    from hangar.benchmark.formats import Thresholds, load_config
-    from hangar.benchmark.run import run_benchmark
+    from hangar.kinds.rubric.ci import load_ci
+    from hangar.kinds.rubric.formats import Thresholds, load_config
+    from hangar.kinds.rubric.run import run_benchmark
 
     if split not in (None, "train", "eval", "holdout"):
         raise ConfigError(f"--split {split!r}: choose train, eval or holdout")
@@ -131,9 +131,9 @@ def benchmark_run(
 
 def _changed(folder: Path, revision: str, wanted: list[str] | None) -> list[str]:
     """The phases (of `wanted`, else all) whose files changed since `revision`."""
-    from hangar.benchmark.ci import changed_phases
-    from hangar.benchmark.formats import load_config, phase_name
-    from hangar.benchmark.suite import skill_path
+    from hangar.kinds.rubric.benchmark import skill_path
+    from hangar.kinds.rubric.ci import changed_phases
+    from hangar.kinds.rubric.formats import load_config, phase_name
 
     config = load_config(folder)
     skills = {phase_name(p): skill_path(folder, config, p) for p in config.phases}
@@ -214,7 +214,7 @@ def benchmark_check(
 ) -> None:
     """Check a benchmark folder against seed 002's dataset guidelines (sizes, difficulty
     mix, domains, duplicates, references, human scores, splits). Exit 1 on an error."""
-    from hangar.benchmark.dataset_check import check_folder
+    from hangar.kinds.rubric.dataset_check import check_folder
 
     report = check_folder(folder.resolve())
     if fmt == "json":
@@ -252,8 +252,8 @@ def benchmark_baseline(
     description: Annotated[str, typer.Option(help="What it is.")] = "",
 ) -> None:
     """Make a run's report a new baseline (never over an existing one; never a CI judge's)."""
-    from hangar.benchmark.formats import load_config
-    from hangar.benchmark.report import load_report, write_baseline
+    from hangar.kinds.rubric.formats import load_config
+    from hangar.kinds.rubric.report import load_report, write_baseline
 
     folder = folder.resolve()
     report = load_report(folder / load_config(folder).output_dir, from_run)
@@ -269,7 +269,7 @@ def benchmark_compare(
 ) -> None:
     """Two runs side by side per phase and dimension (two models, two skill versions).
     Runs scored by different judges are refused (exit 3): their scores do not compare."""
-    from hangar.benchmark.report import compare_reports, not_comparable, read_report
+    from hangar.kinds.rubric.report import compare_reports, not_comparable, read_report
 
     a, b = read_report(before), read_report(after)
     reason = not_comparable(a, b)

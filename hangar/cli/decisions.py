@@ -17,7 +17,7 @@ app.add_typer(decision_app, name="decision")
 @decision_app.command("check")
 def decision_check(suite: Annotated[Path, typer.Argument(help="Decision suite file.")]) -> None:
     """Validate a suite: its cases, skills, references and digests; exit 1 on a problem."""
-    from hangar.decision import load_decision_suite
+    from hangar.kinds.decision.cases import load_decision_suite
 
     cases = load_decision_suite(suite)
     table = Table("case", "skill", "choices", "expected", "references", "digest", title=str(suite))
@@ -45,7 +45,7 @@ def decision_controls(
     expected answer must pass, a wrong answer and every single-choice toggle (and an
     invented id, a duplicate, a malformed answer, a short explanation) must fail. Exit 1
     when the grader or the pipeline lets one through."""
-    from hangar.controls import run_controls
+    from hangar.kinds.decision.controls import run_controls
 
     controls = run_controls(suite)
     bad = [c for c in controls if not c.ok]

@@ -32,7 +32,7 @@ def knowledge_seal(
 ) -> None:
     """Give every key a canary and write manifest.json (sha256 of both files); refuses a
     sealed suite."""
-    from hangar.knowledge.suite import seal
+    from hangar.kinds.knowledge.custody import seal
 
     path = seal(suite, holdouts)
     console.print(f"sealed {esc(str(suite))}: {esc(str(path))}", highlight=False)
@@ -41,7 +41,7 @@ def knowledge_seal(
 @knowledge_app.command("check")
 def knowledge_check(suite: SuiteArg) -> None:
     """Validate the suite's files and its seal; exit 1 naming what differs."""
-    from hangar.knowledge.suite import load_suite, verify
+    from hangar.kinds.knowledge.custody import load_suite, verify
 
     loaded = load_suite(suite)
     kinds: dict[str, int] = {}
@@ -64,7 +64,7 @@ def knowledge_import(
     ] = None,
 ) -> None:
     """Import an external arm's answers (run by a person or another system) and its meta."""
-    from hangar.knowledge.suite import import_arm, sealed_suite
+    from hangar.kinds.knowledge.custody import import_arm, sealed_suite
 
     imported = import_arm(sealed_suite(suite), arm, answers, meta)
     note = "" if imported.meta else " (no meta: the report will say it is missing)"
@@ -80,8 +80,8 @@ def knowledge_label(
     """Label an arm's answers in the terminal: the question, the answer, its citations and
     the key side by side; y/n for correct, then the numbers of unsupported citations.
     Answers this rater labelled are skipped; q stops (what was labelled is kept)."""
-    from hangar.knowledge.formats import Label
-    from hangar.knowledge.suite import load_arm, sealed_suite
+    from hangar.kinds.knowledge.custody import load_arm, sealed_suite
+    from hangar.kinds.knowledge.formats import Label
 
     loaded = sealed_suite(suite)
     current = load_arm(loaded, arm)
@@ -143,7 +143,7 @@ def knowledge_scan(
 ) -> None:
     """The canary scan: a canary found voids its whole suite (void.json). Exit 1 when one
     is found."""
-    from hangar.knowledge.scan import holdout_canaries, scan_and_void, suite_canaries
+    from hangar.kinds.knowledge.scan import holdout_canaries, scan_and_void, suite_canaries
 
     canaries: dict[str, tuple[str, str]] = {}
     if suite is not None:
@@ -176,9 +176,9 @@ def knowledge_score(
     """Score arms on a sealed suite: correctness and citation validity with Wilson
     intervals, citation counts, kappa, meta; with --baseline and --candidate the paired
     difference and the rule. Exit 3 when the suite is void."""
-    from hangar.knowledge.render import render
-    from hangar.knowledge.report import build_report
-    from hangar.knowledge.suite import sealed_suite
+    from hangar.kinds.knowledge.custody import sealed_suite
+    from hangar.kinds.knowledge.render import render
+    from hangar.kinds.knowledge.report import build_report
 
     if fmt not in ("text", "md", "html", "json"):
         raise ConfigError(f"--format {fmt!r}: choose text, md, html or json")
@@ -205,8 +205,8 @@ def knowledge_keep(
     suite: SuiteArg, arm: Annotated[str, typer.Option(help="The scored arm to keep.")]
 ) -> None:
     """Keep a scored arm as the baseline later arms are compared against (the gate)."""
-    from hangar.knowledge.report import keep
-    from hangar.knowledge.suite import sealed_suite
+    from hangar.kinds.knowledge.custody import sealed_suite
+    from hangar.kinds.knowledge.report import keep
 
     path = keep(sealed_suite(suite), arm)
     console.print(f"kept {esc(arm)}: {esc(str(path))}", highlight=False)
@@ -223,8 +223,8 @@ def knowledge_compare(
 ) -> None:
     """The regression gate: the candidate against a kept baseline, per metric. Exit 1 when
     the candidate is shown to lose, 3 when the suite is void."""
-    from hangar.knowledge.report import arm_report, gate, kept
-    from hangar.knowledge.suite import sealed_suite, void_record
+    from hangar.kinds.knowledge.custody import sealed_suite, void_record
+    from hangar.kinds.knowledge.report import arm_report, gate, kept
 
     loaded = sealed_suite(suite)
     void = void_record(suite) is not None
@@ -275,7 +275,7 @@ def knowledge_run(
     (run again to resume)."""
     from hangar.agents import ChatAgent, load_agents
     from hangar.cli._app import model_arg
-    from hangar.knowledge.run import run_arm
+    from hangar.kinds.knowledge.run import run_arm
     from hangar.models import ModelSpec
 
     if not model:

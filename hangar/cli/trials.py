@@ -24,10 +24,10 @@ def scenario_check(
     backend: Annotated[str, typer.Option(help="Backend whose images to check.")] = "docker",
 ) -> None:
     """Validate scenarios (schema, pins, files, revision, image) and print each digest."""
+    from hangar.kinds.execution.scenario import load_scenario
     from hangar.paths import cache_dir
     from hangar.sandbox import sandbox_class
     from hangar.sandbox.workspace import MirrorCache
-    from hangar.scenario import load_scenario
     from hangar.verifiers.admission import fixture_problems
 
     seen: dict[str, Path] = {}
@@ -62,7 +62,7 @@ def scenario_check(
 @scenario_app.command("pin")
 def scenario_pin(files: Annotated[list[Path], typer.Argument(help="Scenario YAML files.")]) -> None:
     """Re-pin prepare and verifier scripts to their current sha256 (after a reviewed edit)."""
-    from hangar.scenario import repin
+    from hangar.kinds.execution.scenario import repin
 
     for path in files:
         changed = repin(path)
@@ -100,7 +100,7 @@ def trial_run(
 ) -> None:
     """Run one trial and print its verdict, reason, timings and evidence bundle."""
     from hangar.agents import AgentSpec, CommandAgent, load_agents
-    from hangar.scenario import load_scenario
+    from hangar.kinds.execution.scenario import load_scenario
     from hangar.trials import Arm, run_trial, single_trial
 
     if agent_command is not None:

@@ -158,18 +158,18 @@ def runner_for(spec: TrialSpec) -> TrialRun:
     """The runner of the spec's kind of trial (imported here: a worker loads only what
     its trials need)."""
     if spec.scenario.kind == "prompt":
-        from hangar.trials.prompt import PromptTrial
+        from hangar.kinds.decision.trial import PromptTrial
 
         return PromptTrial(spec)
     if spec.scenario.kind == "knowledge":
-        from hangar.trials.knowledge import KnowledgeTrial
+        from hangar.kinds.knowledge.trial import KnowledgeTrial
 
         return KnowledgeTrial(spec)
     if spec.scenario.kind == "rubric":
-        from hangar.trials.rubric import RubricTrial
+        from hangar.kinds.rubric.trial import RubricTrial
 
         return RubricTrial(spec)
-    from hangar.trials.execution import ExecutionTrial
+    from hangar.kinds.execution.trial import ExecutionTrial
 
     return ExecutionTrial(spec)
 

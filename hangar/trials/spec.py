@@ -17,15 +17,15 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from hangar.agents import AgentSpec
-from hangar.benchmark.suite import LoadedSample
-from hangar.decision import SKILL_ARM, LoadedCase
 from hangar.files import tree_digest
-from hangar.knowledge.questions import LoadedQuestion
+from hangar.kinds.decision.cases import SKILL_ARM, LoadedCase
+from hangar.kinds.execution.scenario import LoadedScenario
+from hangar.kinds.knowledge.questions import LoadedQuestion
+from hangar.kinds.rubric.benchmark import LoadedSample
 from hangar.models import ModelSpec
 from hangar.paths import default_evidence_url
 from hangar.results import TrialResult, Verdict
 from hangar.sandbox.config import BackendConfig
-from hangar.scenario import LoadedScenario
 from hangar.validation import Name
 
 

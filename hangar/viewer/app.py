@@ -331,9 +331,9 @@ class Viewer:
         )
 
     async def knowledge_suite(self, request: Request) -> Response:
-        from hangar.knowledge.render import render_html as knowledge_html
-        from hangar.knowledge.report import build_report
-        from hangar.knowledge.suite import sealed_suite
+        from hangar.kinds.knowledge.custody import sealed_suite
+        from hangar.kinds.knowledge.render import render_html as knowledge_html
+        from hangar.kinds.knowledge.report import build_report
 
         name = request.path_params["name"]
         folder = next((s for s in self.knowledge if s.name == name), None)

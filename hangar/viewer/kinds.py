@@ -129,8 +129,8 @@ def knowledge(result: TrialResult, bundle: Bundle | None, suites: list[Path]) ->
     if folder is None:
         found["note"] = "start the viewer with --knowledge SUITE to see validity and labels"
         return found
-    from hangar.knowledge.scoring import classify
-    from hangar.knowledge.suite import load_arm, load_suite
+    from hangar.kinds.knowledge.custody import load_arm, load_suite
+    from hangar.kinds.knowledge.scoring import classify
 
     suite = load_suite(folder)
     key = suite.keys.get(str(qid))

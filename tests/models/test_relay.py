@@ -15,10 +15,10 @@ import docker
 import pytest
 
 from hangar.agents import CommandAgent
+from hangar.kinds.execution.scenario import load_scenario
 from hangar.models import ModelSpec
 from hangar.models.pricing import Price
 from hangar.results import TrialResult, Verdict
-from hangar.scenario import load_scenario
 from hangar.testing.scripted import Script, ScriptedServer
 from hangar.trials import Arm, run_trial, single_trial
 

@@ -273,7 +273,7 @@ def test_a_worker_that_cannot_unpack_its_scenario_reports_why(
 ) -> None:
     import ray
 
-    from hangar.scheduler.shipping import ship
+    from hangar.kinds.execution.shipping import ship
     from hangar.scheduler.task import run_trial_task
     from hangar.trials import Arm, single_trial
 

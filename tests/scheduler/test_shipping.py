@@ -6,14 +6,14 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from hangar.sandbox.workspace import MirrorCache, make_workspace
-from hangar.scenario import load_scenario, scenario_digest
-from hangar.scheduler.shipping import (
+from hangar.kinds.execution.scenario import load_scenario, scenario_digest
+from hangar.kinds.execution.shipping import (
     local_repository,
     pack_repository,
     pack_scenario,
     unpack_scenario,
 )
+from hangar.sandbox.workspace import MirrorCache, make_workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 REVISION = "1a6dc25e2e61b7f41b02576bc56b0eadd895cbb2"

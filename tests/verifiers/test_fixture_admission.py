@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from hangar.kinds.execution.scenario import load_scenario
 from hangar.sandbox.workspace import MirrorCache
-from hangar.scenario import load_scenario
 from hangar.verifiers.admission import fixture_problems
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hangar.scenario import BuiltinVerifier
+from hangar.kinds.execution.scenario import BuiltinVerifier
 from hangar.verifiers import junit
 from hangar.verifiers.protocol import CommandRecord, VerificationRequest
 

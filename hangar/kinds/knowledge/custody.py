@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from hangar.errors import ConfigError
 from hangar.files import MANIFEST, file_sha256, pin_problems
-from hangar.knowledge.formats import (
+from hangar.kinds.knowledge.formats import (
     Answer,
     Key,
     Label,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from html import escape
 
-from hangar.knowledge.report import ArmReport, KnowledgeComparison, KnowledgeReport
+from hangar.kinds.knowledge.report import ArmReport, KnowledgeComparison, KnowledgeReport
 
 
 def _pct(x: float) -> str:

@@ -23,7 +23,7 @@ cases:
 
 Each case runs twice per model and repeat: arm ``skill`` (the prompt supplies the
 skill's text and the case's references) and arm ``control`` (neither), each a fresh
-conversation with no tools (`hangar.trials.prompt`). The ``choice`` grader
+conversation with no tools (`hangar.kinds.decision.trial`). The ``choice`` grader
 (`hangar.verifiers.choice`) scores it. A missing skill file or reference makes both
 arms ``blocked_setup`` before any model call.
 """

@@ -32,9 +32,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, PlainSerializer
 
-from hangar.benchmark.checks import CheckResult
-from hangar.benchmark.formats import Rubric
-from hangar.benchmark.judge import Judged
+from hangar.kinds.rubric.checks import CheckResult
+from hangar.kinds.rubric.formats import Rubric
+from hangar.kinds.rubric.judge import Judged
 from hangar.results import Score
 
 #: Kappa below which a judge may not stand in for people (seed 003).

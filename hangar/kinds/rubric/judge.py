@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from hangar.benchmark.formats import Dimension
+from hangar.kinds.rubric.formats import Dimension
 from hangar.models import ModelSpec
 from hangar.models.complete import complete
 from hangar.models.usage import add

@@ -26,8 +26,9 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, PlainSerializer
 
-from hangar.benchmark.checks import TOKENIZER
-from hangar.benchmark.formats import (
+from hangar.errors import ConfigError
+from hangar.kinds.rubric.checks import TOKENIZER
+from hangar.kinds.rubric.formats import (
     Baseline,
     BaselineFile,
     Thresholds,
@@ -35,8 +36,7 @@ from hangar.benchmark.formats import (
     phase_name,
     write_yaml,
 )
-from hangar.benchmark.scoring import Calibration, calibrate
-from hangar.errors import ConfigError
+from hangar.kinds.rubric.scoring import Calibration, calibrate
 from hangar.results import TrialResult, Verdict
 
 T = TypeVar("T")

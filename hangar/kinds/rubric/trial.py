@@ -3,9 +3,9 @@
 `RubricTrial.run` walks: admission (the phase's skill is there, a model is named), the
 prompt (the skill's text as the instructions; the sample's input, ``project_context``
 included, as the message; never the reference output or its scores), one call of the
-skill's model, the rubric's structural checks (`hangar.benchmark.checks`), the judge, one
-call per dimension in both orderings (`hangar.benchmark.judge`), and the scores
-(`hangar.benchmark.scoring`). The verdict says whether the sample got a score (pass) or
+skill's model, the rubric's structural checks (`hangar.kinds.rubric.checks`), the judge, one
+call per dimension in both orderings (`hangar.kinds.rubric.judge`), and the scores
+(`hangar.kinds.rubric.scoring`). The verdict says whether the sample got a score (pass) or
 not (fail: no output, or the judge left a dimension unassessed); what it is worth is in
 its scores. The judge's tokens and cost are kept apart (``judge_usage``).
 """
@@ -16,10 +16,10 @@ from typing import Any
 
 import yaml
 
-from hangar.benchmark.checks import TOKENIZER, CheckResult, run_checks
-from hangar.benchmark.judge import Judged, judge_output
-from hangar.benchmark.scoring import SampleScores, score_sample
-from hangar.benchmark.suite import LoadedSample
+from hangar.kinds.rubric.benchmark import LoadedSample
+from hangar.kinds.rubric.checks import TOKENIZER, CheckResult, run_checks
+from hangar.kinds.rubric.judge import Judged, judge_output
+from hangar.kinds.rubric.scoring import SampleScores, score_sample
 from hangar.models.complete import Completion, complete
 from hangar.results import COUNTED_VERDICTS, CheckOutcome, Usage, Verdict
 from hangar.trace import TraceWriter

@@ -1,4 +1,4 @@
-"""A suite's questions made ready to run as repo-search trials (`hangar.trials.knowledge`).
+"""A suite's questions made ready to run as repo-search trials (`hangar.kinds.knowledge.trial`).
 
 Each `LoadedQuestion` carries the question's text, the repositories it may read (name ->
 URL or path) at their ``as_of`` commits, the ``scope`` patterns and the image: never its
@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict
 
 from hangar.errors import ConfigError
 from hangar.files import read_yaml
-from hangar.knowledge.formats import Question
-from hangar.knowledge.suite import Suite
+from hangar.kinds.knowledge.custody import Suite
+from hangar.kinds.knowledge.formats import Question
 
 DEFAULT_IMAGE = "hangar/base:bookworm"
 

@@ -20,8 +20,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from hangar.knowledge.formats import Answer, Key, Label
-from hangar.knowledge.suite import Arm, Suite
+from hangar.kinds.knowledge.custody import Arm, Suite
+from hangar.kinds.knowledge.formats import Answer, Key, Label
 
 CitationKind = Literal["fabricated", "stale", "unsupported", "valid"]
 KINDS: tuple[CitationKind, ...] = ("fabricated", "stale", "unsupported", "valid")

@@ -118,7 +118,7 @@ class MinCount(_Strict):
 
 
 class MaxTokens(_Strict):
-    """The output is at most this many tokens (`hangar.benchmark.checks.count_tokens`)."""
+    """The output is at most this many tokens (`hangar.kinds.rubric.checks.count_tokens`)."""
 
     max_tokens: int = Field(ge=1)
 
@@ -219,7 +219,7 @@ class Rubric(_Strict):
     version: str
     """The rubric's version."""
     scoring_model: Literal["llm-as-judge", "regex", "hybrid"] = "hybrid"
-    """How samples are scored (see `hangar.benchmark.scoring`)."""
+    """How samples are scored (see `hangar.kinds.rubric.scoring`)."""
     dimensions: tuple[Dimension, ...] = Field(min_length=1)
     """Its dimensions."""
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from hangar.files import MANIFEST
-from hangar.knowledge.suite import VOID, load_suite
+from hangar.kinds.knowledge.custody import VOID, load_suite
 
 #: Bytes read of one file or bundle member at most.
 READ_CAP = 256 * 1024 * 1024

@@ -1,6 +1,6 @@
 """A benchmark folder loaded: its config, and each phase's samples ready to run.
 
-Each sample becomes a *rubric* trial (`hangar.trials.rubric`): the phase's skill with the
+Each sample becomes a *rubric* trial (`hangar.kinds.rubric.trial`): the phase's skill with the
 sample's input, scored by the phase's rubric and the benchmark's judge. A `LoadedSample`
 carries everything a worker needs (the skill's text, the rubric, the sample), and its
 digest covers all of it and the judge, so a changed rubric, skill, sample or judge is a
@@ -19,7 +19,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from hangar.benchmark.formats import (
+from hangar.errors import ConfigError
+from hangar.kinds.decision.cases import Supplied
+from hangar.kinds.rubric.formats import (
     Config,
     DatasetFile,
     Rubric,
@@ -29,8 +31,6 @@ from hangar.benchmark.formats import (
     load_config,
     phase_name,
 )
-from hangar.decision import Supplied
-from hangar.errors import ConfigError
 from hangar.models import ModelSpec
 
 _VERSION = re.compile(r"^version:\s*['\"]?([^'\"\n]+)", re.M)

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from hangar.errors import ConfigError
+from hangar.kinds.execution.scenario import LoadedScenario, referenced_files
 from hangar.sandbox.archive import extract_untrusted
-from hangar.scenario import LoadedScenario, referenced_files
 
 #: Holds the scenario file's path inside the package.
 _WHERE = ".hangar-scenario"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from hangar.benchmark.report import BenchmarkReport, load_history
+from hangar.kinds.rubric.report import BenchmarkReport, load_history
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2rem;color:#222;max-width:1100px}

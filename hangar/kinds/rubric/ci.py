@@ -26,9 +26,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from hangar.benchmark.formats import Config, phase_name
 from hangar.errors import ConfigError
 from hangar.files import read_yaml
+from hangar.kinds.rubric.formats import Config, phase_name
 from hangar.models import ModelSpec
 from hangar.validation import validation_message
 

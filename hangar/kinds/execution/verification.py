@@ -22,11 +22,11 @@ from concurrent.futures import Future
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, NamedTuple
 
+from hangar.kinds.execution.scenario import PinnedFile
 from hangar.results import Verdict
 from hangar.sandbox import Sandbox
 from hangar.sandbox.archive import copy_untrusted_tree
 from hangar.sandbox.workspace import hand_over, remove_escaping_links
-from hangar.scenario import PinnedFile
 from hangar.trace import find_canaries
 from hangar.verifiers import junit
 from hangar.verifiers.admission import Judgement, judge
@@ -41,7 +41,7 @@ from hangar.verifiers.harness import Placement
 from hangar.verifiers.protocol import CommandRecord, VerificationRequest, run_host_script
 
 if TYPE_CHECKING:
-    from hangar.trials.execution import ExecutionTrial
+    from hangar.kinds.execution.trial import ExecutionTrial
 
 #: Where the harness and the hidden verifier files wait in the sandbox's /tmp for the first
 #: verifier command.
@@ -119,7 +119,7 @@ class SameSandbox(VerificationPlace):
         inside = box.command_path(f"/tmp/{HIDDEN_STAGING}")
         before = stage_placements(placements, staging, inside)
         if before and trial.backend.isolated:
-            from hangar.trials.execution import SANDBOX_UID
+            from hangar.kinds.execution.trial import SANDBOX_UID
 
             hand_over(staging, SANDBOX_UID)
         return before

@@ -15,9 +15,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from hangar.benchmark.formats import Baseline, Thresholds
-from hangar.benchmark.html import render_html
-from hangar.benchmark.report import (
+from hangar.errors import ConfigError
+from hangar.kinds.rubric.benchmark import Benchmark, load_benchmark
+from hangar.kinds.rubric.formats import Baseline, Thresholds
+from hangar.kinds.rubric.render import render_html
+from hangar.kinds.rubric.report import (
     BenchmarkReport,
     build_report,
     load_baseline,
@@ -25,8 +27,6 @@ from hangar.benchmark.report import (
     write_baseline,
     write_report,
 )
-from hangar.benchmark.suite import Benchmark, load_benchmark
-from hangar.errors import ConfigError
 from hangar.models import check_keys
 from hangar.results import TrialResult
 

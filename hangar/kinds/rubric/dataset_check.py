@@ -31,7 +31,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel
 
-from hangar.benchmark.formats import (
+from hangar.errors import ConfigError
+from hangar.kinds.rubric.formats import (
     DatasetFile,
     Rubric,
     RubricFile,
@@ -40,7 +41,6 @@ from hangar.benchmark.formats import (
     load_config,
     phase_name,
 )
-from hangar.errors import ConfigError
 
 #: Seed 002's table: phase -> (minimum samples, easy, medium, hard, distinct tags, of what).
 MINIMUMS: dict[str, tuple[int, int, int, int, int, str]] = {

@@ -2,7 +2,7 @@
 
 `ExecutionTrial.run` reads as its phases: admission, the trial's disk, the model
 relay, set-up (workspace, prepare, sandbox, plugins), the agent, the final status, the
-hand-over to verification (`hangar.trials.verification`: the agent's own sandbox wiped,
+hand-over to verification (`hangar.kinds.execution.verification`: the agent's own sandbox wiped,
 or a fresh one), the diff against the pinned commit, the verifier commands, the host
 verifier and the judgement. Nothing the agent leaves outside the workspace reaches
 verification. docs/architecture.md walks through it.
@@ -25,6 +25,8 @@ from hangar.agents import AgentRun, ChatAgent, CommandAgent, run_chat_agent, run
 from hangar.agents.command import CONTEXT_FILE
 from hangar.errors import ConfigError, ImageNotFound, MissingPython, WorkspaceError
 from hangar.files import tree_digest
+from hangar.kinds.execution.scenario import LoadedScenario
+from hangar.kinds.execution.verification import host_verify, judgement, place_for
 from hangar.models.relay import ModelRelay
 from hangar.models.tunnel import RelayTunnel
 from hangar.paths import cache_dir
@@ -47,11 +49,9 @@ from hangar.sandbox.workspace import (
     make_workspace,
     workspace_state,
 )
-from hangar.scenario import LoadedScenario
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun
 from hangar.trials.spec import TrialSpec
-from hangar.trials.verification import host_verify, judgement, place_for
 from hangar.verifiers.admission import Judgement, fixture_problems
 from hangar.verifiers.commands import final_state, git_state
 from hangar.verifiers.guard import HarnessGuard

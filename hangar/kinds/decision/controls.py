@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from hangar.agents import PromptAgent
-from hangar.decision import SKILL_ARM, LoadedCase, load_decision_suite
+from hangar.kinds.decision.cases import SKILL_ARM, LoadedCase, load_decision_suite
 from hangar.models import ModelSpec
 from hangar.results import Verdict
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer

@@ -23,14 +23,14 @@ from pydantic import BaseModel, Field
 
 from hangar.errors import ConfigError
 from hangar.files import MANIFEST
-from hangar.knowledge.scoring import (
+from hangar.kinds.knowledge.custody import Suite, load_arm, void_record
+from hangar.kinds.knowledge.scoring import (
     Agreement,
     QuestionScore,
     agreement,
     citation_counts,
     score_arm,
 )
-from hangar.knowledge.suite import Suite, load_arm, void_record
 from hangar.scores import stats
 
 Metric = Literal["correctness", "citation_validity"]

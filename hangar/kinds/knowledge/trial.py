@@ -12,7 +12,7 @@ stays as the agent wrote it, with no hash, when it names no file of the workspac
 
 Only the question reaches the sandbox and the prompt: never its key, its answer or its
 canary. The verdict says whether an answer was given; what it is worth is decided later
-by people's labels (`hangar.knowledge.scoring`): its scores are pending until then.
+by people's labels (`hangar.kinds.knowledge.scoring`): its scores are pending until then.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from hangar.agents import AgentRun, ChatAgent, run_chat_agent
 from hangar.errors import ImageNotFound, WorkspaceError
-from hangar.knowledge.questions import LoadedQuestion
+from hangar.kinds.knowledge.questions import LoadedQuestion
 from hangar.paths import cache_dir
 from hangar.results import COUNTED_VERDICTS, Usage, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxSpec, create_sandbox, sandbox_class

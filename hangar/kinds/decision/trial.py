@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from hangar.agents import PromptAgent
-from hangar.decision import SKILL_ARM, LoadedCase
+from hangar.kinds.decision.cases import SKILL_ARM, LoadedCase
 from hangar.models.complete import Completion, complete
 from hangar.results import COUNTED_VERDICTS, Score, Usage, Verdict
 from hangar.trace import TraceWriter

@@ -21,7 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from hangar.benchmark.formats import (
+from hangar.errors import ConfigError
+from hangar.kinds.rubric.formats import (
     Check,
     HasSection,
     MaxTokens,
@@ -29,7 +30,6 @@ from hangar.benchmark.formats import (
     NoPlaceholder,
     ReferencesPattern,
 )
-from hangar.errors import ConfigError
 
 TOKENIZER = "o200k_base (bpe-openai)"
 

@@ -1,6 +1,6 @@
 """`hangar knowledge run`: the repo-search arm as hangar trials, then its answer file.
 
-Each question of a sealed suite is one knowledge trial (`hangar.trials.knowledge`) of a
+Each question of a sealed suite is one knowledge trial (`hangar.kinds.knowledge.trial`) of a
 sweep of its own (one per suite, arm and model, so a stopped run resumes), on Ray with
 the usual retries, budget and results store. When every question has a final result,
 ``answers/<arm>.jsonl`` and ``answers/<arm>.meta.json`` are written from them (a question
@@ -20,9 +20,9 @@ from pydantic import BaseModel
 from hangar.agents import ChatAgent
 from hangar.errors import ConfigError
 from hangar.files import MANIFEST
-from hangar.knowledge.formats import Answer, Meta, write_jsonl
-from hangar.knowledge.questions import DEFAULT_IMAGE, load_questions
-from hangar.knowledge.suite import sealed_suite
+from hangar.kinds.knowledge.custody import sealed_suite
+from hangar.kinds.knowledge.formats import Answer, Meta, write_jsonl
+from hangar.kinds.knowledge.questions import DEFAULT_IMAGE, load_questions
 from hangar.models import ModelSpec, check_keys
 from hangar.results import Verdict
 from hangar.sandbox.config import backend_settings

@@ -1,0 +1,1 @@
+"""hangar.kinds"""
