@@ -1,9 +1,8 @@
-"""Admission rules: of a fixture before a trial starts, of a verification after it.
+"""Admission rules of a verification (and of the pinned scripts a task names).
 
-`admit_fixture` (phase 1) finds every reason a scenario cannot run: a pinned script
-whose bytes do not match its sha256, a missing file, an arm selecting a plugin the
-scenario lacks, a revision that is not in the repository, an image the engine lacks.
-Any reason makes the trial `blocked_setup` before a container starts or a model is called.
+`pinned_script_problem` says why a pinned script cannot run (missing, not runnable, its
+bytes not those pinned); a task's own admission (`hangar.kinds.execution.admission`) uses
+it before a trial starts.
 
 `judge` (phase 11) admits a host verifier's output. A trial passes only when every
 rule holds; each broken rule adds its own reason, naming the rule:
@@ -29,26 +28,24 @@ A canary found in the trace makes the trial `void`, whatever else holds.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from hangar.errors import WorkspaceError
 from hangar.files import file_sha256
-from hangar.kinds.execution.scenario import LoadedScenario, PinnedFile
 from hangar.results import CheckOutcome, FindingOutcome, Verdict
-from hangar.sandbox.workspace import MirrorCache
 from hangar.verifiers.protocol import CommandRecord, Finding, Verification, script_problem
+from hangar.verifiers.spec import PinnedFile
 
 #: The evidence of harness changes and tampering signs (written by the execution trial).
 HARNESS_FILE = "verifier/harness.json"
 
 
-def pinned_script_problem(loaded: LoadedScenario, role: str, pinned: PinnedFile) -> str | None:
-    """Why the pinned script cannot run (missing, wrong bytes, not runnable), or None."""
-    path = loaded.local(pinned.file)
+def pinned_script_problem(path: Path, pinned: PinnedFile, role: str) -> str | None:
+    """Why the pinned script at `path` cannot run (missing, wrong bytes, not runnable), or
+    None."""
     if not path.exists():
         return f"{role} script {pinned.file} is missing (looked for {path})"
     problem = script_problem(path)
@@ -61,47 +58,6 @@ def pinned_script_problem(loaded: LoadedScenario, role: str, pinned: PinnedFile)
             f"the scenario pins {pinned.sha256} (re-pin it only if the change is intended)"
         )
     return None
-
-
-def static_fixture_problems(loaded: LoadedScenario, plugins: tuple[str, ...]) -> list[str]:
-    """Every problem found without touching git or the container engine."""
-    scenario = loaded.scenario
-    problems: list[str] = []
-    if scenario.prepare is not None:
-        problems.append(pinned_script_problem(loaded, "prepare", scenario.prepare) or "")
-    if isinstance(scenario.verifier.host, PinnedFile):
-        problems.append(pinned_script_problem(loaded, "verifier", scenario.verifier.host) or "")
-    for hidden in scenario.verifier.files:
-        if not loaded.local(hidden.source).exists():
-            problems.append(f"verifier file {hidden.source} is missing")
-    names = {p.name for p in scenario.plugins}
-    for name in plugins:
-        if name not in names:
-            known = ", ".join(sorted(names)) or "none"
-            problems.append(f"the arm selects plugin {name!r}, which the scenario lacks ({known})")
-        elif not loaded.local(scenario.plugin(name).source).exists():
-            problems.append(f"plugin {name!r} source {scenario.plugin(name).source} is missing")
-    return [p for p in problems if p]
-
-
-def fixture_problems(
-    loaded: LoadedScenario,
-    plugins: tuple[str, ...],
-    *,
-    mirrors: MirrorCache,
-    image_problem: Callable[[str], str | None],
-) -> list[str]:
-    """Every reason the scenario cannot run (phase 1); empty when it is admitted."""
-    problems = static_fixture_problems(loaded, plugins)
-    if (image := image_problem(loaded.scenario.image)) is not None:
-        problems.append(image)
-    url, revision = loaded.repository_url(), loaded.scenario.revision
-    try:
-        if not mirrors.has_revision(url, revision):
-            problems.append(f"revision {revision} is not in repository {url}")
-    except WorkspaceError as exc:
-        problems.append(f"repository: {exc}")
-    return problems
 
 
 def evidence_problem(artifacts: Path, rel: str) -> str | None:

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from hangar.errors import SandboxError, SandboxUnavailable
-from hangar.kinds.execution.scenario import LoadedScenario
 from hangar.sandbox.base import Sandbox, exec_then_end_user
 from hangar.verifiers.harness import Placement
 from hangar.verifiers.protocol import CommandRecord
+from hangar.verifiers.spec import VerifierSpec
 
 #: Where verifier commands write reports (``$HANGAR_VERIFIER_OUT`` in the sandbox).
 VERIFIER_OUT = "/tmp/hangar-verifier"
@@ -122,9 +122,10 @@ def final_state(sandbox: Sandbox) -> dict[str, Any]:
     return state
 
 
-def hidden_placements(loaded: LoadedScenario) -> list[Placement]:
-    """`verifier.files` as placements: (target in the workspace, source on the host)."""
-    return [(h.target, loaded.local(h.source)) for h in loaded.scenario.verifier.files]
+def hidden_placements(verifier: VerifierSpec, folder: Path) -> list[Placement]:
+    """`verifier.files` as placements: (target in the workspace, source on the host, whose
+    relative paths are relative to the task's `folder`)."""
+    return [(h.target, (folder / h.source).resolve()) for h in verifier.files]
 
 
 def stage_placements(placements: list[Placement], staging: Path, sandbox_dir: str) -> str:
@@ -159,7 +160,7 @@ def stage_placements(placements: list[Placement], staging: Path, sandbox_dir: st
 
 def run_verifier_commands(
     sandbox: Sandbox,
-    loaded: LoadedScenario,
+    spec: VerifierSpec,
     artifacts: Path,
     *,
     collect: bool = True,
@@ -173,7 +174,6 @@ def run_verifier_commands(
     record keeps when its command started and ended (host clock, seconds since the epoch):
     a report older than the first start was not written by this verification.
     """
-    spec = loaded.scenario.verifier
     out_dir = artifacts / "verifier" / "commands"
     out_dir.mkdir(parents=True, exist_ok=True)
     records = []

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hangar.kinds.execution.scenario import BuiltinVerifier, LoadedScenario
 from hangar.verifiers.admission import HARNESS_FILE
 from hangar.verifiers.ecosystems import command_files
 from hangar.verifiers.harness import (
@@ -26,6 +25,7 @@ from hangar.verifiers.harness import (
     placements,
 )
 from hangar.verifiers.junit import judged_files
+from hangar.verifiers.spec import BuiltinVerifier, VerifierSpec
 from hangar.verifiers.tampering import TamperSign, signs
 
 BASELINE_FILE = "harness-baseline.json"
@@ -34,10 +34,9 @@ BASELINE_FILE = "harness-baseline.json"
 class HarnessGuard:
     """The test harness of one trial (see the module docstring)."""
 
-    def __init__(self, loaded: LoadedScenario, workspace: Path, store: Path, artifacts: Path):
-        verifier = loaded.scenario.verifier
+    def __init__(self, verifier: VerifierSpec, workspace: Path, store: Path, artifacts: Path):
         builtin = verifier.host if isinstance(verifier.host, BuiltinVerifier) else None
-        self.loaded = loaded
+        self.verifier = verifier
         self.workspace = workspace
         self.store = store
         self.artifacts = artifacts
@@ -53,7 +52,7 @@ class HarnessGuard:
     def record(self, extra: dict[str, Path] | None = None) -> None:
         """Record the harness of the workspace as the agent gets it (`extra`: files that
         will be in it then, see `HarnessBaseline.take`)."""
-        verifier = self.loaded.scenario.verifier
+        verifier = self.verifier
         judged = (
             judged_files(verifier.checklist, self.workspace)
             if self.judge_checklist

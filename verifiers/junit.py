@@ -45,10 +45,10 @@ from defusedxml import ElementTree
 from defusedxml.common import DefusedXmlException
 from pydantic import BaseModel
 
-from hangar.kinds.execution.scenario import BuiltinVerifier
 from hangar.results import CheckStatus
 from hangar.verifiers.harness import Placement
 from hangar.verifiers.protocol import Check, Finding, Verification, VerificationRequest
+from hangar.verifiers.spec import BuiltinVerifier
 from hangar.verifiers.tampering import is_test_module
 
 REPORTS = "verifier/out"

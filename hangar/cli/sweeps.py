@@ -146,11 +146,11 @@ def sweep_check(
     ] = True,
 ) -> None:
     """Print the matrix size and the first problems found."""
+    from hangar.kinds.execution.admission import fixture_problems, static_fixture_problems
     from hangar.paths import cache_dir
     from hangar.sandbox import sandbox_class
     from hangar.sandbox.workspace import MirrorCache
     from hangar.scheduler.sweep import load_sweep
-    from hangar.verifiers.admission import fixture_problems, static_fixture_problems
 
     sweep = load_sweep(sweep_file)
     c = sweep.config

@@ -24,11 +24,11 @@ def scenario_check(
     backend: Annotated[str, typer.Option(help="Backend whose images to check.")] = "docker",
 ) -> None:
     """Validate scenarios (schema, pins, files, revision, image) and print each digest."""
+    from hangar.kinds.execution.admission import fixture_problems
     from hangar.kinds.execution.scenario import load_scenario
     from hangar.paths import cache_dir
     from hangar.sandbox import sandbox_class
     from hangar.sandbox.workspace import MirrorCache
-    from hangar.verifiers.admission import fixture_problems
 
     seen: dict[str, Path] = {}
     bad = 0

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hangar.kinds.execution.scenario import BuiltinVerifier
 from hangar.verifiers import junit
 from hangar.verifiers.protocol import CommandRecord, VerificationRequest
+from hangar.verifiers.spec import BuiltinVerifier
 
 REPORT = """<?xml version="1.0"?>
 <testsuites><testsuite name="pytest">

@@ -25,6 +25,7 @@ from hangar.agents import AgentRun, ChatAgent, CommandAgent, run_chat_agent, run
 from hangar.agents.command import CONTEXT_FILE
 from hangar.errors import ConfigError, ImageNotFound, MissingPython, WorkspaceError
 from hangar.files import tree_digest
+from hangar.kinds.execution.admission import fixture_problems
 from hangar.kinds.execution.scenario import LoadedScenario
 from hangar.kinds.execution.verification import host_verify, judgement, place_for
 from hangar.models.relay import ModelRelay
@@ -52,9 +53,10 @@ from hangar.sandbox.workspace import (
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun
 from hangar.trials.spec import TrialSpec
-from hangar.verifiers.admission import Judgement, fixture_problems
-from hangar.verifiers.commands import final_state, git_state
+from hangar.verifiers.admission import Judgement
+from hangar.verifiers.commands import final_state, git_state, hidden_placements
 from hangar.verifiers.guard import HarnessGuard
+from hangar.verifiers.harness import Placement
 from hangar.verifiers.protocol import run_host_script
 
 T = TypeVar("T")
@@ -104,9 +106,15 @@ class ExecutionTrial(TrialRun):
         self.scenario = self.loaded.scenario
         self.guard = self.harness_guard()
 
+    def hidden_files(self) -> list[Placement]:
+        """The hidden verifier files: (target in the workspace, source on this node)."""
+        return hidden_placements(self.scenario.verifier, self.loaded.folder)
+
     def harness_guard(self) -> HarnessGuard:
         """The guard of this trial's test harness (its kept bytes in the trial folder)."""
-        return HarnessGuard(self.loaded, self.workspace, self.folder / "harness", self.artifacts)
+        return HarnessGuard(
+            self.scenario.verifier, self.workspace, self.folder / "harness", self.artifacts
+        )
 
     # -- the phases -----------------------------------------------------------------------
 

@@ -22,7 +22,6 @@ from concurrent.futures import Future
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, NamedTuple
 
-from hangar.kinds.execution.scenario import PinnedFile
 from hangar.results import Verdict
 from hangar.sandbox import Sandbox
 from hangar.sandbox.archive import copy_untrusted_tree
@@ -33,12 +32,12 @@ from hangar.verifiers.admission import Judgement, judge
 from hangar.verifiers.commands import (
     VERIFIER_OUT,
     collect_verifier_out,
-    hidden_placements,
     run_verifier_commands,
     stage_placements,
 )
 from hangar.verifiers.harness import Placement
 from hangar.verifiers.protocol import CommandRecord, VerificationRequest, run_host_script
+from hangar.verifiers.spec import PinnedFile
 
 if TYPE_CHECKING:
     from hangar.kinds.execution.trial import ExecutionTrial
@@ -82,14 +81,14 @@ class VerificationPlace(ABC):
         with trial.phase("harness"):
             undo = trial.guard.before_commands()
         with trial.phase("verifier_files"):
-            before = self.stage(box, undo + hidden_placements(trial.loaded))
+            before = self.stage(box, undo + trial.hidden_files())
             trial.write(
                 "verifier/hidden-files.json", [h.target for h in trial.scenario.verifier.files]
             )
         with trial.phase("verifier_commands"):
             commands = run_verifier_commands(
                 box,
-                trial.loaded,
+                trial.scenario.verifier,
                 trial.artifacts,
                 collect=self.collect_through_sandbox,
                 before=before,
@@ -201,7 +200,7 @@ def host_verify(trial: ExecutionTrial, commands: list[CommandRecord]) -> HostVer
         completed=trial.agent_run.completed,
         checklist=list(scenario.verifier.checklist),
         commands=commands,
-        hidden_tests=junit.hidden_test_ids(hidden_placements(trial.loaded)),
+        hidden_tests=junit.hidden_test_ids(trial.hidden_files()),
         harness=trial.guard.changes,
         tampering=trial.guard.tampering,
     )

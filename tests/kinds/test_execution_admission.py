@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from hangar.kinds.execution.admission import fixture_problems
 from hangar.kinds.execution.scenario import load_scenario
 from hangar.sandbox.workspace import MirrorCache
-from hangar.verifiers.admission import fixture_problems
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples"
 

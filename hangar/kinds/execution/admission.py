@@ -1,0 +1,62 @@
+"""Admission of an execution scenario (phase 1): every reason it cannot run.
+
+A pinned script whose bytes do not match its sha256, a missing file, an arm selecting a
+plugin the scenario lacks, a revision that is not in the repository, an image the engine
+lacks. Any reason makes the trial `blocked_setup` before a container starts or a model
+is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hangar.errors import WorkspaceError
+from hangar.kinds.execution.scenario import LoadedScenario
+from hangar.sandbox.workspace import MirrorCache
+from hangar.verifiers.admission import pinned_script_problem
+from hangar.verifiers.spec import PinnedFile
+
+
+def _script(loaded: LoadedScenario, role: str, pinned: PinnedFile) -> str:
+    return pinned_script_problem(loaded.local(pinned.file), pinned, role) or ""
+
+
+def static_fixture_problems(loaded: LoadedScenario, plugins: tuple[str, ...]) -> list[str]:
+    """Every problem found without touching git or the container engine."""
+    scenario = loaded.scenario
+    problems: list[str] = []
+    if scenario.prepare is not None:
+        problems.append(_script(loaded, "prepare", scenario.prepare))
+    if isinstance(scenario.verifier.host, PinnedFile):
+        problems.append(_script(loaded, "verifier", scenario.verifier.host))
+    for hidden in scenario.verifier.files:
+        if not loaded.local(hidden.source).exists():
+            problems.append(f"verifier file {hidden.source} is missing")
+    names = {p.name for p in scenario.plugins}
+    for name in plugins:
+        if name not in names:
+            known = ", ".join(sorted(names)) or "none"
+            problems.append(f"the arm selects plugin {name!r}, which the scenario lacks ({known})")
+        elif not loaded.local(scenario.plugin(name).source).exists():
+            problems.append(f"plugin {name!r} source {scenario.plugin(name).source} is missing")
+    return [p for p in problems if p]
+
+
+def fixture_problems(
+    loaded: LoadedScenario,
+    plugins: tuple[str, ...],
+    *,
+    mirrors: MirrorCache,
+    image_problem: Callable[[str], str | None],
+) -> list[str]:
+    """Every reason the scenario cannot run (phase 1); empty when it is admitted."""
+    problems = static_fixture_problems(loaded, plugins)
+    if (image := image_problem(loaded.scenario.image)) is not None:
+        problems.append(image)
+    url, revision = loaded.repository_url(), loaded.scenario.revision
+    try:
+        if not mirrors.has_revision(url, revision):
+            problems.append(f"revision {revision} is not in repository {url}")
+    except WorkspaceError as exc:
+        problems.append(f"repository: {exc}")
+    return problems
