@@ -54,6 +54,7 @@ from hangar.kinds.knowledge.run import run_arm
 from hangar.kinds.knowledge.scan import scan_and_void, suite_canaries
 from hangar.kinds.rubric.run import run_benchmark
 from hangar.models import ModelSpec
+from hangar.scheduler.batch import run_batch
 from hangar.scheduler.driver import SweepRunner
 from hangar.scheduler.sweep import Sweep, load_sweep
 from hangar.scores.render import render_text
@@ -151,7 +152,7 @@ def benchmark() -> bool:
     folder = Path("runs") / "sdd-benchmark"
     shutil.copytree(HERE / "sdd-benchmark", folder, dirs_exist_ok=True)
     console.rule(f"benchmark {folder} (seed 002), against baseline-v1")
-    run = run_benchmark(folder, baseline="baseline-v1")
+    run = run_benchmark(folder, baseline="baseline-v1", run=run_batch)
     print_report(run.report)
     for path in run.files:
         console.print(f"wrote {path}", highlight=False)
@@ -199,6 +200,7 @@ def knowledge() -> bool:
         "baseline-repo-search",
         model,
         repositories={"handbook": str(HERE / "repos" / "handbook.bundle")},
+        run=run_batch,
     )
     console.print(f"repo-search: {run.answered} answered (sweep {run.sweep})", highlight=False)
     found = scan_and_void([folder / "answers"], suite_canaries(folder), [run.sweep])

@@ -9,6 +9,7 @@ says, file by file, what no longer matches.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,22 @@ def pin_problems(
             if rel not in pinned
         ]
     return problems
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file (evidence, a record), or None when it is missing or not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return None
+
+
+def text_of(folder: Path, rel: str, cap: int) -> tuple[str, int]:
+    """A file under `folder` as text (undecodable bytes replaced), at most `cap` bytes of
+    it, and how many bytes were cut; ("", 0) when it is not a file."""
+    path = folder / rel
+    if not rel or not path.is_file():
+        return "", 0
+    with path.open("rb") as handle:
+        data = handle.read(cap + 1)
+    return data[:cap].decode("utf-8", errors="replace"), max(0, path.stat().st_size - cap)

@@ -165,8 +165,8 @@ class TrialResult(BaseModel):
     """sha256 of the names and bytes of the plugins the arm installed."""
     provider_error: ProviderError | None = None
     """The model provider's failure that decided an infra_error, if one did."""
-    kind: Literal["execution", "prompt", "rubric", "knowledge"] = "execution"
-    """The kind of trial (docs/architecture.md)."""
+    kind: str = "execution"
+    """The kind of trial (a name in `hangar.trials.kind.REGISTRY`)."""
     scores: tuple[Score, ...] = ()
     """What it is worth, per metric (only for pass and fail: what happened to the others
     says nothing of the agent)."""
@@ -198,14 +198,6 @@ class TrialResult(BaseModel):
         if len(set(metrics)) != len(metrics):
             raise ValueError(f"a trial has one score per metric, got {metrics}")
         return tuple(sorted(value, key=lambda s: s.metric))
-
-    @property
-    def scored(self) -> tuple[Score, ...]:
-        """Its scores; for an execution trial recorded before scores existed (an older
-        store), the ``pass`` its verdict implies."""
-        if self.scores or self.kind != "execution" or self.verdict not in COUNTED_VERDICTS:
-            return self.scores
-        return (Score(metric="pass", value=float(self.verdict is Verdict.PASS)),)
 
     @property
     def duration_s(self) -> float:

@@ -43,7 +43,7 @@ from hangar.errors import ConfigError, StoreError
 from hangar.paths import runs_dir
 from hangar.results import CheckOutcome, Score, TrialResult, Usage, Verdict
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: Bump when a view's definition changes; views are rebuilt when the store is opened.
 VIEWS_VERSION = 3
 
@@ -168,6 +168,22 @@ _ADDED = {
         "judge_tokens_out BIGINT NOT NULL DEFAULT 0",
         "judge_cost_usd FLOAT NOT NULL DEFAULT 0",
     ],
+    6: [],
+}
+
+#: Data each schema version rewrote. 6: scores came with schema 4, and every trial
+#: recorded before them was an execution trial: a judged one gets the ``pass`` score its
+#: verdict implies (earlier hangars implied it when reading; now it is stored).
+_REWRITTEN = {
+    6: """
+        INSERT INTO scores (sweep_id, trial_key, attempt, metric, value, scale)
+        SELECT t.sweep_id, t.trial_key, t.attempt, 'pass',
+               CASE WHEN t.verdict = 'pass' THEN 1.0 ELSE 0.0 END, 'binary'
+        FROM trials t
+        WHERE t.kind = 'execution' AND t.verdict IN ('pass', 'fail')
+          AND NOT EXISTS (SELECT 1 FROM scores s WHERE s.sweep_id = t.sweep_id
+                          AND s.trial_key = t.trial_key AND s.attempt = t.attempt)
+    """,
 }
 
 
@@ -239,6 +255,8 @@ class ResultsStore:
                     for column in _ADDED[step]:
                         if column.split()[0] not in have:
                             conn.exec_driver_sql(f"ALTER TABLE trials ADD COLUMN {column}")
+                    if step in _REWRITTEN:
+                        conn.exec_driver_sql(_REWRITTEN[step])
                 self._set_meta(conn, "schema_version", str(SCHEMA_VERSION))
             if self._meta(conn, "views_version") != str(VIEWS_VERSION):
                 for statement in views_sql(self.engine.dialect.name):

@@ -31,15 +31,12 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from hangar.cluster.nodes import local_head
 from hangar.cluster.reaper import ensure_reapers
 from hangar.errors import ConfigError, RayUnavailable
-from hangar.kinds.execution.scenario import LoadedScenario
-from hangar.kinds.execution.shipping import local_repository, pack_repository, pack_scenario, ship
 from hangar.logs import event
 from hangar.models import check_keys
 from hangar.paths import default_evidence_url
@@ -49,9 +46,10 @@ from hangar.scheduler.dispatch import Dispatch
 from hangar.scheduler.metrics import metric
 from hangar.scheduler.preflight import preflight
 from hangar.scheduler.sweep import Sweep
-from hangar.scheduler.task import run_trial_task
+from hangar.scheduler.task import put, run_trial_task
 from hangar.store import ResultsStore
-from hangar.trials import TrialSpec, lost_result
+from hangar.trials import Task, TrialSpec, lost_result
+from hangar.trials.kind import kind_of
 
 log = logging.getLogger(__name__)
 
@@ -334,19 +332,18 @@ class SweepRunner:
             max_retries=self.policy.node_retries,
             retry_exceptions=False,
         )
-        # A prompt trial (a decision case) needs no sandbox: only the window bounds it.
-        prompt_task = ray.remote(run_trial_task).options(
+        # A trial that needs no sandbox (a prompt): only the window bounds it.
+        free_task = ray.remote(run_trial_task).options(
             num_cpus=0, max_retries=self.policy.node_retries, retry_exceptions=False
         )
-        shipper = _Shipper(ray)
+        shippers: dict[str, Callable[[Task], Any]] = {}
 
         def submit(spec: TrialSpec) -> Any:
-            loaded, board = spec.scenario, self._board
-            if loaded.kind == "knowledge":  # a sandbox, repositories fetched by the node
-                return task.remote(spec, None, None, None, board)
-            if not isinstance(loaded, LoadedScenario):  # a case or a sample: texts only
-                return prompt_task.remote(spec, None, None, None, board)
-            return task.remote(spec, *shipper.ship(loaded), board)
+            kind = kind_of(spec.task.kind)
+            if kind.name not in shippers:
+                shippers[kind.name] = kind.shipper(lambda data: put(ray, data))
+            shipped = shippers[kind.name](spec.task)
+            return (task if kind.sandboxed else free_task).remote(spec, shipped, self._board)
 
         return submit
 
@@ -520,27 +517,3 @@ class SweepRunner:
             if result.verdict is Verdict.INFRA_ERROR:
                 self.tally.lost += 1
         self.listener(self.tally, result)
-
-
-class _Shipper:
-    """What the workers get instead of the driver's files, each put in Ray's object store
-    once: a scenario's package by digest, a local repository's bundle by path."""
-
-    def __init__(self, ray: Any) -> None:
-        self._ray = ray
-        self._packages: dict[str, Any] = {}
-        self._repositories: dict[Path, tuple[str, Any]] = {}
-
-    def ship(self, loaded: LoadedScenario) -> tuple[Any, str | None, Any]:
-        """(package, repository sha256, repository bundle) of a scenario's trial."""
-        digest = loaded.digest
-        if digest not in self._packages:
-            self._packages[digest] = ship(self._ray, pack_scenario(loaded))
-        repo = local_repository(loaded)
-        if repo is None or not repo.exists():
-            return self._packages[digest], None, None
-        if repo not in self._repositories:
-            sha, data = pack_repository(repo)
-            self._repositories[repo] = (sha, ship(self._ray, data))
-        key, bundle = self._repositories[repo]
-        return self._packages[digest], key, bundle

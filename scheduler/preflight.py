@@ -22,10 +22,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from hangar.errors import HangarError, PreflightFailed
-from hangar.kinds.execution.scenario import LoadedScenario
 from hangar.sandbox import sandbox_class
 from hangar.sandbox.config import BackendConfig
 from hangar.scheduler.sweep import Sweep
+from hangar.trials.kind import kind_of
 from hangar.verifiers.store import open_store
 
 #: How long a node may take to answer its preflight task.
@@ -57,10 +57,8 @@ class NodeReport(BaseModel):
 def needs_of(sweep: Sweep, evidence_url: str) -> Needs:
     """What the trials of `sweep` will need on the nodes that run them."""
     config = sweep.config
-    images = sorted(
-        {s.scenario.image for s in sweep.scenarios if isinstance(s, LoadedScenario)}
-        | {q.image for q in sweep.questions}
-    )
+    found = {kind_of(task.kind).image(task) for task in sweep.tasks}
+    images = sorted(image for image in found if image is not None)
     sandboxed = bool(images)
     return Needs(
         backend=config.backend if sandboxed else None,

@@ -25,42 +25,25 @@ import contextlib
 import glob
 import hashlib
 import itertools
-import json
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from hangar.agents import AgentSpec, PromptAgent, load_agents, parse_agent
+from hangar.agents import AgentSpec, load_agents, parse_agent
 from hangar.errors import ConfigError, HangarError
 from hangar.files import read_yaml
-from hangar.kinds.decision.cases import (
-    CONTROL_ARM,
-    SKILL_ARM,
-    LoadedCase,
-    is_decision_suite,
-    load_decision_suite,
-)
-from hangar.kinds.execution.scenario import LoadedScenario, load_scenario
-from hangar.kinds.execution.sealing import sealed_suite_of
-from hangar.kinds.execution.sealing import verify as verify_suite
-from hangar.kinds.knowledge.questions import LoadedQuestion
-from hangar.kinds.rubric.benchmark import LoadedSample
 from hangar.models import ModelSpec
 from hangar.results import TrialResult, Verdict
 from hangar.sandbox.config import BackendConfig, DockerConfig
-from hangar.trials import (
-    Arm,
-    TrialSpec,
-    case_trial,
-    question_trial,
-    sample_trial,
-    single_trial,
-)
+from hangar.sealing import sealed_suite_of
+from hangar.sealing import verify as verify_suite
+from hangar.trials import Arm, Task, TrialSpec, trial_key
+from hangar.trials.kind import Kind, Matrix, kind_of, kinds
 from hangar.validation import Name, validation_message
 
 
@@ -133,25 +116,25 @@ class SweepFile(BaseModel):
 
 
 class UnloadableScenario(BaseModel):
-    """A scenario file of the sweep that does not load: its trials are ``blocked_setup``
-    rows (keyed on its path and bytes), counted and listed, never silently left out."""
+    """A task file of the sweep that does not load: its trials are ``blocked_setup`` rows
+    (keyed on its path and bytes), counted and listed, never silently left out."""
 
     path: Path
     """The file."""
     scenario_id: str
     """Its ``id`` when the YAML has one, else its path relative to the sweep file."""
     digest: str
-    """sha256 of its path and bytes: a fixed file is a new scenario."""
+    """sha256 of its path and bytes: a fixed file is a new task."""
     suite: str = ""
     """Its suite."""
     error: str
     """Why it does not load."""
-    kind: Literal["execution", "prompt"] = "execution"
-    """``prompt`` for a decision suite (``kind: decision``) that does not load."""
+    kind: str = "execution"
+    """The kind its file is (a decision suite, ``kind: decision``, is ``prompt``)."""
 
 
 class Sweep(BaseModel):
-    """A loaded sweep: scenarios digested, agents and arms validated."""
+    """A loaded sweep: tasks digested, agents and arms validated."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -161,64 +144,62 @@ class Sweep(BaseModel):
     """The sweep file."""
     config: SweepFile
     """The file's content."""
-    scenarios: list[LoadedScenario]
-    """The execution scenarios, in file order."""
+    tasks: list[Task]
+    """Every task, of every kind, in file order."""
     agents: dict[str, AgentSpec]
     """Agents by name."""
     arms: list[Arm]
-    """Arms (of execution scenarios; decision cases run in ``skill`` and ``control``)."""
-    cases: list[LoadedCase] = Field(default_factory=list)
-    """The cases of the decision suites, in file order."""
-    samples: list[LoadedSample] = Field(default_factory=list)
-    """Benchmark samples (`hangar benchmark run` builds its sweep of them)."""
-    questions: list[LoadedQuestion] = Field(default_factory=list)
-    """Knowledge questions (`hangar knowledge run` builds its sweep of them)."""
-    knowledge_arm: str = "baseline-repo-search"
-    """The arm the questions run in."""
+    """The sweep's arms (of the kinds whose arms a sweep chooses: execution scenarios)."""
     unloadable: list[UnloadableScenario] = Field(default_factory=list)
-    """Scenario files that could not be loaded (their trials are blocked_setup rows)."""
+    """Task files that could not be loaded (their trials are blocked_setup rows)."""
 
-    @property
-    def execution_agents(self) -> list[AgentSpec]:
-        """The agents that run execution scenarios (command and chat)."""
-        return [a for a in self.agents.values() if not isinstance(a, PromptAgent)]
+    def matrix(self, evidence_url: str = "") -> Matrix:
+        """What every kind expands its tasks with."""
+        c = self.config
+        return Matrix(
+            id=self.id,
+            agents=self.agents,
+            arms=tuple(self.arms),
+            models=tuple(c.models),
+            repeats=c.repeats,
+            backend=c.backend,
+            evidence_url=evidence_url,
+        )
 
-    @property
-    def prompt_agents(self) -> list[AgentSpec]:
-        """The agents that answer decision cases (the default one when none is named)."""
-        named: list[AgentSpec] = [a for a in self.agents.values() if isinstance(a, PromptAgent)]
-        return named or [PromptAgent()]
+    def of_kind(self, name: str) -> list[Task]:
+        """The tasks of the kind called `name`."""
+        return [t for t in self.tasks if t.kind == name]
 
-    def _shape(self, kind: str) -> tuple[list[AgentSpec], list[Arm]]:
-        """The agents and arms of a kind of task."""
-        if kind == "prompt":
-            return self.prompt_agents, [Arm(name=SKILL_ARM), Arm(name=CONTROL_ARM)]
-        if kind == "rubric":
-            return self.prompt_agents, [Arm(name=SKILL_ARM)]
-        if kind == "knowledge":
-            return self.execution_agents, [Arm(name=self.knowledge_arm)]
-        return self.execution_agents, self.arms
+    def _per_task(self, kind: Kind, task: Task | None, matrix: Matrix) -> int:
+        """Trials of one task (or of an unloadable file of that kind) per model and repeat."""
+        arms = kind.arms(task, matrix) if task is not None else self._fallback_arms(kind, matrix)
+        return len(kind.agents(matrix)) * len(arms)
+
+    @staticmethod
+    def _fallback_arms(kind: Kind, matrix: Matrix) -> list[Arm]:
+        """The arms of a file that did not load: the sweep's, or the kind's own."""
+        return (
+            list(matrix.arms)
+            if kind.name == "execution"
+            else kind.arms(Task.model_construct(), matrix)
+        )
 
     @property
     def size(self) -> int:
         """Number of trials in the matrix (those of unloadable files included)."""
         c = self.config
-        tasks = [*(s.kind for s in self.scenarios), *(k.kind for k in self.cases)]
-        tasks += [sample.kind for sample in self.samples]
-        tasks += [question.kind for question in self.questions]
-        tasks += [bad.kind for bad in self.unloadable]
-        per_kind = {
-            kind: len(self._shape(kind)[0]) * len(self._shape(kind)[1]) for kind in set(tasks)
-        }
-        return sum(per_kind[kind] for kind in tasks) * len(c.models) * c.repeats
+        matrix = self.matrix()
+        per = sum(self._per_task(kind_of(t.kind), t, matrix) for t in self.tasks)
+        per += sum(self._per_task(kind_of(u.kind), None, matrix) for u in self.unloadable)
+        return per * len(c.models) * c.repeats
 
     def margins(self) -> list[float | None]:
-        """The margins (points) the sweep's decision suites declare."""
-        return [case.margin for case in self.cases]
+        """The margins (points) the sweep's tasks declare (decision suites do)."""
+        return [getattr(t, "margin", None) for t in self.tasks]
 
     def narrowed(self, pattern: str | None = None, repeats: int | None = None) -> Sweep:
-        """Only the scenarios and cases whose id matches `pattern` (a regular expression,
-        searched), and `repeats` repeats (`hangar run --filter --repeat`)."""
+        """Only the tasks whose id matches `pattern` (a regular expression, searched), and
+        `repeats` repeats (`hangar run --filter --repeat`)."""
         update: dict[str, Any] = {}
         if pattern is not None:
             try:
@@ -227,42 +208,37 @@ class Sweep(BaseModel):
                 raise ConfigError(
                     f"--filter {pattern!r} is not a regular expression: {exc}"
                 ) from None
-            update["scenarios"] = [s for s in self.scenarios if found(s.id)]
-            update["cases"] = [c for c in self.cases if found(c.id)]
+            update["tasks"] = [t for t in self.tasks if found(t.id)]
             update["unloadable"] = [u for u in self.unloadable if found(u.scenario_id)]
         if repeats is not None:
             update["config"] = self.config.model_copy(update={"repeats": repeats})
         return self.model_copy(update=update)
 
     def blocked_results(self) -> Iterator[TrialResult]:
-        """The blocked_setup result of every trial of an unloadable scenario file."""
+        """The blocked_setup result of every trial of an unloadable task file."""
         c = self.config
         now = datetime.now(UTC)
+        matrix = self.matrix()
         for bad in self.unloadable:
-            agents, arms = self._shape(bad.kind)
+            kind = kind_of(bad.kind)
             for repeat, arm, agent, model in itertools.product(
-                range(c.repeats), arms, agents, c.models
+                range(c.repeats), kind.arms(None, matrix), kind.agents(matrix), c.models
             ):
-                payload = [
-                    bad.digest,
-                    agent.digest(),
-                    model.id,
-                    arm.name,
-                    list(arm.plugins),
-                    repeat,
-                ]
                 yield TrialResult(
                     sweep=self.id,
-                    trial_key=hashlib.sha256(json.dumps(payload).encode()).hexdigest(),
+                    trial_key=trial_key(
+                        "unloadable", bad.digest, agent, model.id, arm=[arm.name], repeat=repeat
+                    ),
                     scenario_id=bad.scenario_id,
                     scenario_digest=bad.digest,
                     suite=bad.suite,
+                    kind=bad.kind,
                     agent=agent.name,
                     model=model.id,
                     arm=arm.name,
                     repeat=repeat,
                     verdict=Verdict.BLOCKED_SETUP,
-                    reason=f"the scenario file {bad.path} does not load: {bad.error}",
+                    reason=f"the task file {bad.path} does not load: {bad.error}",
                     agent_digest=agent.digest(),
                     agent_settings=agent.settings(),
                     started_at=now,
@@ -271,58 +247,14 @@ class Sweep(BaseModel):
 
     def trials(self, evidence_url: str) -> Iterator[TrialSpec]:
         """The sweep's trials, lazily; models vary fastest, repeats slowest."""
-        c = self.config
-        for repeat in range(c.repeats):
-            for question in self.questions:
-                for agent in self.execution_agents:
-                    for model in c.models:
-                        yield question_trial(
-                            question,
-                            agent,
-                            self.knowledge_arm,
-                            model=model,
-                            backend=c.backend,
-                            sweep=self.id,
-                            evidence_url=evidence_url,
-                        )
-            for sample in self.samples:
-                for agent in self.prompt_agents:
-                    for model in c.models:
-                        yield sample_trial(
-                            sample,
-                            agent,
-                            model=model,
-                            repeat=repeat,
-                            sweep=self.id,
-                            evidence_url=evidence_url,
-                        )
-            for case in self.cases:
-                for arm_name in (SKILL_ARM, CONTROL_ARM):
-                    for agent in self.prompt_agents:
-                        for model in c.models:
-                            yield case_trial(
-                                case,
-                                agent,
-                                arm_name,
-                                model=model,
-                                repeat=repeat,
-                                sweep=self.id,
-                                evidence_url=evidence_url,
-                            )
-            for loaded in self.scenarios:
-                for arm in self.arms:
-                    for agent in self.execution_agents:
-                        for model in c.models:
-                            yield single_trial(
-                                loaded,
-                                agent,
-                                arm,
-                                model=model,
-                                repeat=repeat,
-                                sweep=self.id,
-                                backend=c.backend,
-                                evidence_url=evidence_url,
-                            )
+        matrix = self.matrix(evidence_url)
+        for repeat in range(self.config.repeats):
+            for task in self.tasks:
+                kind = kind_of(task.kind)
+                for arm in kind.arms(task, matrix):
+                    for agent in kind.agents(matrix):
+                        for model in matrix.models:
+                            yield kind.spec(task, agent, arm, model, repeat, matrix)
 
 
 def _scenario_files(base: Path, patterns: list[str]) -> dict[Path, str]:
@@ -370,13 +302,50 @@ def load_sweep(path: Path) -> Sweep:
         raise ConfigError(f"{path}: arms: {exc.errors()[0]['msg']}") from None
     if not arms:
         raise ConfigError(f"{path}: `arms` is empty (use `control: []` for no plugins)")
-    scenarios: list[LoadedScenario] = []
-    cases: list[LoadedCase] = []
+    tasks: list[Task] = []
     unloadable: list[UnloadableScenario] = []
     seen: dict[str, Path] = {}
     files = _scenario_files(base, config.scenarios)
+    _check_sealed(files, base)
+    for file, suite in files.items():
+        try:
+            found = _load_tasks(file)
+        except HangarError as exc:
+            unloadable.append(_unloadable(file, base, suite, str(exc)))
+            continue
+        for task in found:
+            if task.id in seen:
+                # Unknown and duplicate case ids fail admission.
+                raise ConfigError(
+                    f"{path}: two scenarios have the id {task.id!r}: {seen[task.id]} and {file} "
+                    "(ids must be unique in a sweep; give one of them another id)"
+                )
+            seen[task.id] = file
+            tasks.append(task.model_copy(update={"suite": suite}) if not task.suite else task)
+    sweep = Sweep(
+        id=config.id or path.stem,
+        path=path,
+        config=config,
+        tasks=tasks,
+        agents=agents,
+        arms=arms,
+        unloadable=unloadable,
+    )
+    matrix = sweep.matrix()
+    for kind in {kind_of(t.kind).name: kind_of(t.kind) for t in tasks}.values():
+        if not kind.agents(matrix):
+            raise ConfigError(
+                f"{path}: no agents for its {kind.title}: give `agents` or `agents_file` "
+                "(command or chat agents; prompt agents answer decision suites only)"
+            )
+    return sweep
+
+
+def _check_sealed(files: dict[Path, str], base: Path) -> None:
+    """Name each file of a sealed suite after the suite; refuse a sealed suite that no
+    longer matches its manifest outright."""
     checked: set[Path] = set()
-    for file in list(files):  # a sealed suite that no longer matches is refused outright
+    for file in list(files):
         sealed = sealed_suite_of(file, base)
         if sealed is None:
             continue
@@ -387,65 +356,35 @@ def load_sweep(path: Path) -> Sweep:
                 raise ConfigError(
                     f"sealed suite {sealed} does not match its manifest:\n  " + "\n  ".join(broken)
                 )
-    for file, suite in files.items():
-        try:
-            found = _load_tasks(file)
-        except HangarError as exc:
-            unloadable.append(_unloadable(file, base, suite, str(exc)))
-            continue
-        for task in found:
-            if task.id in seen:
-                # Seed 001: "Unknown and duplicate case IDs fail fixture admission."
-                raise ConfigError(
-                    f"{path}: two scenarios have the id {task.id!r}: {seen[task.id]} and {file} "
-                    "(ids must be unique in a sweep; give one of them another id)"
-                )
-            seen[task.id] = file
-            if isinstance(task, LoadedScenario):
-                scenarios.append(task.model_copy(update={"suite": suite}))
-            else:
-                cases.append(task)
-    sweep = Sweep(
-        id=config.id or path.stem,
-        path=path,
-        config=config,
-        scenarios=scenarios,
-        agents=agents,
-        arms=arms,
-        cases=cases,
-        unloadable=unloadable,
-    )
-    if scenarios and not sweep.execution_agents:
-        raise ConfigError(
-            f"{path}: no agents for its scenarios: give `agents` or `agents_file` "
-            "(command or chat agents; prompt agents answer decision suites only)"
-        )
-    return sweep
 
 
-def _load_tasks(file: Path) -> list[LoadedScenario] | list[LoadedCase]:
-    """A scenario file's scenario, or a decision suite's cases."""
+def _kind_of_file(file: Path, data: Any) -> Kind:
+    """The kind whose task files `file` is one of."""
+    for kind in kinds():
+        if kind.recognizes(file, data):
+            return kind
+    raise ConfigError(f"{file}: no kind of task reads this file")
+
+
+def _load_tasks(file: Path) -> list[Task]:
+    """A task file's tasks (a scenario, a decision suite's cases)."""
     data = read_yaml(file)
-    if is_decision_suite(data):
-        return load_decision_suite(file, data)
-    return [load_scenario(file)]
+    return _kind_of_file(file, data).load(file, data)
 
 
 def _unloadable(file: Path, base: Path, suite: str, error: str) -> UnloadableScenario:
-    """What is known of a scenario file that does not load."""
+    """What is known of a task file that does not load."""
     data = file.read_bytes() if file.is_file() else b""
     try:
         rel = file.relative_to(base).as_posix()
     except ValueError:
         rel = str(file)
-    sid = rel
-    kind: Literal["execution", "prompt"] = "execution"
+    sid, kind = rel, "execution"
     with contextlib.suppress(Exception):
         parsed = yaml.safe_load(data)
         if isinstance(parsed, dict) and isinstance(parsed.get("id"), str) and parsed["id"]:
             sid = parsed["id"]
-        if is_decision_suite(parsed):
-            kind = "prompt"
+        kind = _kind_of_file(file, parsed).name
     digest = hashlib.sha256(rel.encode() + b"\0" + data).hexdigest()
     return UnloadableScenario(
         path=file, scenario_id=sid, digest=digest, suite=suite, error=error, kind=kind

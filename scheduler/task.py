@@ -1,36 +1,57 @@
-"""The Ray task that runs one trial on a worker.
+"""The Ray task that runs one trial on a worker, and how task files reach the workers.
 
 Kept apart from the driver so that a worker process imports only what a trial needs
 (the sandbox, the trial lifecycle), not the driver's results store and its SQLAlchemy.
+
+What a kind ships beside a spec (`hangar.trials.kind.Kind.shipper`: an execution
+scenario's files and repository) goes through Ray's object store: `put` puts bytes once
+and wraps the reference in a list (`Shipment`), so Ray passes it to each task as it is
+instead of resolving it for each (that cost a plain task's worth of CPU per trial:
+`benchmarks/scale.py`); the worker fetches the bytes (`fetch`) only when its node's cache
+lacks them.
 """
 
 from __future__ import annotations
 
 import socket
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
-from hangar.kinds.execution.scenario import LoadedScenario
-from hangar.kinds.execution.shipping import Shipment, receive, unpack_scenario
 from hangar.paths import cache_dir
 from hangar.results import TrialResult
 from hangar.scheduler.metrics import metric
 from hangar.trials import TrialSpec, run_trial
+from hangar.trials.kind import kind_of
+
+Shipment = list[Any]
+"""``[object ref]``: a reference Ray passes as it is (a reference that is an argument
+itself is fetched before the task runs, whether the node needs the object or not)."""
 
 
-def run_trial_task(
-    spec: TrialSpec,
-    package: Shipment | None,
-    repository_key: str | None,
-    repository: Shipment | None,
-    board: Any = None,
-) -> TrialResult:
-    """The Ray task: one trial attempt on whichever node has a sandbox slot.
+def put(ray: Any, data: bytes) -> Shipment:
+    """`data` put into the object store once, as a `Shipment` for task arguments."""
+    return [ray.put(data)]
 
-    `package` is the scenario as the driver shipped it, `repository` (with its sha256 as
-    `repository_key`) its local repository (`scheduler.shipping`: fetched only when this
-    node has not unpacked them yet); the trial runs from their copies unpacked on this
-    node, never from the driver's paths. `board` (the sweep's `scheduler.board.Board`
-    actor) is told where the trial runs.
+
+def fetch(shipment: Shipment) -> Callable[[], bytes]:
+    """The fetcher of a `Shipment` (on the worker)."""
+
+    def get() -> bytes:
+        import ray
+
+        ref: Any = shipment[0]
+        return cast(bytes, ray.get(ref))
+
+    return get
+
+
+def run_trial_task(spec: TrialSpec, shipped: Any = None, board: Any = None) -> TrialResult:
+    """The Ray task: one trial attempt on whichever node has a slot for it.
+
+    `shipped` is what the task's kind sent beside the spec (its `shipper`); the trial
+    runs from the kind's copy of the task on this node (`localise`), never from the
+    driver's paths. `board` (the sweep's `scheduler.board.Board` actor) is told where the
+    trial runs.
     """
     import ray
 
@@ -38,14 +59,10 @@ def run_trial_task(
     node = socket.gethostname()
     gauge.set(1, tags={"node": node})
     node_id = ray.get_runtime_context().get_node_id()
-    shipped = (repository_key, receive(repository)) if repository_key and repository else None
 
     def localise(spec: TrialSpec) -> TrialSpec:
-        if package is None or not isinstance(spec.scenario, LoadedScenario):
-            return spec  # a decision case carries its texts with it
         cache = spec.cache_root or cache_dir()
-        scenario = unpack_scenario(spec.scenario, receive(package), cache, shipped)
-        return spec.model_copy(update={"scenario": scenario})
+        return kind_of(spec.task.kind).localise(spec, shipped, fetch, cache)
 
     where = f"{node}/{node_id[:12]}"
     on_board(board, spec, where)
@@ -60,5 +77,5 @@ def on_board(board: Any, spec: TrialSpec, where: str) -> None:
     """Tell the sweep's board (if any) that `spec` runs on node `where` from now; its end
     is the driver's to see (one actor call per trial: they are not free)."""
     if board is not None:
-        label = f"{spec.scenario.id} · {spec.agent.name} · {spec.model} · {spec.arm}"
+        label = f"{spec.task.id} · {spec.agent.name} · {spec.model} · {spec.arm}"
         board.started.remote(spec.trial_key, label, where)

@@ -18,12 +18,13 @@ from typer.testing import CliRunner
 from hangar.agents import PromptAgent
 from hangar.cli import app
 from hangar.errors import ConfigError
+from hangar.kinds.decision import case_trial
 from hangar.kinds.decision.cases import load_decision_suite
 from hangar.kinds.decision.trial import render_prompt
 from hangar.models import ModelSpec
 from hangar.results import TrialResult, Verdict
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer
-from hangar.trials import case_trial, run_trial
+from hangar.trials import run_trial
 from hangar.verifiers import choice
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -320,12 +321,12 @@ def test_a_sweep_expands_cases_into_both_arms(tmp_path: Path) -> None:
         yaml.safe_dump({"scenarios": ["suite.yaml"], "models": ["m1", "m2"], "repeats": 2})
     )
     sweep = load_sweep(tmp_path / "sweep.yaml")
-    assert sweep.size == 2 * 2 * 2 * 2 and not sweep.scenarios
+    assert sweep.size == 2 * 2 * 2 * 2 and not sweep.of_kind("execution")
     trials = list(sweep.trials("file:///ev"))
     assert len(trials) == sweep.size and len({t.trial_key for t in trials}) == sweep.size
     assert {(t.arm, t.agent.name) for t in trials} == {("skill", "prompt"), ("control", "prompt")}
     narrowed = sweep.narrowed("^two-", 1)
-    assert narrowed.size == 1 * 2 * 2 * 1 and [c.id for c in narrowed.cases] == ["two-right"]
+    assert narrowed.size == 1 * 2 * 2 * 1 and [c.id for c in narrowed.of_kind("prompt")] == ["two-right"]
 
 
 @pytest.mark.ray

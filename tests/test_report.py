@@ -56,6 +56,12 @@ def trial(
             ),
         ),
         usage=Usage(input_tokens=100, output_tokens=10, cost_usd=cost),
+        # What an execution trial scores: pass 1 or 0 (nothing for the unjudged).
+        scores=(
+            (Score(metric="pass", value=float(verdict is Verdict.PASS)),)
+            if verdict in (Verdict.PASS, Verdict.FAIL)
+            else ()
+        ),
         started_at=start,
         finished_at=start + timedelta(seconds=10 + repeat),
     )

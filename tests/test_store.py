@@ -148,8 +148,8 @@ def test_a_schema_2_store_migrates(
         )
     migrated = ResultsStore(url)
     (row,) = migrated.results("old")
-    assert row.kind == "execution" and row.scores == () and row.agent_digest == ""
-    assert [(s.metric, s.value) for s in row.scored] == [("pass", 1.0)]  # implied by the verdict
+    assert row.kind == "execution" and row.agent_digest == ""
+    assert [(s.metric, s.value) for s in row.scores] == [("pass", 1.0)]  # implied by the verdict
     migrated.record([result("new", sweep="old", scores=(Score(metric="pass", value=0.0),))])
     assert {r.trial_key for r in migrated.results("old")} == {"k", "new"}
 

@@ -61,6 +61,7 @@ def _sweeps(root: Path, url: str, server_url: str) -> dict[str, str]:
     from hangar.kinds.knowledge.run import run_arm
     from hangar.kinds.rubric.run import run_benchmark
     from hangar.models import ModelSpec
+    from hangar.scheduler.batch import run_batch
     from hangar.scheduler.driver import SweepRunner
     from hangar.scheduler.sweep import load_sweep
 
@@ -97,7 +98,7 @@ def _sweeps(root: Path, url: str, server_url: str) -> dict[str, str]:
         config.read_text().replace("http://127.0.0.1:8765/v1", f"{server_url}/v1")
         + f"    store: {url}\n    evidence: {evidence}\n"
     )
-    bench_run = run_benchmark(bench)
+    bench_run = run_benchmark(bench, run=run_batch)
 
     knowledge = root / "knowledge"
     shutil.copytree(EXAMPLES / "knowledge", knowledge)
@@ -118,6 +119,7 @@ def _sweeps(root: Path, url: str, server_url: str) -> dict[str, str]:
         repositories={"handbook": str(EXAMPLES / "repos" / "handbook.bundle")},
         store_url=url,
         evidence_url=evidence,
+        run=run_batch,
     )
     benchmark_id = next(i for i in ResultsStore(url).sweep_ids() if i.startswith("sdd-benchmark"))
     assert bench_run.report.summary.total_samples == 8

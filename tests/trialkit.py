@@ -14,10 +14,11 @@ import docker
 import pytest
 
 from hangar.agents import CommandAgent, load_agents
+from hangar.kinds.execution import single_trial
 from hangar.kinds.execution.scenario import load_scenario
 from hangar.results import TrialResult
 from hangar.sandbox.config import BackendConfig
-from hangar.trials import Arm, TrialSpec, run_trial, single_trial
+from hangar.trials import Arm, TrialSpec, run_trial
 from hangar.verifiers.bundle import verify_bundle
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -30,6 +30,17 @@ _AGENT: TypeAdapter[CommandAgent | ChatAgent | PromptAgent] = TypeAdapter(AgentS
 _RUNNERS = {".py": "python3", ".sh": "bash"}
 
 
+def sandbox_agents(agents: dict[str, AgentSpec]) -> list[AgentSpec]:
+    """The agents that work in a sandbox (command and chat agents)."""
+    return [a for a in agents.values() if not isinstance(a, PromptAgent)]
+
+
+def prompt_agents(agents: dict[str, AgentSpec]) -> list[AgentSpec]:
+    """The agents that answer a prompt (the default one when none is named)."""
+    named: list[AgentSpec] = [a for a in agents.values() if isinstance(a, PromptAgent)]
+    return named or [PromptAgent()]
+
+
 def _script_command(data: dict[str, object], base: Path | None, where: str) -> dict[str, object]:
     """Turn ``script: FILE`` into a command that runs the file's text (its bytes count
     in the trial key, like any command)."""
@@ -77,6 +88,8 @@ __all__ = [
     "PromptAgent",
     "load_agents",
     "parse_agent",
+    "prompt_agents",
     "run_chat_agent",
     "run_command_agent",
+    "sandbox_agents",
 ]

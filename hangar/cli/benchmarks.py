@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -75,6 +76,7 @@ def benchmark_run(
     from hangar.kinds.rubric.ci import load_ci
     from hangar.kinds.rubric.formats import Thresholds, load_config
     from hangar.kinds.rubric.run import run_benchmark
+    from hangar.scheduler.batch import run_batch
 
     if split not in (None, "train", "eval", "holdout"):
         raise ConfigError(f"--split {split!r}: choose train, eval or holdout")
@@ -118,7 +120,7 @@ def benchmark_run(
         write_next_baseline=write_baseline,
         timeout_s=timeout,
         fail_on_regression=fail,
-        address=address,
+        run=partial(run_batch, address=address),
     )
     if fmt == "json":
         console.print_json(run.report.model_dump_json())

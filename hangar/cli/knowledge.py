@@ -4,6 +4,7 @@ compare)."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -277,6 +278,7 @@ def knowledge_run(
     from hangar.cli._app import model_arg
     from hangar.kinds.knowledge.run import run_arm
     from hangar.models import ModelSpec
+    from hangar.scheduler.batch import run_batch
 
     if not model:
         raise ConfigError("--model is required (an id, or {id: ..., base_url: ...})")
@@ -305,7 +307,7 @@ def knowledge_run(
         store_url=store,
         evidence_url=evidence,
         budget_usd=budget_usd,
-        address=address,
+        run=partial(run_batch, address=address),
     )
     console.print(
         f"sweep {esc(run.sweep)}: {run.answered} answered, {len(run.unanswered)} unanswered, "

@@ -185,7 +185,7 @@ def compare(
 @suite_app.command("seal")
 def suite_seal(folder: Annotated[Path, typer.Argument(help="Suite folder.")]) -> None:
     """Write manifest.json with the sha256 of every file (an existing seal is refused)."""
-    from hangar.kinds.execution.sealing import seal
+    from hangar.sealing import seal
 
     console.print(f"sealed {folder}: {seal(folder)} file(s) pinned")
 
@@ -193,7 +193,7 @@ def suite_seal(folder: Annotated[Path, typer.Argument(help="Suite folder.")]) ->
 @suite_app.command("verify")
 def suite_verify(folder: Annotated[Path, typer.Argument(help="Suite folder.")]) -> None:
     """Check a sealed suite against its manifest; exit 1 naming what differs."""
-    from hangar.kinds.execution.sealing import verify
+    from hangar.sealing import verify
 
     problems = verify(folder)
     for problem in problems:

@@ -146,35 +146,25 @@ def sweep_check(
     ] = True,
 ) -> None:
     """Print the matrix size and the first problems found."""
-    from hangar.kinds.execution.admission import fixture_problems, static_fixture_problems
-    from hangar.paths import cache_dir
-    from hangar.sandbox import sandbox_class
-    from hangar.sandbox.workspace import MirrorCache
     from hangar.scheduler.sweep import load_sweep
+    from hangar.trials.kind import kind_of
 
     sweep = load_sweep(sweep_file)
-    c = sweep.config
+    c, matrix = sweep.config, sweep.matrix()
+    parts = []
+    for name in dict.fromkeys(t.kind for t in sweep.tasks):
+        kind, tasks = kind_of(name), sweep.of_kind(name)
+        arms = len(kind.arms(tasks[0], matrix))
+        parts.append(f"{len(tasks)} {kind.title} x {len(kind.agents(matrix))} agents x {arms} arms")
     console.print(
-        f"{sweep.id}: {len(sweep.scenarios)} scenarios x {len(sweep.execution_agents)} agents x "
-        f"{len(c.models)} models x {len(sweep.arms)} arms"
-        + (f" + {len(sweep.cases)} decision cases x 2 arms" if sweep.cases else "")
-        + f", x {c.repeats} repeats = {sweep.size} trials",
+        f"{sweep.id}: "
+        + " + ".join(parts or ["no task"])
+        + f", x {len(c.models)} models x {c.repeats} repeats = {sweep.size} trials",
         highlight=False,
     )
     problems = [f"{bad.path} does not load: {bad.error}" for bad in sweep.unloadable]
-    problems += [
-        f"{case.id} (decision case): missing {m}" for case in sweep.cases for m in case.missing
-    ]
-    mirrors = MirrorCache(cache_dir() / "mirrors")
-    image_problem = sandbox_class(c.backend.kind).image_problem
-    for loaded in sweep.scenarios:
-        for arm in sweep.arms:
-            found = (
-                fixture_problems(loaded, arm.plugins, mirrors=mirrors, image_problem=image_problem)
-                if deep
-                else static_fixture_problems(loaded, arm.plugins)
-            )
-            problems += [f"{loaded.scenario.id} (arm {arm.name}): {p}" for p in found]
+    for task in sweep.tasks:
+        problems += kind_of(task.kind).problems(task, matrix, deep=deep)
     for problem in dict.fromkeys(problems):
         err_console.print(f"[red]x[/] {problem}", highlight=False)
     raise typer.Exit(1 if problems else 0)

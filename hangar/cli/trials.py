@@ -100,8 +100,9 @@ def trial_run(
 ) -> None:
     """Run one trial and print its verdict, reason, timings and evidence bundle."""
     from hangar.agents import AgentSpec, CommandAgent, load_agents
+    from hangar.kinds.execution import single_trial
     from hangar.kinds.execution.scenario import load_scenario
-    from hangar.trials import Arm, run_trial, single_trial
+    from hangar.trials import Arm, run_trial
 
     if agent_command is not None:
         spec_agent: AgentSpec = CommandAgent(name=agent or "command", command=agent_command)

@@ -150,7 +150,7 @@ def snapshot(name: str, sweep: str, results: Iterable[TrialResult]) -> Snapshot:
         if r.verdict not in COUNTED:
             continue
         label = f"{r.agent} · {r.model} · {r.arm}"
-        for score in r.scored:
+        for score in r.scores:
             if score.metric == "pass" or score.value is None:
                 continue
             tally = (

@@ -331,7 +331,7 @@ def _values(
         for r in rows:
             if r.verdict not in COUNTED:
                 continue
-            for score in r.scored:
+            for score in r.scores:
                 if score.value is not None:
                     per.setdefault(score.metric, {}).setdefault(r.scenario_id, []).append(
                         score.value
@@ -343,7 +343,7 @@ def _spans(rows: list[TrialResult]) -> dict[str, float]:
     """Each metric's range (1 for binary; high - low for points; 1 for counts)."""
     spans: dict[str, float] = {}
     for r in rows:
-        for score in r.scored:
+        for score in r.scores:
             if score.scale == "points" and score.low is not None and score.high is not None:
                 spans[score.metric] = score.high - score.low
             else:
@@ -355,7 +355,7 @@ def _summaries(counted: list[TrialResult], seed: int) -> list[MetricSummary]:
     """Per metric: n, mean and its 95% interval by the metric's scale; unassessed."""
     by_metric: dict[str, list[Score]] = defaultdict(list)
     for r in counted:
-        for score in r.scored:
+        for score in r.scores:
             by_metric[score.metric].append(score)
     out = []
     for metric, found in sorted(by_metric.items()):

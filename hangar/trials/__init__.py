@@ -1,32 +1,33 @@
-"""Trials: what one is (`spec`), the boundary every kind runs in (`boundary`), and the
-runners of each kind (`execution`, with its `verification`). docs/architecture.md walks
-through them."""
+"""Trials: what one is (`spec`: the task, its arm and key, the spec, the result), the
+boundary every kind runs in (`boundary`), and the kinds' interface and registry
+(`kind`). Each kind's runner lives in its package under `hangar.kinds`;
+docs/architecture.md walks through them."""
 
 from hangar.trials.boundary import Outcome, TrialRun, lost_result, run_trial
 from hangar.trials.spec import (
+    CONTROL_ARM,
+    SKILL_ARM,
     Arm,
+    Task,
     TrialSpec,
-    case_trial,
-    plugin_bytes_digest,
-    question_trial,
+    adhoc_sweep_id,
+    new_spec,
     result_of,
-    sample_trial,
-    single_trial,
     trial_key,
 )
 
 __all__ = [
+    "CONTROL_ARM",
+    "SKILL_ARM",
     "Arm",
     "Outcome",
+    "Task",
     "TrialRun",
     "TrialSpec",
-    "case_trial",
+    "adhoc_sweep_id",
     "lost_result",
-    "plugin_bytes_digest",
-    "question_trial",
+    "new_spec",
     "result_of",
     "run_trial",
-    "sample_trial",
-    "single_trial",
     "trial_key",
 ]

@@ -55,7 +55,7 @@ class TrialRun:
         self.verdict, self.reason = Verdict.INFRA_ERROR, "the trial did not finish"
 
     def localise(self, spec: TrialSpec) -> None:
-        """Run from `spec`, the same trial with this node's copy of its scenario."""
+        """Run from `spec`, the same trial with this node's copy of its task."""
         self.spec = spec
 
     @contextmanager
@@ -101,7 +101,7 @@ def run_trial(
     With `wait_teardown` (the default) every sandbox is gone when it returns; a Ray
     worker passes False so that removing containers overlaps the next trial's start.
     Either way every process in them has been killed before the result exists.
-    `localise` turns the spec into this node's (a Ray worker unpacks the scenario the
+    `localise` turns the spec into this node's (a Ray worker unpacks the task the
     driver shipped): it runs inside the boundary, so its failure is a result too.
     """
     started = datetime.now(UTC)
@@ -155,23 +155,11 @@ def run_trial(
 
 
 def runner_for(spec: TrialSpec) -> TrialRun:
-    """The runner of the spec's kind of trial (imported here: a worker loads only what
-    its trials need)."""
-    if spec.scenario.kind == "prompt":
-        from hangar.kinds.decision.trial import PromptTrial
+    """The runner of the spec's kind of trial (`hangar.trials.kind`: a worker imports only
+    the kinds its trials need)."""
+    from hangar.trials.kind import kind_of
 
-        return PromptTrial(spec)
-    if spec.scenario.kind == "knowledge":
-        from hangar.kinds.knowledge.trial import KnowledgeTrial
-
-        return KnowledgeTrial(spec)
-    if spec.scenario.kind == "rubric":
-        from hangar.kinds.rubric.trial import RubricTrial
-
-        return RubricTrial(spec)
-    from hangar.kinds.execution.trial import ExecutionTrial
-
-    return ExecutionTrial(spec)
+    return kind_of(spec.task.kind).runner(spec)
 
 
 def lost_result(

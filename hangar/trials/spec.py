@@ -1,9 +1,11 @@
-"""What a trial is: its arm, its key, the spec a worker runs, and the result it makes.
+"""What a trial is: the task it runs, its arm, its key, the spec a worker runs, and the
+result it makes.
 
-A trial is one (scenario digest, agent, model, arm, repeat). Its key is a sha256 of
-those, the arm standing for its name and the bytes of the plugins it selects, so a
-changed plugin or agent config is a new trial while a rerun of the same one is not.
-Resume means: skip trial keys that already have a final verdict.
+A trial is one (task digest, agent, model, arm, repeat). Its key is a sha256 of those
+(`trial_key`, the one recipe every kind uses), the arm standing for its name and the
+bytes it installs or supplies, so a changed plugin or agent config is a new trial while
+a rerun of the same one is not. Resume means: skip trial keys that already have a final
+verdict.
 """
 
 from __future__ import annotations
@@ -12,21 +14,41 @@ import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, SerializeAsAny
 
 from hangar.agents import AgentSpec
-from hangar.files import tree_digest
-from hangar.kinds.decision.cases import SKILL_ARM, LoadedCase
-from hangar.kinds.execution.scenario import LoadedScenario
-from hangar.kinds.knowledge.questions import LoadedQuestion
-from hangar.kinds.rubric.benchmark import LoadedSample
 from hangar.models import ModelSpec
 from hangar.paths import default_evidence_url
 from hangar.results import TrialResult, Verdict
 from hangar.sandbox.config import BackendConfig
 from hangar.validation import Name
+
+#: The arm in which a task's skill is supplied, and the one in which it is not.
+SKILL_ARM, CONTROL_ARM = "skill", "control"
+
+
+class Task(BaseModel):
+    """What one trial runs, loaded and digested: one kind's task (an execution scenario,
+    a decision case, a benchmark sample, a knowledge question; `hangar.trials.kind`)."""
+
+    kind: str
+    """The kind of trial it is (a name in `hangar.trials.kind.REGISTRY`)."""
+    path: Path
+    """The file it was loaded from."""
+    suite: str = ""
+    """The suite it belongs to in a sweep (its folder's name)."""
+    digest: str
+    """sha256 of everything that makes it this version of the task."""
+
+    #: How its trial keys name its digest (each kind's own word, so keys stay stable).
+    key_field: ClassVar[str] = "task"
+
+    @property
+    def id(self) -> str:
+        """The task's id (unique in a sweep)."""
+        raise NotImplementedError
 
 
 class Arm(BaseModel):
@@ -46,37 +68,30 @@ class Arm(BaseModel):
         return cls(name=name, plugins=tuple(p for p in plugins.split(",") if p))
 
 
-def plugin_bytes_digest(loaded: LoadedScenario, arm: Arm) -> str:
-    """sha256 over the selected plugins' names and bytes."""
-    parts = []
-    for name in sorted(arm.plugins):
-        try:
-            source = loaded.local(loaded.scenario.plugin(name).source)
-            parts.append([name, tree_digest(source)])
-        except KeyError:
-            parts.append([name, "absent"])
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
-
-
 def trial_key(
-    loaded: LoadedScenario,
+    key_field: str,
+    digest: str,
     agent: AgentSpec,
     model: str,
-    arm: Arm,
-    repeat: int,
     *,
-    plugins: str | None = None,
+    arm: str | list[str] | None = None,
+    repeat: int | None = None,
 ) -> str:
-    """The trial key (see the module docstring); `plugins` is the arm's
-    `plugin_bytes_digest` when the caller has it already."""
-    payload = {
-        "scenario": loaded.digest,
-        "agent": agent.digest(),
-        "model": model,
-        "arm": [arm.name, plugins or plugin_bytes_digest(loaded, arm)],
-        "repeat": repeat,
-    }
+    """The trial key (see the module docstring): sha256 of the task's digest under
+    `key_field`, the agent's settings digest, the model, and the `arm` and `repeat` where
+    the kind's trials have them."""
+    payload: dict[str, Any] = {key_field: digest, "agent": agent.digest(), "model": model}
+    if arm is not None:
+        payload["arm"] = arm
+    if repeat is not None:
+        payload["repeat"] = repeat
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def adhoc_sweep_id() -> str:
+    """The sweep id of a trial run on its own: ``adhoc-<UTC time>``, new at each call, so
+    running the same trial again never overwrites the evidence of an earlier run."""
+    return datetime.now(UTC).strftime("adhoc-%Y%m%dT%H%M%S.%fZ")
 
 
 class TrialSpec(BaseModel):
@@ -88,11 +103,8 @@ class TrialSpec(BaseModel):
     """Sweep id."""
     trial_key: str
     """The trial's key (see `trial_key`)."""
-    scenario: Annotated[
-        LoadedScenario | LoadedCase | LoadedSample | LoadedQuestion, Field(discriminator="kind")
-    ]
-    """What the trial runs: an execution scenario, a decision case, a benchmark sample or a
-    knowledge question, loaded and digested."""
+    task: SerializeAsAny[Task]
+    """What the trial runs: a kind's task, loaded and digested."""
     agent: AgentSpec
     """The agent."""
     model: str = "none"
@@ -102,15 +114,15 @@ class TrialSpec(BaseModel):
     arm: str = "control"
     """Arm name."""
     plugins: tuple[str, ...] = ()
-    """Plugins the arm installs."""
+    """Plugins the arm installs (or the supplied texts stand for)."""
     plugins_digest: str = ""
-    """sha256 of those plugins' names and bytes (see `plugin_bytes_digest`)."""
+    """sha256 of those plugins' names and bytes."""
     repeat: int = 0
     """Repeat index."""
     attempt: int = 1
     """Attempt number."""
     backend: str = "docker"
-    """Sandbox backend."""
+    """Sandbox backend (``none`` for a trial without a sandbox)."""
     backend_config: BackendConfig | None = None
     """The sweep's settings of that backend (None: its defaults)."""
     evidence_url: str
@@ -123,136 +135,43 @@ class TrialSpec(BaseModel):
     """Where the trial runs (set by the worker: host name and Ray node id)."""
 
 
-def _backend(backend: str | BackendConfig) -> dict[str, Any]:
-    """A spec's backend fields from a backend's name or its settings."""
-    if isinstance(backend, str):
-        return {"backend": backend}
-    return {"backend": backend.kind, "backend_config": backend}
-
-
-def single_trial(
-    loaded: LoadedScenario,
+def new_spec(
+    task: Task,
     agent: AgentSpec,
-    arm: Arm,
-    *,
-    model: ModelSpec | str = "none",
-    repeat: int = 0,
-    sweep: str | None = None,
-    backend: str | BackendConfig = "docker",
-    evidence_url: str | None = None,
-) -> TrialSpec:
-    """The spec of one trial, with the node's default folders (a sweep's, or on its own).
-
-    Without a sweep id each call gets its own (``adhoc-<UTC time>``), so running the
-    same trial again never overwrites the evidence of an earlier run.
-    """
-    spec = ModelSpec.model_validate(model)
-    plugins = plugin_bytes_digest(loaded, arm)
-    return TrialSpec(
-        sweep=sweep or datetime.now(UTC).strftime("adhoc-%Y%m%dT%H%M%S.%fZ"),
-        trial_key=trial_key(loaded, agent, spec.id, arm, repeat, plugins=plugins),
-        plugins_digest=plugins,
-        scenario=loaded,
-        agent=agent,
-        model=spec.id,
-        model_spec=spec,
-        arm=arm.name,
-        plugins=arm.plugins,
-        repeat=repeat,
-        **_backend(backend),
-        evidence_url=evidence_url or default_evidence_url(),
-    )
-
-
-def case_trial(
-    case: LoadedCase,
-    agent: AgentSpec,
-    arm: str,
-    *,
     model: ModelSpec | str,
-    repeat: int = 0,
+    *,
+    arm: str,
+    key_arm: str | list[str] | None,
+    repeat: int | None,
+    plugins: tuple[str, ...] = (),
+    plugins_digest: str = "",
     sweep: str | None = None,
+    backend: str | BackendConfig = "none",
     evidence_url: str | None = None,
 ) -> TrialSpec:
-    """The spec of one decision case in arm ``skill`` (the skill and its references are
-    supplied) or ``control`` (neither); the supplied bytes stand for the arm's plugins."""
+    """The spec of one trial of `task`, keyed by `trial_key` (`key_arm` and `repeat` as
+    the kind's keys have them; None leaves them out), in `sweep` (None: an ad-hoc one)."""
     spec = ModelSpec.model_validate(model)
-    supplied = [case.skill, *case.references] if arm == SKILL_ARM and case.skill else []
-    plugins = hashlib.sha256(json.dumps([[f.path, f.sha256] for f in supplied]).encode())
-    payload = {
-        "case": case.digest,
-        "agent": agent.digest(),
-        "model": spec.id,
-        "arm": [arm, plugins.hexdigest()],
-        "repeat": repeat,
-    }
+    fields: dict[str, Any] = (
+        {"backend": backend} if isinstance(backend, str) else {"backend": backend.kind}
+    )
+    if not isinstance(backend, str):
+        fields["backend_config"] = backend
     return TrialSpec(
-        sweep=sweep or datetime.now(UTC).strftime("adhoc-%Y%m%dT%H%M%S.%fZ"),
-        trial_key=hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest(),
-        plugins_digest=plugins.hexdigest(),
-        scenario=case,
+        sweep=sweep or adhoc_sweep_id(),
+        trial_key=trial_key(
+            task.key_field, task.digest, agent, spec.id, arm=key_arm, repeat=repeat
+        ),
+        task=task,
         agent=agent,
         model=spec.id,
         model_spec=spec,
         arm=arm,
-        plugins=(case.case.skill,) if arm == SKILL_ARM else (),
-        repeat=repeat,
-        backend="none",
+        plugins=plugins,
+        plugins_digest=plugins_digest,
+        repeat=repeat or 0,
         evidence_url=evidence_url or default_evidence_url(),
-    )
-
-
-def sample_trial(
-    sample: LoadedSample,
-    agent: AgentSpec,
-    *,
-    model: ModelSpec | str,
-    repeat: int = 0,
-    sweep: str | None = None,
-    evidence_url: str | None = None,
-) -> TrialSpec:
-    """The spec of one benchmark sample, in arm ``skill`` (its phase's skill writes it)."""
-    spec = ModelSpec.model_validate(model)
-    payload = {"sample": sample.digest, "agent": agent.digest(), "model": spec.id, "repeat": repeat}
-    return TrialSpec(
-        sweep=sweep or datetime.now(UTC).strftime("adhoc-%Y%m%dT%H%M%S.%fZ"),
-        trial_key=hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest(),
-        plugins_digest=(sample.skill.sha256 if sample.skill else "").removeprefix("sha256:"),
-        scenario=sample,
-        agent=agent,
-        model=spec.id,
-        model_spec=spec,
-        arm=SKILL_ARM,
-        plugins=(sample.phase,),
-        repeat=repeat,
-        backend="none",
-        evidence_url=evidence_url or default_evidence_url(),
-    )
-
-
-def question_trial(
-    question: LoadedQuestion,
-    agent: AgentSpec,
-    arm: str,
-    *,
-    model: ModelSpec | str,
-    backend: str | BackendConfig = "docker",
-    sweep: str | None = None,
-    evidence_url: str | None = None,
-) -> TrialSpec:
-    """The spec of one knowledge question in the repo-search arm `arm`."""
-    spec = ModelSpec.model_validate(model)
-    payload = {"question": question.digest, "agent": agent.digest(), "model": spec.id, "arm": arm}
-    return TrialSpec(
-        sweep=sweep or datetime.now(UTC).strftime("adhoc-%Y%m%dT%H%M%S.%fZ"),
-        trial_key=hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest(),
-        scenario=question,
-        agent=agent,
-        model=spec.id,
-        model_spec=spec,
-        arm=arm,
-        **_backend(backend),
-        evidence_url=evidence_url or default_evidence_url(),
+        **fields,
     )
 
 
@@ -268,9 +187,10 @@ def result_of(
     return TrialResult(
         sweep=spec.sweep,
         trial_key=spec.trial_key,
-        scenario_id=spec.scenario.id,
-        scenario_digest=spec.scenario.digest,
-        suite=spec.scenario.suite,
+        scenario_id=spec.task.id,
+        scenario_digest=spec.task.digest,
+        suite=spec.task.suite,
+        kind=spec.task.kind,
         agent=spec.agent.name,
         model=spec.model,
         arm=spec.arm,

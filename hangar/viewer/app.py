@@ -20,7 +20,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PrefixLoader, select_autoescape
 from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -33,7 +33,7 @@ from starlette.staticfiles import StaticFiles
 from hangar.errors import HangarError
 from hangar.scores.render import svg_cost, svg_differences, svg_intervals
 from hangar.store import ResultsStore
-from hangar.viewer import kinds
+from hangar.trials.kind import REGISTRY, ViewSettings, kind_of, kinds
 from hangar.viewer.data import (
     PAGE,
     Catalog,
@@ -41,7 +41,6 @@ from hangar.viewer.data import (
     Filters,
     ReportCache,
     TrialFilters,
-    read_json,
 )
 from hangar.viewer.transcript import read_transcript
 
@@ -84,6 +83,12 @@ def usd(x: float | None) -> str:
     return "-" if x is None else f"${x:.4f}"
 
 
+def _templates() -> ChoiceLoader:
+    """The viewer's templates, and each kind's under its name (``prompt/view.html``)."""
+    own = {kind.name: FileSystemLoader(kind.templates) for kind in kinds()}
+    return ChoiceLoader([FileSystemLoader(HERE / "templates"), PrefixLoader(own)])
+
+
 class Viewer:
     """The app's state: the store, the evidence, the caches, the templates."""
 
@@ -102,8 +107,9 @@ class Viewer:
         self.evidence = Evidence(endpoint, evidence)
         self.knowledge = [p.resolve() for p in knowledge or []]
         self.poll_s = poll_s
+        self.settings = ViewSettings(suites={"knowledge": self.knowledge})
         self.env = Environment(
-            loader=FileSystemLoader(HERE / "templates"),
+            loader=_templates(),
             autoescape=select_autoescape(["html"]),
             trim_blocks=True,
             lstrip_blocks=True,
@@ -196,21 +202,11 @@ class Viewer:
         transcript = None
         if bundle is not None and (bundle.folder / "trace.jsonl").is_file():
             transcript = read_transcript(bundle.folder / "trace.jsonl")
-        section: dict[str, Any] = {}
-        if result.kind == "prompt":
-            section = kinds.decision(result, bundle)
-        elif result.kind == "rubric":
-            section = kinds.rubric(result, bundle)
-        elif result.kind == "knowledge":
-            section = kinds.knowledge(result, bundle, self.knowledge)
-        elif bundle is not None:
-            diff = kinds.diff_html(bundle)
-            section = {
-                "diff": diff[0] if diff else "",
-                "diff_cut": diff[1] if diff else 0,
-                "commands": kinds.commands(bundle),
-                "verification": read_json(bundle.folder / "verifier" / "verification.json"),
-            }
+        section, template, note = {}, None, ""
+        if result.kind in REGISTRY:  # a store may hold kinds this hangar does not know
+            kind = kind_of(result.kind)
+            section = kind.view(result, bundle.folder if bundle else None, self.settings)
+            template, note = kind.view_template, kind.unscored_note
         return self.page(
             "trial.html",
             r=result,
@@ -220,6 +216,8 @@ class Viewer:
             problem=problem,
             transcript=transcript,
             section=section,
+            section_template=template,
+            unscored_note=note,
             timeline=timeline(result.timings),
         )
 

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import threading
@@ -398,11 +397,3 @@ class Evidence:
     def close(self) -> None:
         """Remove every fetched bundle."""
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def read_json(path: Path) -> Any:
-    """A JSON evidence file, or None when it is missing or not JSON."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError):
-        return None

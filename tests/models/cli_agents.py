@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from hangar.agents import parse_agent
+from hangar.kinds.execution import single_trial
 from hangar.kinds.execution.scenario import load_scenario
 from hangar.models import ModelSpec
 from hangar.results import TrialResult
 from hangar.sandbox.images import build_agent_image
-from hangar.trials import Arm, run_trial, single_trial
+from hangar.trials import Arm, run_trial
 from tests.require import BASE_IMAGE
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

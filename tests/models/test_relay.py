@@ -15,12 +15,13 @@ import docker
 import pytest
 
 from hangar.agents import CommandAgent
+from hangar.kinds.execution import single_trial
 from hangar.kinds.execution.scenario import load_scenario
 from hangar.models import ModelSpec
 from hangar.models.pricing import Price
 from hangar.results import TrialResult, Verdict
 from hangar.testing.scripted import Script, ScriptedServer
-from hangar.trials import Arm, run_trial, single_trial
+from hangar.trials import Arm, run_trial
 
 pytestmark = pytest.mark.docker
 

@@ -242,12 +242,13 @@ def test_a_task_that_raises_is_reported_by_its_root_error(ray_local: None, tmp_p
 
     import ray
 
-    from hangar.trials import Arm, single_trial
+    from hangar.kinds.execution import single_trial
+    from hangar.trials import Arm
 
     sweep = load_sweep(write_sweep(tmp_path))
     runner = SweepRunner(sweep, ResultsStore(sweep.config.store))
     spec = single_trial(
-        sweep.scenarios[0],
+        sweep.tasks[0],
         sweep.agents["ok"],
         Arm(name="control"),
         sweep="drv",
@@ -273,9 +274,9 @@ def test_a_worker_that_cannot_unpack_its_scenario_reports_why(
 ) -> None:
     import ray
 
-    from hangar.kinds.execution.shipping import ship
-    from hangar.scheduler.task import run_trial_task
-    from hangar.trials import Arm, single_trial
+    from hangar.kinds.execution import single_trial
+    from hangar.scheduler.task import put, run_trial_task
+    from hangar.trials import Arm
 
     # A scenario this node has never unpacked (a new digest), so the package is read.
     fresh = tmp_path / "fresh.scenario.yaml"
@@ -286,7 +287,7 @@ def test_a_worker_that_cannot_unpack_its_scenario_reports_why(
     )
     sweep = load_sweep(write_sweep(tmp_path, scenarios=[str(fresh)]))
     spec = single_trial(
-        sweep.scenarios[0],
+        sweep.tasks[0],
         sweep.agents["ok"],
         Arm(name="control"),
         sweep="drv",
@@ -294,8 +295,8 @@ def test_a_worker_that_cannot_unpack_its_scenario_reports_why(
         evidence_url=(tmp_path / "evidence").as_uri(),
     )
     task = ray.remote(run_trial_task).options(resources={"hangar_sandbox": 1}, num_cpus=0)
-    package = ship(ray, b"not a tar archive")
-    result: TrialResult = ray.get(task.remote(spec, package, None, None))
+    package = put(ray, b"not a tar archive")
+    result: TrialResult = ray.get(task.remote(spec, (package, None, None)))
     assert result.verdict is Verdict.INFRA_ERROR
     expected = "sandbox failure: SandboxError: could not read an untrusted archive"
     assert result.reason.startswith(expected), result.reason

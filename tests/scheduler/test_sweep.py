@@ -58,7 +58,7 @@ def test_suite_folder_and_bad_scenarios(tmp_path: Path) -> None:
     broken.write_text("id: broken\n")
     (tmp_path / "ex" / "garbled.scenario.yaml").write_text("id: [unclosed\n")
     sweep = load_sweep(path)
-    assert [s.scenario.id for s in sweep.scenarios] == ["statkit-median-even"]
+    assert [s.id for s in sweep.of_kind("execution")] == ["statkit-median-even"]
     assert [(b.scenario_id, b.path.name) for b in sweep.unloadable] == [
         ("broken", "broken.scenario.yaml"),  # its id, when the YAML has one
         ("ex/garbled.scenario.yaml", "garbled.scenario.yaml"),  # else its path

@@ -33,17 +33,17 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hangar.errors import ConfigError
 from hangar.files import read_yaml
+from hangar.trials.spec import Task
 from hangar.validation import Name, validation_message
 from hangar.verifiers import choice
 
 #: The arms every decision case runs in.
-SKILL_ARM, CONTROL_ARM = "skill", "control"
 
 
 class _Strict(BaseModel):
@@ -138,11 +138,12 @@ class Supplied(BaseModel):
     """Its text."""
 
 
-class LoadedCase(BaseModel):
+class LoadedCase(Task):
     """One case of a loaded suite, with everything its prompt needs read in (workers need
     none of the suite's files) and its digests."""
 
     model_config = ConfigDict(frozen=True)
+    key_field: ClassVar[str] = "case"
 
     kind: Literal["prompt"] = "prompt"
     """The kind of trial a case is."""

@@ -20,11 +20,12 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from hangar.agents import PromptAgent
-from hangar.kinds.decision.cases import SKILL_ARM, LoadedCase, load_decision_suite
+from hangar.kinds.decision import case_trial
+from hangar.kinds.decision.cases import LoadedCase, load_decision_suite
 from hangar.models import ModelSpec
 from hangar.results import Verdict
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer
-from hangar.trials import case_trial, run_trial
+from hangar.trials import SKILL_ARM, run_trial
 
 #: A fake key for the scripted server on loopback (it checks none).
 OFFLINE_KEY_ENV = "HANGAR_OFFLINE_KEY"

@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from hangar.agents import PromptAgent
-from hangar.kinds.decision.cases import SKILL_ARM, LoadedCase
+from hangar.kinds.decision.cases import LoadedCase
 from hangar.models.complete import Completion, complete
 from hangar.results import COUNTED_VERDICTS, Score, Usage, Verdict
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun
-from hangar.trials.spec import TrialSpec
+from hangar.trials.spec import SKILL_ARM, TrialSpec
 from hangar.verifiers import choice
 
 
@@ -46,9 +46,9 @@ class PromptTrial(TrialRun):
 
     def __init__(self, spec: TrialSpec) -> None:
         super().__init__(spec)
-        if not isinstance(spec.scenario, LoadedCase):
-            raise TypeError(f"a prompt trial needs a decision case, not {spec.scenario.kind}")
-        self.case = spec.scenario
+        if not isinstance(spec.task, LoadedCase):
+            raise TypeError(f"a prompt trial needs a decision case, not {spec.task.kind}")
+        self.case = spec.task
         self.completion = Completion()
         self.grade: choice.Grade | None = None
         self.trace: TraceWriter | None = None
@@ -142,7 +142,6 @@ class PromptTrial(TrialRun):
         counted = self.verdict in COUNTED_VERDICTS
         correct = float(self.verdict is Verdict.PASS)
         return {
-            "kind": "prompt",
             "completed": bool(self.completion.text),
             "checks": tuple(self.grade.checks) if self.grade else (),
             "usage": self.completion.usage or Usage(),

@@ -1,1 +1,162 @@
-"""hangar.kinds.execution"""
+"""The execution kind: a pinned repository (or the task's image), a sandbox, an agent,
+the verifiers.
+
+Its tasks come from task sources (`sources`: scenario files today); each becomes a
+`LoadedScenario` that admission, the trial (`trial`, `verification`), evidence, verdicts
+and reports treat alike. docs/architecture.md walks through its phases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from hangar.agents import AgentSpec, sandbox_agents
+from hangar.files import tree_digest
+from hangar.kinds.execution.scenario import LoadedScenario
+from hangar.kinds.execution.sources import source_of
+from hangar.models import ModelSpec
+from hangar.results import TrialResult
+from hangar.sandbox.config import BackendConfig
+from hangar.trials.boundary import TrialRun
+from hangar.trials.kind import Fetch, Kind, Matrix, Put, ViewSettings
+from hangar.trials.spec import Arm, Task, TrialSpec, new_spec
+
+
+def plugin_bytes_digest(loaded: LoadedScenario, arm: Arm) -> str:
+    """sha256 over the selected plugins' names and bytes."""
+    parts = []
+    for name in sorted(arm.plugins):
+        try:
+            source = loaded.local(loaded.scenario.plugin(name).source)
+            parts.append([name, tree_digest(source)])
+        except KeyError:
+            parts.append([name, "absent"])
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def single_trial(
+    loaded: LoadedScenario,
+    agent: AgentSpec,
+    arm: Arm,
+    *,
+    model: ModelSpec | str = "none",
+    repeat: int = 0,
+    sweep: str | None = None,
+    backend: str | BackendConfig = "docker",
+    evidence_url: str | None = None,
+) -> TrialSpec:
+    """The spec of one trial of a scenario in `arm` (in `sweep`, or on its own)."""
+    plugins = plugin_bytes_digest(loaded, arm)
+    return new_spec(
+        loaded,
+        agent,
+        model,
+        arm=arm.name,
+        key_arm=[arm.name, plugins],
+        repeat=repeat,
+        plugins=arm.plugins,
+        plugins_digest=plugins,
+        sweep=sweep,
+        backend=backend,
+        evidence_url=evidence_url,
+    )
+
+
+class ExecutionKind(Kind):
+    """Execution scenarios (see the module docstring)."""
+
+    name = "execution"
+    title = "execution scenarios"
+    sandboxed = True
+    view_template = "execution/view.html"
+
+    def recognizes(self, path: Path, data: Any) -> bool:
+        """A file one of the task sources reads."""
+        return source_of(path, data) is not None
+
+    def load(self, path: Path, data: Any) -> list[Task]:
+        """The scenarios of the file, through its task source."""
+        source = source_of(path, data)
+        assert source is not None
+        return list(source.load(path, data))
+
+    def agents(self, matrix: Matrix) -> list[AgentSpec]:
+        """Command and chat agents."""
+        return sandbox_agents(matrix.agents)
+
+    def arms(self, task: Task | None, matrix: Matrix) -> list[Arm]:
+        """The sweep's arms."""
+        return list(matrix.arms)
+
+    def spec(
+        self, task: Task, agent: AgentSpec, arm: Arm, model: ModelSpec, repeat: int, m: Matrix
+    ) -> TrialSpec:
+        """`single_trial` in the sweep."""
+        assert isinstance(task, LoadedScenario)
+        return single_trial(
+            task,
+            agent,
+            arm,
+            model=model,
+            repeat=repeat,
+            sweep=m.id,
+            backend=m.backend,
+            evidence_url=m.evidence_url,
+        )
+
+    def runner(self, spec: TrialSpec) -> TrialRun:
+        """The execution trial."""
+        from hangar.kinds.execution.trial import ExecutionTrial
+
+        return ExecutionTrial(spec)
+
+    def problems(self, task: Task, matrix: Matrix, *, deep: bool) -> list[str]:
+        """The scenario's admission in each arm (`hangar.kinds.execution.admission`)."""
+        from hangar.kinds.execution.admission import fixture_problems, static_fixture_problems
+        from hangar.paths import cache_dir
+        from hangar.sandbox import sandbox_class
+        from hangar.sandbox.workspace import MirrorCache
+
+        assert isinstance(task, LoadedScenario)
+        mirrors = MirrorCache(cache_dir() / "mirrors")
+        image_problem = sandbox_class(matrix.backend.kind).image_problem
+        found = []
+        for arm in matrix.arms:
+            problems = (
+                fixture_problems(task, arm.plugins, mirrors=mirrors, image_problem=image_problem)
+                if deep
+                else static_fixture_problems(task, arm.plugins)
+            )
+            found += [f"{task.id} (arm {arm.name}): {p}" for p in problems]
+        return found
+
+    def image(self, task: Task) -> str | None:
+        """The scenario's image."""
+        assert isinstance(task, LoadedScenario)
+        return task.scenario.image
+
+    def shipper(self, put: Put) -> Any:
+        """Each scenario's files and local repository, once."""
+        from hangar.kinds.execution.shipping import Shipper
+
+        return Shipper(put)
+
+    def localise(self, spec: TrialSpec, shipped: Any, fetch: Fetch, cache: Path) -> TrialSpec:
+        """The scenario unpacked on this node."""
+        from hangar.kinds.execution.shipping import localise
+
+        return localise(spec, shipped, fetch, cache)
+
+    def view(self, result: TrialResult, evidence: Path | None, settings: ViewSettings) -> Any:
+        """The diff, the verifier commands, the host verifier's output."""
+        from hangar.kinds.execution.view import section
+
+        return section(evidence)
+
+
+KIND = ExecutionKind()
+
+__all__ = ["KIND", "LoadedScenario", "plugin_bytes_digest", "single_trial"]

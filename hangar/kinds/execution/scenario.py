@@ -12,22 +12,22 @@ not the bytes of a bundle (two bundles of the same commit are the same fixture).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
     field_validator,
 )
 
+from hangar import verifiers
 from hangar.errors import ConfigError
 from hangar.files import file_sha256, parse_size, read_yaml, tree_digest
+from hangar.trials.spec import Task
 from hangar.validation import Name, validation_message
 from hangar.verifiers.spec import (
     BuiltinVerifier,
@@ -133,10 +133,11 @@ class Scenario(Strict):
         raise KeyError(name)
 
 
-class LoadedScenario(BaseModel):
-    """A scenario with where it came from and its digest."""
+class LoadedScenario(Task):
+    """A scenario with where it came from and its digest: the execution kind's task."""
 
     model_config = ConfigDict(frozen=True)
+    key_field: ClassVar[str] = "scenario"
 
     path: Path
     """The YAML file."""
@@ -229,9 +230,7 @@ _BUILTIN_CODE = {"junit": ("junit.py",)}
 def judging_digest(scenario: Scenario) -> str:
     """sha256 of the code that judges `scenario`'s trials (in the scenario's digest, as a
     benchmark's scoring code is in its samples')."""
-    spec = importlib.util.find_spec("hangar.verifiers")  # imports `hangar` only
-    assert spec is not None and spec.submodule_search_locations is not None
-    here = Path(next(iter(spec.submodule_search_locations)))
+    here = Path(verifiers.__file__).parent
     host = scenario.verifier.host
     names = _JUDGING_CODE + (
         _BUILTIN_CODE[host.builtin] if isinstance(host, BuiltinVerifier) else ()

@@ -1,4 +1,4 @@
-"""Scenarios shipped to the workers through Ray's object store.
+"""Scenarios shipped to the workers through the scheduler's object store.
 
 A worker on another machine cannot read the driver's scenario folder. The driver packs
 each scenario once per sweep (`pack_scenario`: the scenario file and every file it
@@ -25,11 +25,13 @@ import tarfile
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from hangar.errors import ConfigError
 from hangar.kinds.execution.scenario import LoadedScenario, referenced_files
 from hangar.sandbox.archive import extract_untrusted
+from hangar.trials.kind import Fetch, Put
+from hangar.trials.spec import Task, TrialSpec
 
 #: Holds the scenario file's path inside the package.
 _WHERE = ".hangar-scenario"
@@ -87,29 +89,44 @@ def pack_scenario(loaded: LoadedScenario) -> bytes:
     return buf.getvalue()
 
 
-Shipment = list[Any]
-"""``[object ref]``: a reference Ray passes as it is (a reference that is an argument
-itself is fetched before the task runs, whether the node needs the object or not)."""
-
 Data = bytes | Callable[[], bytes]
 """Bytes, or a function that fetches them (called only when the node lacks them)."""
 
 
-def ship(ray: Any, data: bytes) -> Shipment:
-    """`data` put into the object store once, as a `Shipment` for task arguments."""
-    return [ray.put(data)]
+class Shipper:
+    """Driver side: each scenario's package put once (by digest), each local repository
+    once (by path), however many trials share them."""
+
+    def __init__(self, put: Put) -> None:
+        self._put = put
+        self._packages: dict[str, Any] = {}
+        self._repositories: dict[Path, tuple[str, Any]] = {}
+
+    def __call__(self, task: Task) -> tuple[Any, str | None, Any]:
+        """(package, repository sha256, repository bundle) of a scenario's trial."""
+        assert isinstance(task, LoadedScenario)
+        digest = task.digest
+        if digest not in self._packages:
+            self._packages[digest] = self._put(pack_scenario(task))
+        repo = local_repository(task)
+        if repo is None or not repo.exists():
+            return self._packages[digest], None, None
+        if repo not in self._repositories:
+            sha, data = pack_repository(repo)
+            self._repositories[repo] = (sha, self._put(data))
+        key, bundle = self._repositories[repo]
+        return self._packages[digest], key, bundle
 
 
-def receive(shipment: Shipment) -> Callable[[], bytes]:
-    """The fetcher of a `Shipment` (on the worker)."""
-
-    def fetch() -> bytes:
-        import ray
-
-        ref: Any = shipment[0]
-        return cast(bytes, ray.get(ref))
-
-    return fetch
+def localise(spec: TrialSpec, shipped: Any, fetch: Fetch, cache: Path) -> TrialSpec:
+    """Worker side: `spec` with its scenario unpacked from what the driver shipped."""
+    if shipped is None:
+        return spec
+    package, key, repository = shipped
+    assert isinstance(spec.task, LoadedScenario)
+    repo = (key, fetch(repository)) if key and repository is not None else None
+    scenario = unpack_scenario(spec.task, fetch(package), cache, repo)
+    return spec.model_copy(update={"task": scenario})
 
 
 def _bytes(data: Data) -> bytes:

@@ -550,7 +550,6 @@ class ExecutionTrial(TrialRun):
             "provider_error": (
                 self.agent_run.provider_error if self.verdict is Verdict.INFRA_ERROR else None
             ),
-            "kind": "execution",
             "scores": _pass_score(self.verdict),
         }
 
@@ -564,9 +563,9 @@ def _pass_score(verdict: Verdict) -> tuple[Score, ...]:
 
 
 def _scenario_of(spec: TrialSpec) -> LoadedScenario:
-    if not isinstance(spec.scenario, LoadedScenario):
-        raise TypeError(f"an execution trial needs a scenario, got a {spec.scenario.kind} case")
-    return spec.scenario
+    if not isinstance(spec.task, LoadedScenario):
+        raise TypeError(f"an execution trial needs a scenario, got a {spec.task.kind} case")
+    return spec.task
 
 
 def _free_port() -> int:

@@ -14,22 +14,24 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from hangar.errors import ConfigError
 from hangar.files import read_yaml
 from hangar.kinds.knowledge.custody import Suite
 from hangar.kinds.knowledge.formats import Question
+from hangar.trials.spec import Task
 
 DEFAULT_IMAGE = "hangar/base:bookworm"
 
 
-class LoadedQuestion(BaseModel):
+class LoadedQuestion(Task):
     """One question, ready to run as a repo-search trial."""
 
     model_config = ConfigDict(frozen=True)
+    key_field: ClassVar[str] = "question"
 
     kind: Literal["knowledge"] = "knowledge"
     """The kind of trial a question is."""
@@ -47,6 +49,8 @@ class LoadedQuestion(BaseModel):
     """Repository name -> path patterns it may read (empty: all)."""
     image: str = DEFAULT_IMAGE
     """The sandbox's image."""
+    arm: str = "baseline-repo-search"
+    """The arm it is asked in (the name its answers are kept under)."""
     digest: str
     """The question's version (its fields, repositories, commits, scope and image)."""
 

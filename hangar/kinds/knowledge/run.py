@@ -26,6 +26,8 @@ from hangar.kinds.knowledge.questions import DEFAULT_IMAGE, load_questions
 from hangar.models import ModelSpec, check_keys
 from hangar.results import Verdict
 from hangar.sandbox.config import backend_settings
+from hangar.store import ResultsStore
+from hangar.trials.batch import BatchRunner, TaskBatch
 
 
 class ArmRun(BaseModel):
@@ -55,13 +57,10 @@ def run_arm(
     evidence_url: str | None = None,
     budget_usd: float | None = None,
     backend: str = "docker",
-    address: str | None = None,
+    run: BatchRunner,
 ) -> ArmRun:
-    """Run the repo-search arm on a sealed suite (see the module docstring)."""
-    from hangar.scheduler.driver import SweepRunner
-    from hangar.scheduler.sweep import Sweep, SweepFile
-    from hangar.store import ResultsStore
-
+    """Run the repo-search arm on a sealed suite (see the module docstring), its trials
+    through `run` (the scheduler's, from the command line)."""
     suite = sealed_suite(folder)
     target = folder / "answers" / f"{arm}.jsonl"
     if target.exists():
@@ -70,29 +69,24 @@ def run_arm(
     if agent.tools != "read":
         raise ConfigError(f"agent {agent.name}: the repo-search arm needs `tools: read`")
     check_keys([model])
-    questions = load_questions(suite, repositories, image)
-    sweep = Sweep(
+    questions = [
+        q.model_copy(update={"arm": arm}) for q in load_questions(suite, repositories, image)
+    ]
+    batch = TaskBatch(
         id=f"knowledge-{suite.name}-{arm}-{model.id}".replace("/", "-"),
-        path=None,
-        config=SweepFile(
-            scenarios=[],
-            models=[model],
-            store=store_url,
-            evidence=evidence_url,
-            budget_usd=budget_usd,
-            backend=backend_settings(backend),
-        ),
-        scenarios=[],
+        tasks=list(questions),
+        models=[model],
         agents={agent.name: agent},
-        arms=[],
-        questions=questions,
-        knowledge_arm=arm,
+        store=store_url,
+        evidence=evidence_url,
+        budget_usd=budget_usd,
+        backend=backend_settings(backend),
     )
+    run(batch)
     store = ResultsStore(store_url)
-    SweepRunner(sweep, store, address=address).run()
     by_question = {
         r.scenario_id: r
-        for r in store.results(sweep.id)
+        for r in store.results(batch.id)
         if r.scenario_digest in {q.digest for q in questions}
     }
     incomplete = [q.id for q in questions if q.id not in by_question]
@@ -114,7 +108,7 @@ def run_arm(
         write_jsonl(target, list(answers))
         manifest = (folder / MANIFEST).read_bytes()
         meta = Meta(
-            harness=f"hangar knowledge run (sweep {sweep.id}, agent {agent.name})",
+            harness=f"hangar knowledge run (sweep {batch.id}, agent {agent.name})",
             date=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             model=model.id,
             knowledge_snapshot="repositories at each question's as_of; suite manifest "
@@ -124,7 +118,7 @@ def run_arm(
         meta_path.write_text(json.dumps(meta.model_dump(exclude_none=True), indent=1) + "\n")
         files = [target, meta_path]
     return ArmRun(
-        sweep=sweep.id,
+        sweep=batch.id,
         answered=len(answers),
         unanswered=unanswered,
         incomplete=len(incomplete),

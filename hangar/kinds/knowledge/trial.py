@@ -48,9 +48,9 @@ class KnowledgeTrial(TrialRun):
 
     def __init__(self, spec: TrialSpec) -> None:
         super().__init__(spec)
-        if not isinstance(spec.scenario, LoadedQuestion):
-            raise TypeError(f"a knowledge trial needs a question, not {spec.scenario.kind}")
-        self.item = spec.scenario
+        if not isinstance(spec.task, LoadedQuestion):
+            raise TypeError(f"a knowledge trial needs a question, not {spec.task.kind}")
+        self.item = spec.task
         self.workspace = self.folder / "workspace"
         self.mirrors = MirrorCache((spec.cache_root or cache_dir()) / "mirrors")
         self.sandbox: Sandbox | None = None
@@ -192,7 +192,6 @@ class KnowledgeTrial(TrialRun):
         """The answer and what it was asked on (no score: labels decide later)."""
         q = self.item
         return {
-            "kind": "knowledge",
             "completed": self.agent_run.completed,
             "usage": self.usage,
             "provider_error": self.agent_run.provider_error,

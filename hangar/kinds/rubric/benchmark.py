@@ -14,7 +14,7 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict
@@ -32,16 +32,18 @@ from hangar.kinds.rubric.formats import (
     phase_name,
 )
 from hangar.models import ModelSpec
+from hangar.trials.spec import Task
 
 _VERSION = re.compile(r"^version:\s*['\"]?([^'\"\n]+)", re.M)
 #: The code that scores samples: its digest is part of every sample's version.
 _SCORERS = ("checks.py", "judge.py", "scoring.py")
 
 
-class LoadedSample(BaseModel):
+class LoadedSample(Task):
     """One sample of one phase, ready to run as a rubric trial."""
 
     model_config = ConfigDict(frozen=True)
+    key_field: ClassVar[str] = "sample"
 
     kind: Literal["rubric"] = "rubric"
     """The kind of trial a sample is."""

@@ -29,6 +29,8 @@ from hangar.kinds.rubric.report import (
 )
 from hangar.models import check_keys
 from hangar.results import TrialResult
+from hangar.store import ResultsStore
+from hangar.trials.batch import BatchRunner, TaskBatch
 
 
 class BenchmarkRun(BaseModel):
@@ -69,15 +71,12 @@ def run_benchmark(
     model: str | dict[str, Any] | None = None,
     timeout_s: float | None = None,
     fail_on_regression: bool = True,
-    address: str | None = None,
+    run: BatchRunner,
 ) -> BenchmarkRun:
-    """Run a benchmark folder (see the module docstring). `model` replaces the config's
-    model (to compare models on one benchmark); a baseline scored by another judge than
-    this run's is refused before anything runs."""
-    from hangar.scheduler.driver import SweepRunner
-    from hangar.scheduler.sweep import Concurrency, Sweep, SweepFile
-    from hangar.store import ResultsStore
-
+    """Run a benchmark folder (see the module docstring), its trials through `run` (the
+    scheduler's, from the command line). `model` replaces the config's model (to compare
+    models on one benchmark); a baseline scored by another judge than this run's is
+    refused before anything runs."""
     bench = load_benchmark(
         folder,
         phases=phases,
@@ -100,24 +99,17 @@ def run_benchmark(
     store = ResultsStore(config.store)
     # The budget is per run: what earlier runs of this benchmark spent does not count.
     budget = None if config.budget_usd is None else config.budget_usd + store.cost(bench.id)
-    sweep = Sweep(
+    batch = TaskBatch(
         id=bench.id,
-        path=None,
-        config=SweepFile(
-            scenarios=[],
-            models=[config.model],
-            store=config.store,
-            evidence=config.evidence,
-            budget_usd=budget,
-            concurrency=Concurrency(max_in_flight=None if config.parallel else 1),
-        ),
-        scenarios=[],
-        agents={},
-        arms=[],
-        samples=[s for samples in bench.samples.values() for s in samples],
+        tasks=[s for samples in bench.samples.values() for s in samples],
+        models=[config.model],
+        store=config.store,
+        evidence=config.evidence,
+        budget_usd=budget,
+        max_in_flight=None if config.parallel else 1,
     )
-    tally = SweepRunner(sweep, store, address=address).run()
-    results = list(store.results(sweep.id))
+    tally = run(batch)
+    results = list(store.results(batch.id))
     report = build_report(
         run_id=next_run_id(_reports(bench), datetime.now(UTC).strftime("%Y-%m-%d")),
         model=config.model.id,

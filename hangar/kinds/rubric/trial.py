@@ -41,9 +41,9 @@ class RubricTrial(TrialRun):
 
     def __init__(self, spec: TrialSpec) -> None:
         super().__init__(spec)
-        if not isinstance(spec.scenario, LoadedSample):
-            raise TypeError(f"a rubric trial needs a benchmark sample, not {spec.scenario.kind}")
-        self.item = spec.scenario
+        if not isinstance(spec.task, LoadedSample):
+            raise TypeError(f"a rubric trial needs a benchmark sample, not {spec.task.kind}")
+        self.item = spec.task
         self.written = Completion()
         self.checks: list[CheckResult] = []
         self.judged: Judged | None = None
@@ -165,7 +165,6 @@ class RubricTrial(TrialRun):
         )
         counted = self.verdict in COUNTED_VERDICTS and self.scored is not None
         return {
-            "kind": "rubric",
             "completed": bool(self.written.text.strip()),
             "checks": checks,
             "usage": self.written.usage or Usage(),

@@ -1,0 +1,66 @@
+"""What the viewer's trial page shows of an execution trial: its diff (highlighted), the
+verifier commands with their output, the host verifier's output. Every value is plain
+data the template escapes; the highlighted diff is Pygments' HTML, in which every
+character of the input is escaped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pygments import highlight  # type: ignore[import-untyped]
+from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
+from pygments.lexers import DiffLexer  # type: ignore[import-untyped]
+
+from hangar.files import read_json, text_of
+
+#: The most of a diff highlighted on the page (the whole file is one click away).
+DIFF_CAP = 512 * 1024
+#: The most of one text file shown inline.
+TEXT_CAP = 64 * 1024
+
+
+def diff_html(evidence: Path) -> tuple[str, int] | None:
+    """The workspace diff, highlighted, and how much was cut (None when there is none)."""
+    text, cut = text_of(evidence, "diff.patch", DIFF_CAP)
+    if not text.strip():
+        return None
+    formatter = HtmlFormatter(nowrap=False, cssclass="diff", noclasses=False)
+    return highlight(text, DiffLexer(), formatter), cut
+
+
+def commands(evidence: Path) -> list[dict[str, Any]]:
+    """The verifier commands with their exit codes and output."""
+    records = read_json(evidence / "verifier" / "commands.json") or []
+    shown = []
+    for r in records if isinstance(records, list) else []:
+        if not isinstance(r, dict):
+            continue
+        out, out_cut = text_of(evidence, str(r.get("stdout", "")), TEXT_CAP)
+        err, err_cut = text_of(evidence, str(r.get("stderr", "")), TEXT_CAP)
+        shown.append(
+            {
+                "command": r.get("command"),
+                "exit_code": r.get("exit_code", r.get("exitCode")),
+                "timed_out": r.get("timed_out", r.get("timedOut", False)),
+                "stdout": out,
+                "stderr": err,
+                "cut": out_cut + err_cut,
+                "stdout_file": r.get("stdout"),
+                "stderr_file": r.get("stderr"),
+            }
+        )
+    return shown
+
+
+def section(evidence: Path | None) -> dict[str, Any]:
+    """The execution section of a trial page (empty without evidence)."""
+    if evidence is None:
+        return {}
+    diff = diff_html(evidence)
+    return {
+        "diff": diff[0] if diff else "",
+        "diff_cut": diff[1] if diff else 0,
+        "commands": commands(evidence),
+        "verification": read_json(evidence / "verifier" / "verification.json"),
+    }

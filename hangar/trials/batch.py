@@ -1,0 +1,57 @@
+"""A batch: the tasks a kind runs as one sweep of its own (a benchmark's samples, a gold
+set's questions), and how to run it.
+
+A kind builds a `TaskBatch` and hands it to a `BatchRunner` it is given: the scheduler's
+(`hangar.scheduler.run_batch`, on Ray, resumable, with the store, retries and budget of a
+sweep), which the command line passes in. So a kind runs whole sweeps without importing
+the scheduler, which sits above the kinds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
+
+from hangar.agents import AgentSpec
+from hangar.models import ModelSpec
+from hangar.sandbox.config import BackendConfig, DockerConfig
+from hangar.trials.spec import Task
+
+
+class TaskBatch(BaseModel):
+    """Tasks to run as one sweep (see the module docstring)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    id: str
+    """The sweep id (a stopped run resumes under it)."""
+    tasks: list[SerializeAsAny[Task]]
+    """The tasks."""
+    models: list[ModelSpec]
+    """The models they run on."""
+    agents: dict[str, AgentSpec] = Field(default_factory=dict)
+    """The agents (a kind takes those that run its tasks; prompt kinds have a default)."""
+    store: str | None = None
+    """Results store URL (default: sqlite under the runs folder)."""
+    evidence: str | None = None
+    """Evidence store URL (default: file:// under the runs folder)."""
+    budget_usd: float | None = None
+    """Stop scheduling new trials once the sweep has spent this much."""
+    max_in_flight: int | None = None
+    """Trials at once (None: twice the cluster's sandbox slots)."""
+    backend: BackendConfig = Field(default_factory=DockerConfig)
+    """The sandbox backend of the kinds that need one."""
+
+
+class BatchOutcome(BaseModel):
+    """How a batch's run ended."""
+
+    not_run: int
+    """Trials with no final verdict (budget, stopped models, Ctrl-C, infra_error)."""
+    interrupted: bool = False
+    """Ctrl-C stopped it."""
+
+
+#: Runs a batch to its end (or to Ctrl-C), every result in the store.
+BatchRunner = Callable[[TaskBatch], BatchOutcome]

@@ -1,0 +1,161 @@
+"""The kinds of work hangar runs, each behind one interface (`Kind`), found by name.
+
+A kind is a package under ``hangar/kinds/`` (execution scenarios, decision suites, rubric
+benchmarks, knowledge gold sets) whose ``KIND`` object says how its task files load, how
+a task expands into trial specs, which runner runs a trial, what a node needs for it,
+how its tasks travel to the workers, and what the viewer shows of a trial. The trial
+core, the scheduler and the viewer know kinds only through `kind_of` and `kinds`:
+adding a kind is its package and one line in `REGISTRY`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hangar.agents import AgentSpec
+from hangar.models import ModelSpec
+from hangar.results import TrialResult
+from hangar.sandbox.config import BackendConfig, DockerConfig
+from hangar.trials.spec import Arm, Task, TrialSpec
+
+if TYPE_CHECKING:
+    from hangar.trials.boundary import TrialRun
+
+#: Kind name (a task's and a result's ``kind``) -> the package whose ``KIND`` it is.
+REGISTRY: dict[str, str] = {
+    "execution": "hangar.kinds.execution",
+    "prompt": "hangar.kinds.decision",
+    "rubric": "hangar.kinds.rubric",
+    "knowledge": "hangar.kinds.knowledge",
+}
+
+#: Bytes put once into the object store, as the scheduler ships them (opaque to kinds).
+Put = Callable[[bytes], Any]
+#: On a worker: the fetcher of a shipped object's bytes (called only when needed).
+Fetch = Callable[[Any], Callable[[], bytes]]
+
+
+class Matrix(BaseModel):
+    """What a sweep gives every kind to expand its tasks with."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    id: str
+    """The sweep id (resume and the store key on it)."""
+    agents: dict[str, AgentSpec] = Field(default_factory=dict)
+    """The sweep's agents by name; each kind takes those that run its tasks."""
+    arms: tuple[Arm, ...] = ()
+    """The sweep's arms (of the kinds whose arms a sweep chooses)."""
+    models: tuple[ModelSpec, ...] = ()
+    """Models."""
+    repeats: int = 1
+    """Repeats per (task, agent, model, arm)."""
+    backend: BackendConfig = Field(default_factory=DockerConfig)
+    """The sandbox backend and its settings."""
+    evidence_url: str = ""
+    """Where the trials write their bundles."""
+
+
+class ViewSettings(BaseModel):
+    """What the viewer knows beyond the store, for a kind's section of a trial page."""
+
+    suites: dict[str, list[Path]] = Field(default_factory=dict)
+    """Task folders given to the viewer, by kind name (e.g. knowledge gold sets)."""
+
+
+class Kind(ABC):
+    """One kind of work (see the module docstring); each package's ``KIND`` subclasses it.
+
+    The defaults suit a kind whose tasks travel inside their trial spec and need no
+    sandbox; a kind overrides what differs.
+    """
+
+    #: The kind's name: its tasks' and results' ``kind``.
+    name: str
+    #: Its tasks, for people ("decision cases").
+    title: str
+    #: Whether its trials take a node's sandbox slot.
+    sandboxed: bool = False
+    #: The viewer template of its section of a trial page, under the kind's name in its
+    #: package's ``templates`` folder (``prompt/view.html``; None: none).
+    view_template: str | None = None
+    #: What the viewer says of a trial of this kind that has no score yet.
+    unscored_note: str = ""
+
+    @property
+    def templates(self) -> Path:
+        """The kind's own viewer templates (its package's ``templates`` folder)."""
+        module = sys.modules[type(self).__module__]
+        return Path(str(module.__file__)).parent / "templates"
+
+    def recognizes(self, path: Path, data: Any) -> bool:
+        """Whether the file `path` of a sweep's ``scenarios:`` (`data`: its parsed YAML)
+        holds tasks of this kind."""
+        return False
+
+    def load(self, path: Path, data: Any) -> list[Task]:
+        """The tasks of the file `path` (`data`: its parsed YAML)."""
+        raise NotImplementedError(f"{self.title} are not listed in sweep files")
+
+    @abstractmethod
+    def agents(self, matrix: Matrix) -> list[AgentSpec]:
+        """The agents of the sweep that run this kind's tasks."""
+
+    @abstractmethod
+    def arms(self, task: Task | None, matrix: Matrix) -> list[Arm]:
+        """The arms `task` runs in (None: a task file of this kind that did not load, whose
+        trials are recorded as blocked_setup)."""
+
+    @abstractmethod
+    def spec(
+        self, task: Task, agent: AgentSpec, arm: Arm, model: ModelSpec, repeat: int, m: Matrix
+    ) -> TrialSpec:
+        """The spec of one trial of `task`."""
+
+    @abstractmethod
+    def runner(self, spec: TrialSpec) -> TrialRun:
+        """The runner of a trial of this kind."""
+
+    def problems(self, task: Task, matrix: Matrix, *, deep: bool) -> list[str]:
+        """What keeps `task` from running, found before any trial (`hangar sweep check`);
+        `deep` also asks git and the container engine."""
+        return []
+
+    def image(self, task: Task) -> str | None:
+        """The sandbox image `task`'s trials start (None: no sandbox)."""
+        return None
+
+    def shipper(self, put: Put) -> Callable[[Task], Any]:
+        """Driver side: what a trial of a task carries to the worker beside its spec."""
+        return lambda task: None
+
+    def localise(self, spec: TrialSpec, shipped: Any, fetch: Fetch, cache: Path) -> TrialSpec:
+        """Worker side: `spec` made this node's from what the driver `shipped`."""
+        return spec
+
+    def view(self, result: TrialResult, evidence: Path | None, settings: ViewSettings) -> Any:
+        """The data of its section of a trial page (`evidence`: the bundle's folder)."""
+        return {}
+
+
+def kind_of(name: str) -> Kind:
+    """The kind called `name` (imported when first asked for: a worker loads only what
+    its trials need)."""
+    try:
+        package = REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no kind {name!r}; known: {', '.join(REGISTRY)}") from None
+    kind: Kind = importlib.import_module(package).KIND
+    return kind
+
+
+def kinds() -> list[Kind]:
+    """Every registered kind."""
+    return [kind_of(name) for name in REGISTRY]
