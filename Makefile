@@ -43,6 +43,7 @@ check: venv
 	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/typecheck-tree.py
 	$(VENV)/bin/mypy -p hangar
+	$(PY) scripts/lint-imports.py --no-cache
 
 fmt: venv
 	$(VENV)/bin/ruff format .

@@ -326,7 +326,9 @@ def test_a_sweep_expands_cases_into_both_arms(tmp_path: Path) -> None:
     assert len(trials) == sweep.size and len({t.trial_key for t in trials}) == sweep.size
     assert {(t.arm, t.agent.name) for t in trials} == {("skill", "prompt"), ("control", "prompt")}
     narrowed = sweep.narrowed("^two-", 1)
-    assert narrowed.size == 1 * 2 * 2 * 1 and [c.id for c in narrowed.of_kind("prompt")] == ["two-right"]
+    assert narrowed.size == 1 * 2 * 2 * 1 and [c.id for c in narrowed.of_kind("prompt")] == [
+        "two-right"
+    ]
 
 
 @pytest.mark.ray

@@ -15,7 +15,7 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -70,6 +70,19 @@ class ViewSettings(BaseModel):
     """Task folders given to the viewer, by kind name (e.g. knowledge gold sets)."""
 
 
+class KindPage(NamedTuple):
+    """A page of its own a kind adds to the viewer (a gold set's report, say)."""
+
+    path: str
+    """Its route (``/knowledge/{name}``)."""
+    template: str
+    """Its template, among the kind's (``knowledge/suite.html``)."""
+    context: Callable[[dict[str, str], dict[str, str], ViewSettings], dict[str, Any]]
+    """(path parameters, query parameters, settings) -> the template's context; raises
+    LookupError for a page that does not exist, a HangarError for one that cannot be
+    built."""
+
+
 class Kind(ABC):
     """One kind of work (see the module docstring); each package's ``KIND`` subclasses it.
 
@@ -88,6 +101,8 @@ class Kind(ABC):
     view_template: str | None = None
     #: What the viewer says of a trial of this kind that has no score yet.
     unscored_note: str = ""
+    #: Pages of its own in the viewer.
+    pages: tuple[KindPage, ...] = ()
 
     @property
     def templates(self) -> Path:

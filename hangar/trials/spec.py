@@ -29,6 +29,19 @@ from hangar.validation import Name
 SKILL_ARM, CONTROL_ARM = "skill", "control"
 
 
+class Supplied(BaseModel):
+    """A file supplied in a skill arm's prompt (a skill, a reference), as it was read."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    """Its path (the skill file relative to the suite; a reference relative to the skill)."""
+    sha256: str
+    """``sha256:<hex>`` of its bytes (the seed's public content hash)."""
+    text: str
+    """Its text."""
+
+
 class Task(BaseModel):
     """What one trial runs, loaded and digested: one kind's task (an execution scenario,
     a decision case, a benchmark sample, a knowledge question; `hangar.trials.kind`)."""

@@ -16,6 +16,7 @@ as an attachment with ``nosniff``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from starlette.staticfiles import StaticFiles
 from hangar.errors import HangarError
 from hangar.scores.render import svg_cost, svg_differences, svg_intervals
 from hangar.store import ResultsStore
-from hangar.trials.kind import REGISTRY, ViewSettings, kind_of, kinds
+from hangar.trials.kind import REGISTRY, KindPage, ViewSettings, kind_of, kinds
 from hangar.viewer.data import (
     PAGE,
     Catalog,
@@ -328,32 +329,20 @@ class Viewer:
             "compare.html", outcome=outcome, rows=rows, choices=choices, q=dict(q), before=before
         )
 
-    async def knowledge_suite(self, request: Request) -> Response:
-        from hangar.kinds.knowledge.custody import sealed_suite
-        from hangar.kinds.knowledge.render import render_html as knowledge_html
-        from hangar.kinds.knowledge.report import build_report
+    def kind_page(self, page: KindPage) -> Callable[[Request], Awaitable[Response]]:
+        """The route handler of a kind's own page."""
 
-        name = request.path_params["name"]
-        folder = next((s for s in self.knowledge if s.name == name), None)
-        if folder is None:
-            return self.page("error.html", 404, message=f"no knowledge suite {name!r} given")
-        try:
-            suite = sealed_suite(folder)
-            arms = sorted(
-                p.name.removesuffix(".jsonl") for p in (folder / "answers").glob("*.jsonl")
-            )
-            q = request.query_params
-            report = build_report(
-                suite,
-                arms,
-                baseline=q.get("baseline") or None,
-                candidate=q.get("candidate") or None,
-            )
-        except HangarError as exc:
-            return self.page("error.html", 400, message=str(exc))
-        body = knowledge_html(report)
-        inner = body[body.index("<body>") + 6 : body.index("</body>")]
-        return self.page("knowledge.html", name=name, inner=inner, arms=arms)
+        async def handler(request: Request) -> Response:
+            params, query = dict(request.path_params), dict(request.query_params)
+            try:
+                context = page.context(params, query, self.settings)
+            except LookupError as exc:
+                return self.page("error.html", 404, message=str(exc.args[0] if exc.args else exc))
+            except HangarError as exc:
+                return self.page("error.html", 400, message=str(exc))
+            return self.page(page.template, **context)
+
+        return handler
 
     async def pygments_css(self, request: Request) -> Response:
         return Response(HtmlFormatter().get_style_defs(".diff"), media_type="text/css")
@@ -402,7 +391,7 @@ def make_app(viewer: Viewer) -> Starlette:
         Route("/trials/{sweep}/{key}/{attempt:int}/raw", v.raw),
         Route("/trials/{sweep}/{key}/{attempt:int}/bundle", v.bundle),
         Route("/compare", v.compare),
-        Route("/knowledge/{name}", v.knowledge_suite),
+        *(Route(page.path, v.kind_page(page)) for kind in kinds() for page in kind.pages),
         Route("/static/pygments.css", v.pygments_css),
         Route("/favicon.ico", lambda _: Response(status_code=204)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

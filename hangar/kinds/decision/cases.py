@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hangar.errors import ConfigError
 from hangar.files import read_yaml
-from hangar.trials.spec import Task
+from hangar.trials.spec import Supplied, Task
 from hangar.validation import Name, validation_message
 from hangar.verifiers import choice
 
@@ -123,19 +123,6 @@ class DecisionSuite(_Strict):
         if unknown:
             raise ValueError(f"cases name skills the suite lacks: {unknown}")
         return self
-
-
-class Supplied(BaseModel):
-    """A file supplied in a skill arm's prompt, as it was read."""
-
-    model_config = ConfigDict(frozen=True)
-
-    path: str
-    """Its path (the skill file relative to the suite; a reference relative to the skill)."""
-    sha256: str
-    """``sha256:<hex>`` of its bytes (the seed's public content hash)."""
-    text: str
-    """Its text."""
 
 
 class LoadedCase(Task):

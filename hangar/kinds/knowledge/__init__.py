@@ -18,7 +18,7 @@ from hangar.models import ModelSpec
 from hangar.results import TrialResult
 from hangar.sandbox.config import BackendConfig
 from hangar.trials.boundary import TrialRun
-from hangar.trials.kind import Kind, Matrix, ViewSettings
+from hangar.trials.kind import Kind, KindPage, Matrix, ViewSettings
 from hangar.trials.spec import Arm, Task, TrialSpec, new_spec
 
 
@@ -54,6 +54,13 @@ class KnowledgeKind(Kind):
     sandboxed = True
     view_template = "knowledge/view.html"
     unscored_note = "a knowledge answer is scored from people's labels"
+    pages = (
+        KindPage(
+            "/knowledge/{name}",
+            "knowledge/suite.html",
+            lambda params, query, settings: _suite_page(params, query, settings),
+        ),
+    )
 
     def agents(self, matrix: Matrix) -> list[AgentSpec]:
         """Chat agents (with read tools)."""
@@ -94,6 +101,14 @@ class KnowledgeKind(Kind):
         from hangar.kinds.knowledge.view import section
 
         return section(result, settings.suites.get(self.name, []))
+
+
+def _suite_page(
+    params: dict[str, str], query: dict[str, str], settings: ViewSettings
+) -> dict[str, Any]:
+    from hangar.kinds.knowledge.view import suite_page
+
+    return suite_page(params, query, settings.suites.get("knowledge", []))
 
 
 KIND = KnowledgeKind()

@@ -36,3 +36,29 @@ def section(result: TrialResult, suites: list[Path]) -> dict[str, Any]:
             c["kind"] = classify(str(c.get("uri", "")), digest, key, unsupported)
     found["labels"] = [x.model_dump() for x in labels]
     return found
+
+
+def suite_page(params: dict[str, str], query: dict[str, str], suites: list[Path]) -> dict[str, Any]:
+    """A gold set's report in the viewer, its arms compared as the query asks."""
+    from hangar.kinds.knowledge.custody import sealed_suite
+    from hangar.kinds.knowledge.render import render_html
+    from hangar.kinds.knowledge.report import build_report
+
+    name = params["name"]
+    folder = next((s for s in suites if s.name == name), None)
+    if folder is None:
+        raise LookupError(f"no knowledge suite {name!r} given")
+    suite = sealed_suite(folder)
+    arms = sorted(p.name.removesuffix(".jsonl") for p in (folder / "answers").glob("*.jsonl"))
+    report = build_report(
+        suite,
+        arms,
+        baseline=query.get("baseline") or None,
+        candidate=query.get("candidate") or None,
+    )
+    body = render_html(report)
+    return {
+        "name": name,
+        "inner": body[body.index("<body>") + 6 : body.index("</body>")],
+        "arms": arms,
+    }

@@ -20,7 +20,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from hangar.errors import ConfigError
-from hangar.kinds.decision.cases import Supplied
 from hangar.kinds.rubric.formats import (
     Config,
     DatasetFile,
@@ -32,7 +31,7 @@ from hangar.kinds.rubric.formats import (
     phase_name,
 )
 from hangar.models import ModelSpec
-from hangar.trials.spec import Task
+from hangar.trials.spec import Supplied, Task
 
 _VERSION = re.compile(r"^version:\s*['\"]?([^'\"\n]+)", re.M)
 #: The code that scores samples: its digest is part of every sample's version.
