@@ -45,13 +45,13 @@ import shutil
 import sys
 from pathlib import Path
 
-from hangar.cli import console, print_result
-from hangar.cli.benchmarks import print_report
+from hangar.console import console, print_result
 from hangar.kinds.knowledge.custody import import_arm, sealed_suite
 from hangar.kinds.knowledge.render import render as render_knowledge
 from hangar.kinds.knowledge.report import build_report as build_knowledge_report
 from hangar.kinds.knowledge.run import run_arm
 from hangar.kinds.knowledge.scan import scan_and_void, suite_canaries
+from hangar.kinds.rubric.cli import print_report
 from hangar.kinds.rubric.run import run_benchmark
 from hangar.models import ModelSpec
 from hangar.scheduler.batch import run_batch

@@ -659,8 +659,8 @@ def test_the_html_report_escapes_and_renders_in_chromium(tmp_path: Path) -> None
         thresholds=Thresholds(),
     )
     write_report(report, tmp_path)
-    from hangar.cli._app import console
-    from hangar.cli.benchmarks import print_report
+    from hangar.console import console
+    from hangar.kinds.rubric.cli import print_report
 
     with console.capture() as shown:
         print_report(report.model_copy(update={"model": "[bold]m[/bold]"}))

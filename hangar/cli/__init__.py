@@ -1,31 +1,39 @@
-"""The `hangar` command line (Typer). Each submodule registers one group of commands."""
+"""The `hangar` command line (Typer): one module per command group (`hangar/cli/<group>.py`,
+and each kind's own group in its package, `hangar/kinds/<kind>/cli.py`)."""
 
 from hangar.cli import (
-    benchmarks,
+    baseline,
+    cluster,
     dashboards,
-    decisions,
-    images,
-    knowledge,
-    scores,
-    sweeps,
-    trials,
+    evidence,
+    image,
+    report,
+    run,
+    sandbox,
+    store,
+    suite,
+    sweep,
+    trial,
     view,
 )
-from hangar.cli._app import app, console, err_console, main, print_result
+from hangar.cli._app import add_kind_groups, app, main
+
+add_kind_groups()
 
 __all__ = [
     "app",
-    "benchmarks",
-    "console",
+    "baseline",
+    "cluster",
     "dashboards",
-    "decisions",
-    "err_console",
-    "images",
-    "knowledge",
+    "evidence",
+    "image",
     "main",
-    "print_result",
-    "scores",
-    "sweeps",
-    "trials",
+    "report",
+    "run",
+    "sandbox",
+    "store",
+    "suite",
+    "sweep",
+    "trial",
     "view",
 ]

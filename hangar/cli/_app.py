@@ -6,18 +6,19 @@ Every command here is a thin layer over a function callable from Python. A
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 import typer
-from rich.console import Console
 
 from hangar import __version__
-from hangar.errors import ConfigError, HangarError
-from hangar.results import TrialResult
+from hangar.console import console, err_console
+from hangar.errors import HangarError
 from hangar.store import ResultsStore
+from hangar.trials.batch import BatchOutcome, Services, TaskBatch
+from hangar.trials.kind import kinds
 
 app = typer.Typer(
     name="hangar",
@@ -26,31 +27,32 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# Soft wrap: a command to copy or a URI in a message is never broken across lines.
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+
+def _run_batch(batch: TaskBatch, *, address: str | None = None) -> BatchOutcome:
+    """The scheduler's batch runner, imported when a command first runs trials."""
+    from hangar.scheduler.batch import run_batch
+
+    return run_batch(batch, address=address)
+
+
+@app.callback()
+def _services(ctx: typer.Context) -> None:
+    """Give every command the services the kinds' own commands cannot import."""
+    ctx.obj = Services(scheduler=_run_batch)
+
+
+def add_kind_groups() -> None:
+    """Each kind's own command group (`hangar.trials.kind.Kind.cli`), under its name."""
+    for kind in kinds():
+        if kind.cli is not None:
+            name, module = kind.cli
+            app.add_typer(importlib.import_module(module).app, name=name)
 
 
 @app.command()
 def version() -> None:
     """Print hangar's version."""
     console.print(f"hangar {__version__}")
-
-
-def print_result(result: TrialResult) -> None:
-    """A trial's verdict, reason, timings and bundle, for people."""
-    colour = {"pass": "green", "fail": "red", "void": "magenta"}.get(result.verdict, "yellow")
-    console.print(
-        f"[bold]{result.scenario_id}[/] agent={result.agent} arm={result.arm} -> "
-        f"[bold {colour}]{result.verdict.value}[/]",
-        highlight=False,
-    )
-    console.print(f"  reason: {result.reason}", highlight=False)
-    phases = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
-    console.print(f"  timings ({result.duration_s:.1f} s): {phases}", highlight=False)
-    console.print(
-        f"  evidence: {result.evidence_uri} (sha256 {result.evidence_sha256})", highlight=False
-    )
 
 
 def resolve_sweep(sweep: str, store: str | None) -> tuple[str, int | None, ResultsStore]:
@@ -61,19 +63,6 @@ def resolve_sweep(sweep: str, store: str | None) -> tuple[str, int | None, Resul
         loaded = load_sweep(Path(sweep))
         return loaded.id, loaded.size, ResultsStore(store or loaded.config.store)
     return sweep, None, ResultsStore(store)
-
-
-def model_arg(text: str | None) -> str | dict[str, Any] | None:
-    """A model given on the command line: an id, or a YAML/JSON mapping
-    (``{id: m, base_url: http://127.0.0.1:8000/v1, api_key_env: KEY}``)."""
-    if text is None or not text.lstrip().startswith("{"):
-        return text
-    import yaml
-
-    data = yaml.safe_load(text)
-    if not isinstance(data, dict):
-        raise ConfigError(f"model {text!r} is neither an id nor a mapping")
-    return data
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""`hangar dashboards` (export, push, generate) and `hangar store copy`."""
+"""`hangar dashboards`: Grafana dashboards exported, generated and pushed."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ from typing import Annotated
 
 import typer
 
-from hangar.cli._app import app, console
+from hangar.cli._app import app
+from hangar.console import console
 
 dashboards_app = typer.Typer(help="Grafana dashboards: export files, push to a Grafana.")
-store_app = typer.Typer(help="The results store.")
 app.add_typer(dashboards_app, name="dashboards")
-app.add_typer(store_app, name="store")
 
 
 @dashboards_app.command("export")
@@ -68,17 +67,3 @@ def dashboards_generate() -> None:
 
     for path in write_generated():
         console.print(f"wrote {path}", highlight=False)
-
-
-@store_app.command("copy")
-def store_copy(
-    source: Annotated[
-        str, typer.Option("--from", help="Store to read (e.g. sqlite:///runs/hangar.db).")
-    ],
-    target: Annotated[str, typer.Option("--to", help="Store to write (postgresql+psycopg://...).")],
-) -> None:
-    """Copy every result into another store (rows already there are kept)."""
-    from hangar.store import ResultsStore, copy_store
-
-    counts = copy_store(ResultsStore(source), ResultsStore(target))
-    console.print(", ".join(f"{n} {table}" for table, n in counts.items()) + " copied")

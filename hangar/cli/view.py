@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from hangar.cli._app import app, console, err_console
+from hangar.cli._app import app
+from hangar.console import console, err_console
 
 
 @app.command("view")

@@ -10,10 +10,14 @@ the scheduler, which sits above the kinds.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
 from hangar.agents import AgentSpec
+from hangar.errors import HangarError
 from hangar.models import ModelSpec
 from hangar.sandbox.config import BackendConfig, DockerConfig
 from hangar.trials.spec import Task
@@ -55,3 +59,26 @@ class BatchOutcome(BaseModel):
 
 #: Runs a batch to its end (or to Ctrl-C), every result in the store.
 BatchRunner = Callable[[TaskBatch], BatchOutcome]
+
+
+class Scheduler(Protocol):
+    """Runs a batch on a cluster (`hangar.scheduler.batch.run_batch`)."""
+
+    def __call__(self, batch: TaskBatch, *, address: str | None = None) -> BatchOutcome:
+        """Run `batch` (attached to the cluster at `address`, else as `hangar run` does)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Services:
+    """What the command line gives the kinds' own commands (as Typer's context object):
+    the scheduler, which the kinds cannot import."""
+
+    scheduler: Scheduler
+
+
+def runner_from(services: object, address: str | None) -> BatchRunner:
+    """The batch runner of a command's `services` (its context object), on `address`."""
+    if not isinstance(services, Services):
+        raise HangarError("this command runs trials on Ray: run it as `hangar ...`")
+    return partial(services.scheduler, address=address)

@@ -103,6 +103,8 @@ class Kind(ABC):
     unscored_note: str = ""
     #: Pages of its own in the viewer.
     pages: tuple[KindPage, ...] = ()
+    #: Its own command group: (name, the module whose ``app`` is its Typer group).
+    cli: tuple[str, str] | None = None
 
     @property
     def templates(self) -> Path:

@@ -72,6 +72,7 @@ class ExecutionKind(Kind):
     title = "execution scenarios"
     sandboxed = True
     view_template = "execution/view.html"
+    cli = ("scenario", "hangar.kinds.execution.cli")
 
     def recognizes(self, path: Path, data: Any) -> bool:
         """A file one of the task sources reads."""

@@ -1,4 +1,4 @@
-"""`hangar report`, `hangar export`, `hangar baseline`, `hangar compare`, `hangar suite`."""
+"""`hangar report`, `hangar export`, `hangar compare`: a sweep's scores."""
 
 from __future__ import annotations
 
@@ -8,13 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hangar.cli._app import app, console, err_console, resolve_sweep
+from hangar.cli._app import app, resolve_sweep
+from hangar.console import console, err_console
 from hangar.errors import ConfigError
-
-baseline_app = typer.Typer(help="Immutable snapshots of a sweep's scores.")
-suite_app = typer.Typer(help="Seal and check suites of scenarios.")
-app.add_typer(baseline_app, name="baseline")
-app.add_typer(suite_app, name="suite")
 
 StoreOption = Annotated[
     str | None, typer.Option(help="Results store URL (default: the sweep's, or local).")
@@ -92,30 +88,6 @@ def export(
     console.print(f"wrote {n} trial(s) to {out}")
 
 
-@baseline_app.command("create")
-def baseline_create(
-    name: Annotated[str, typer.Argument(help="Baseline name (never reused).")],
-    from_sweep: Annotated[str, typer.Option("--from", help="Sweep file or id.")],
-    store: StoreOption = None,
-) -> None:
-    """Snapshot a sweep's scores under NAME (an existing name is refused)."""
-    from hangar.scores.baseline import create_baseline
-
-    sweep_id, _, results = resolve_sweep(from_sweep, store)
-    snap = create_baseline(results, name, sweep_id)
-    console.print(f"baseline {name}: {len(snap.groups)} group(s) from sweep {sweep_id}")
-
-
-@baseline_app.command("list")
-def baseline_list(store: StoreOption = None) -> None:
-    """Every baseline in the store."""
-    from hangar.scores.baseline import baseline_names
-    from hangar.store import ResultsStore
-
-    for name, sweep, created in baseline_names(ResultsStore(store)):
-        console.print(f"{name}  sweep={sweep}  {created:%Y-%m-%d %H:%M}")
-
-
 @app.command("compare")
 def compare(
     baseline: Annotated[str, typer.Option(help="Baseline name.")],
@@ -180,24 +152,3 @@ def compare(
         )
     console.print(table)
     raise typer.Exit(1)
-
-
-@suite_app.command("seal")
-def suite_seal(folder: Annotated[Path, typer.Argument(help="Suite folder.")]) -> None:
-    """Write manifest.json with the sha256 of every file (an existing seal is refused)."""
-    from hangar.sealing import seal
-
-    console.print(f"sealed {folder}: {seal(folder)} file(s) pinned")
-
-
-@suite_app.command("verify")
-def suite_verify(folder: Annotated[Path, typer.Argument(help="Suite folder.")]) -> None:
-    """Check a sealed suite against its manifest; exit 1 naming what differs."""
-    from hangar.sealing import verify
-
-    problems = verify(folder)
-    for problem in problems:
-        err_console.print(f"[red]x[/] {problem}", highlight=False)
-    if not problems:
-        console.print(f"{folder} matches its manifest")
-    raise typer.Exit(1 if problems else 0)

@@ -1,4 +1,4 @@
-"""`hangar decision`: decision suites (seed 001) checked and controlled offline."""
+"""`hangar decision`: decision suites checked and controlled offline."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hangar.cli._app import app, console, err_console
+from hangar.console import console, err_console
 
-decision_app = typer.Typer(help="Decision suites: check them, run their offline controls.")
-app.add_typer(decision_app, name="decision")
+app = typer.Typer(help="Decision suites: check them, run their offline controls.")
 
 
-@decision_app.command("check")
+@app.command("check")
 def decision_check(suite: Annotated[Path, typer.Argument(help="Decision suite file.")]) -> None:
     """Validate a suite: its cases, skills, references and digests; exit 1 on a problem."""
     from hangar.kinds.decision.cases import load_decision_suite
@@ -37,7 +36,7 @@ def decision_check(suite: Annotated[Path, typer.Argument(help="Decision suite fi
     raise typer.Exit(1 if problems else 0)
 
 
-@decision_app.command("controls")
+@app.command("controls")
 def decision_controls(
     suite: Annotated[Path, typer.Argument(help="Decision suite file.")],
 ) -> None:

@@ -1,9 +1,8 @@
-"""`hangar benchmark`: seed 002's rubric benchmarks (run, check, baseline, compare)."""
+"""`hangar benchmark`: rubric benchmarks (run, check, baseline, compare)."""
 
 from __future__ import annotations
 
 import json
-from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,20 +11,24 @@ from pydantic import ValidationError
 from rich.markup import escape as esc
 from rich.table import Table
 
-from hangar.cli._app import app, console, err_console, model_arg
+from hangar.console import console, err_console, model_arg
 from hangar.errors import ConfigError
+from hangar.trials.batch import runner_from
 
-benchmark_app = typer.Typer(
+app = typer.Typer(
     help="Rubric benchmarks (seed 002): run a folder, check its datasets, keep baselines."
 )
-app.add_typer(benchmark_app, name="benchmark")
+
 
 Folder = Annotated[Path, typer.Argument(help="The benchmark folder (config.yaml, datasets/).")]
+
+
 Format = Annotated[str, typer.Option("--format", help="text or json.")]
 
 
-@benchmark_app.command("run")
+@app.command("run")
 def benchmark_run(
+    ctx: typer.Context,
     folder: Folder,
     phases: Annotated[
         str | None, typer.Option(help="Comma-separated phases (default: the config's).")
@@ -76,7 +79,6 @@ def benchmark_run(
     from hangar.kinds.rubric.ci import load_ci
     from hangar.kinds.rubric.formats import Thresholds, load_config
     from hangar.kinds.rubric.run import run_benchmark
-    from hangar.scheduler.batch import run_batch
 
     if split not in (None, "train", "eval", "holdout"):
         raise ConfigError(f"--split {split!r}: choose train, eval or holdout")
@@ -120,7 +122,7 @@ def benchmark_run(
         write_next_baseline=write_baseline,
         timeout_s=timeout,
         fail_on_regression=fail,
-        run=partial(run_batch, address=address),
+        run=runner_from(ctx.obj, address),
     )
     if fmt == "json":
         console.print_json(run.report.model_dump_json())
@@ -208,7 +210,7 @@ def print_report(report: Any) -> None:
         err_console.print(f"  [yellow]not scored[/] {esc(sample)}: {esc(why)}", highlight=False)
 
 
-@benchmark_app.command("check")
+@app.command("check")
 def benchmark_check(
     folder: Folder,
     strict: Annotated[bool, typer.Option(help="Warnings fail the check too.")] = False,
@@ -244,7 +246,7 @@ def benchmark_check(
     raise typer.Exit(1 if report.failed(strict) else 0)
 
 
-@benchmark_app.command("baseline")
+@app.command("baseline")
 def benchmark_baseline(
     folder: Folder,
     from_run: Annotated[str, typer.Option(help="The run id (reports/RUN.yaml).")],
@@ -263,7 +265,7 @@ def benchmark_baseline(
     console.print(f"wrote {esc(str(path))}", highlight=False)
 
 
-@benchmark_app.command("compare")
+@app.command("compare")
 def benchmark_compare(
     before: Annotated[Path, typer.Argument(help="A report (reports/RUN.yaml or .json).")],
     after: Annotated[Path, typer.Argument(help="Another report of the same benchmark.")],

@@ -1,10 +1,9 @@
-"""`hangar knowledge`: seed 003's gold sets (seal, run, import, label, scan, score, keep,
-compare)."""
+"""`hangar knowledge`: knowledge gold sets (seal, check, import, label, scan, score, keep,
+compare, run)."""
 
 from __future__ import annotations
 
 import json
-from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -12,19 +11,22 @@ import typer
 from rich.markup import escape as esc
 from rich.panel import Panel
 
-from hangar.cli._app import app, console, err_console
+from hangar.console import console, err_console
 from hangar.errors import ConfigError
+from hangar.trials.batch import runner_from
 
-knowledge_app = typer.Typer(
+app = typer.Typer(
     help="Knowledge gold sets (seed 003): sealed questions, cited answers, labels, a rule."
 )
-app.add_typer(knowledge_app, name="knowledge")
+
 
 SuiteArg = Annotated[Path, typer.Argument(help="The suite folder (questions.jsonl, keys.jsonl).")]
+
+
 Fmt = Annotated[str, typer.Option("--format", help="text, md, html or json.")]
 
 
-@knowledge_app.command("seal")
+@app.command("seal")
 def knowledge_seal(
     suite: SuiteArg,
     holdouts: Annotated[
@@ -39,7 +41,7 @@ def knowledge_seal(
     console.print(f"sealed {esc(str(suite))}: {esc(str(path))}", highlight=False)
 
 
-@knowledge_app.command("check")
+@app.command("check")
 def knowledge_check(suite: SuiteArg) -> None:
     """Validate the suite's files and its seal; exit 1 naming what differs."""
     from hangar.kinds.knowledge.custody import load_suite, verify
@@ -55,7 +57,7 @@ def knowledge_check(suite: SuiteArg) -> None:
     raise typer.Exit(1 if problems else 0)
 
 
-@knowledge_app.command("import")
+@app.command("import")
 def knowledge_import(
     suite: SuiteArg,
     arm: Annotated[str, typer.Option(help="The arm's name (baseline-projects).")],
@@ -72,7 +74,7 @@ def knowledge_import(
     console.print(f"imported {len(imported.answers)} answers of {esc(arm)}{note}", highlight=False)
 
 
-@knowledge_app.command("label")
+@app.command("label")
 def knowledge_label(
     suite: SuiteArg,
     arm: Annotated[str, typer.Option(help="The arm whose answers to label.")],
@@ -128,7 +130,7 @@ def knowledge_label(
     console.print(f"labels: {esc(str(path))}", highlight=False)
 
 
-@knowledge_app.command("scan")
+@app.command("scan")
 def knowledge_scan(
     paths: Annotated[
         list[Path] | None, typer.Argument(help="Folders or files: traces, bundles, answers, logs.")
@@ -163,7 +165,7 @@ def knowledge_scan(
     raise typer.Exit(1 if found else 0)
 
 
-@knowledge_app.command("score")
+@app.command("score")
 def knowledge_score(
     suite: SuiteArg,
     arm: Annotated[list[str] | None, typer.Option(help="An arm to score (repeat).")] = None,
@@ -201,7 +203,7 @@ def knowledge_score(
     raise typer.Exit(3 if report.void else 0)
 
 
-@knowledge_app.command("keep")
+@app.command("keep")
 def knowledge_keep(
     suite: SuiteArg, arm: Annotated[str, typer.Option(help="The scored arm to keep.")]
 ) -> None:
@@ -213,7 +215,7 @@ def knowledge_keep(
     console.print(f"kept {esc(arm)}: {esc(str(path))}", highlight=False)
 
 
-@knowledge_app.command("compare")
+@app.command("compare")
 def knowledge_compare(
     suite: SuiteArg,
     candidate: Annotated[str, typer.Option(help="The arm to gate (a retrieval tool).")],
@@ -250,8 +252,9 @@ def knowledge_compare(
     raise typer.Exit(3 if void else 1 if lost else 0)
 
 
-@knowledge_app.command("run")
+@app.command("run")
 def knowledge_run(
+    ctx: typer.Context,
     suite: SuiteArg,
     arm: Annotated[str, typer.Option(help="The arm's name.")] = "baseline-repo-search",
     model: Annotated[
@@ -275,10 +278,9 @@ def knowledge_run(
     answers/<arm>.jsonl and its meta. Exit 3 when a question has no final result yet
     (run again to resume)."""
     from hangar.agents import ChatAgent, load_agents
-    from hangar.cli._app import model_arg
+    from hangar.console import model_arg
     from hangar.kinds.knowledge.run import run_arm
     from hangar.models import ModelSpec
-    from hangar.scheduler.batch import run_batch
 
     if not model:
         raise ConfigError("--model is required (an id, or {id: ..., base_url: ...})")
@@ -307,7 +309,7 @@ def knowledge_run(
         store_url=store,
         evidence_url=evidence,
         budget_usd=budget_usd,
-        run=partial(run_batch, address=address),
+        run=runner_from(ctx.obj, address),
     )
     console.print(
         f"sweep {esc(run.sweep)}: {run.answered} answered, {len(run.unanswered)} unanswered, "

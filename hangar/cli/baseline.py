@@ -1,0 +1,42 @@
+"""`hangar baseline`: immutable snapshots of a sweep's scores."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from hangar.cli._app import app, resolve_sweep
+from hangar.console import console
+
+baseline_app = typer.Typer(help="Immutable snapshots of a sweep's scores.")
+app.add_typer(baseline_app, name="baseline")
+
+
+StoreOption = Annotated[
+    str | None, typer.Option(help="Results store URL (default: the sweep's, or local).")
+]
+
+
+@baseline_app.command("create")
+def baseline_create(
+    name: Annotated[str, typer.Argument(help="Baseline name (never reused).")],
+    from_sweep: Annotated[str, typer.Option("--from", help="Sweep file or id.")],
+    store: StoreOption = None,
+) -> None:
+    """Snapshot a sweep's scores under NAME (an existing name is refused)."""
+    from hangar.scores.baseline import create_baseline
+
+    sweep_id, _, results = resolve_sweep(from_sweep, store)
+    snap = create_baseline(results, name, sweep_id)
+    console.print(f"baseline {name}: {len(snap.groups)} group(s) from sweep {sweep_id}")
+
+
+@baseline_app.command("list")
+def baseline_list(store: StoreOption = None) -> None:
+    """Every baseline in the store."""
+    from hangar.scores.baseline import baseline_names
+    from hangar.store import ResultsStore
+
+    for name, sweep, created in baseline_names(ResultsStore(store)):
+        console.print(f"{name}  sweep={sweep}  {created:%Y-%m-%d %H:%M}")

