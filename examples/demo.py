@@ -151,7 +151,7 @@ def benchmark() -> bool:
     """Run the example benchmark against its baseline; the regression must be caught."""
     folder = Path("runs") / "sdd-benchmark"
     shutil.copytree(HERE / "sdd-benchmark", folder, dirs_exist_ok=True)
-    console.rule(f"benchmark {folder} (seed 002), against baseline-v1")
+    console.rule(f"rubric benchmark {folder}, against baseline-v1")
     run = run_benchmark(folder, baseline="baseline-v1", run=run_batch)
     print_report(run.report)
     for path in run.files:
@@ -181,7 +181,7 @@ def knowledge() -> bool:
     folder = Path("runs") / "knowledge"
     shutil.rmtree(folder, ignore_errors=True)  # an arm is answered once: a fresh copy
     shutil.copytree(HERE / "knowledge", folder)
-    console.rule(f"knowledge gold set {folder} (seed 003)")
+    console.rule(f"knowledge gold set {folder}")
     suite = sealed_suite(folder)
     external = folder / "external"
     import_arm(

@@ -205,10 +205,10 @@ class ResultsStore:
             self.engine = self._engine(self.url)
             self._migrate()
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot open the results store {self._safe_url}: {exc}") from exc
+            raise StoreError(f"cannot open the results store {self.safe_url}: {exc}") from exc
 
     @property
-    def _safe_url(self) -> str:
+    def safe_url(self) -> str:
         """The URL without its password (for messages and logs)."""
         from sqlalchemy.engine import make_url
 
@@ -245,7 +245,7 @@ class ResultsStore:
                 self._set_meta(conn, "schema_version", str(SCHEMA_VERSION))
             elif int(version) > SCHEMA_VERSION:
                 raise StoreError(
-                    f"the results store {self._safe_url} has schema {version}, newer than this "
+                    f"the results store {self.safe_url} has schema {version}, newer than this "
                     f"hangar's {SCHEMA_VERSION}: upgrade hangar"
                 )
             elif int(version) < SCHEMA_VERSION:
@@ -379,7 +379,7 @@ class ResultsStore:
                 if score_rows:
                     conn.execute(self._insert(scores).on_conflict_do_nothing(), score_rows)
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot write results to {self._safe_url}: {exc}") from exc
+            raise StoreError(f"cannot write results to {self.safe_url}: {exc}") from exc
         return len(rows)
 
     def resume_state(self, sweep_id: str) -> tuple[set[str], dict[str, int]]:

@@ -37,6 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from hangar.files import parse_size
 
 MiB = 1024 * 1024
+#: uid of the sandbox user in hangar's base image; workspaces are handed to it.
+SANDBOX_UID = 1000
 
 #: Labels every sandbox carries, so `hangar gc` and the per-node reaper can find it.
 LABEL_MANAGED = "hangar.managed"

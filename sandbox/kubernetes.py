@@ -53,6 +53,7 @@ from hangar.errors import (
 from hangar.sandbox.archive import extract_untrusted, tar_directory
 from hangar.sandbox.base import (
     LABEL_MANAGED,
+    SANDBOX_UID,
     SIGKILL_EXIT,
     ExecOutput,
     ExecResult,
@@ -68,7 +69,6 @@ from hangar.sandbox.config import KubernetesConfig
 
 log = logging.getLogger(__name__)
 
-SANDBOX_UID = 1000
 _PULL_FAILURES = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 _BROKEN = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 

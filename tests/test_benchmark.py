@@ -759,7 +759,7 @@ def test_a_dataset_that_meets_the_guidelines_passes(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("n", "sample", "rule", "words"),
     [
-        (9, {}, "size", "9 samples, the seed's minimum is 10"),
+        (9, {}, "size", "9 samples, the guidelines' minimum is 10"),
         (10, {"difficulty": "hard"}, "difficulty", "2 easy samples, at least 3 wanted"),
         (10, {"name": "task list 0"}, "duplicates", "T-1 repeats the name of T-0"),
         (
@@ -821,7 +821,7 @@ def test_the_propose_table_and_the_cli_exit_status(example: Path) -> None:
         "phase": "propose",
         "rule": "size",
         "severity": "error",
-        "message": "4 samples, the seed's minimum is 15: add 11",
+        "message": "4 samples, the guidelines' minimum is 15: add 11",
     } in found
     assert any(f["message"].startswith("1 hard samples, at least 4") for f in found)
 

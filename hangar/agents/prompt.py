@@ -37,7 +37,7 @@ class PromptAgent(BaseModel):
     max_output_tokens: int = Field(default=2048, gt=0)
     """Tokens of the answer at most."""
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
-    """Reasoning effort for models that take one (seed 001's suite uses low)."""
+    """Reasoning effort for models that take one (decision suites use low)."""
 
     def digest(self) -> str:
         """sha256 of the agent's config (part of the trial key)."""

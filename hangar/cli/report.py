@@ -52,7 +52,7 @@ def report(
     points = margin if margin is not None else suite_margin(sweep)
     built = build_report(sweep_id, results.results(sweep_id), margin=points / 100, roles=roles)
     if not built.groups:
-        raise ConfigError(f"no results for sweep {sweep_id!r} in {results._safe_url}")
+        raise ConfigError(f"no results for sweep {sweep_id!r} in {results.safe_url}")
     text = built.model_dump_json(indent=1) if fmt == "json" else renderers[fmt](built)
     if out is not None:
         out.write_text(text)

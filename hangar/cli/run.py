@@ -102,7 +102,7 @@ def run(
         "interrupted": tally.interrupted,
         "budget_exhausted": tally.budget_exhausted,
         "stopped_models": {m: e.message for m, e in tally.stopped_models.items()},
-        "store": store._safe_url,
+        "store": store.safe_url,
         "exit_code": tally.exit_code(failures_ok=allow_failures),
     }
     if as_json:

@@ -210,7 +210,7 @@ def load_baseline(store: ResultsStore, name: str) -> Snapshot:
     with store.engine.connect() as conn:
         row = conn.execute(select(baselines.c.snapshot).where(baselines.c.name == name)).first()
     if row is None:
-        raise ConfigError(f"no baseline named {name!r} in {store._safe_url}")
+        raise ConfigError(f"no baseline named {name!r} in {store.safe_url}")
     return Snapshot.model_validate(row.snapshot)
 
 

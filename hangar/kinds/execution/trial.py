@@ -26,8 +26,9 @@ from hangar.agents.command import CONTEXT_FILE
 from hangar.errors import ConfigError, ImageNotFound, MissingPython, WorkspaceError
 from hangar.files import tree_digest
 from hangar.kinds.execution.admission import fixture_problems
+from hangar.kinds.execution.judging import host_verify, judgement
 from hangar.kinds.execution.scenario import LoadedScenario
-from hangar.kinds.execution.verification import host_verify, judgement, place_for
+from hangar.kinds.execution.verification import VerificationPlace, place_for
 from hangar.models.relay import ModelRelay
 from hangar.models.tunnel import RelayTunnel
 from hangar.paths import cache_dir
@@ -41,6 +42,7 @@ from hangar.sandbox import (
     sandbox_class,
 )
 from hangar.sandbox.archive import extract_untrusted
+from hangar.sandbox.base import SANDBOX_UID
 from hangar.sandbox.disk import TrialDisk
 from hangar.sandbox.workspace import (
     MirrorCache,
@@ -53,11 +55,12 @@ from hangar.sandbox.workspace import (
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun
 from hangar.trials.spec import TrialSpec
+from hangar.verifiers import junit
 from hangar.verifiers.admission import Judgement
 from hangar.verifiers.commands import final_state, git_state, hidden_placements
 from hangar.verifiers.guard import HarnessGuard
 from hangar.verifiers.harness import Placement
-from hangar.verifiers.protocol import run_host_script
+from hangar.verifiers.protocol import CommandRecord, VerificationRequest, run_host_script
 
 T = TypeVar("T")
 WORKDIR = "/workspace"
@@ -67,8 +70,6 @@ HOME = "/home/agent"
 SCRATCH = {"home": HOME, "tmp": "/tmp", "var-tmp": "/var/tmp"}
 #: The loopback port the forwarder listens on inside a container.
 RELAY_PORT = 4000
-#: uid of the sandbox user in hangar's base image; workspaces are handed to it.
-SANDBOX_UID = 1000
 
 
 class ExecutionTrial(TrialRun):
@@ -106,6 +107,24 @@ class ExecutionTrial(TrialRun):
         self.scenario = self.loaded.scenario
         self.guard = self.harness_guard()
 
+    def verification_request(self, commands: list[CommandRecord]) -> VerificationRequest:
+        """What the host verifier is asked to judge."""
+        assert self.trace is not None and self.trace.sha256 is not None
+        verifier = self.scenario.verifier
+        return VerificationRequest(
+            case=self.scenario.id,
+            fixture=str(self.loaded.path),
+            workspace=str(self.workspace),
+            artifacts=str(self.artifacts),
+            trace_sha256=self.trace.sha256,
+            completed=self.agent_run.completed,
+            checklist=list(verifier.checklist),
+            commands=commands,
+            hidden_tests=junit.hidden_test_ids(self.hidden_files()),
+            harness=self.guard.changes,
+            tampering=self.guard.tampering,
+        )
+
     def hidden_files(self) -> list[Placement]:
         """The hidden verifier files: (target in the workspace, source on this node)."""
         return hidden_placements(self.scenario.verifier, self.loaded.folder)
@@ -139,9 +158,19 @@ class ExecutionTrial(TrialRun):
             self.final_diff(agent_view)
         commands = place.verify(box)
         with self.phase("host_verifier"):
-            verified = host_verify(self, commands)
+            request = self.verification_request(commands)
+            verified = host_verify(request, self.loaded, self.write)
         with self.phase("judgement"):
-            self.judgement = judgement(self, verified, commands, disk_full=disk_full)
+            assert self.trace is not None
+            self.judgement = judgement(
+                request,
+                verified,
+                loaded=self.loaded,
+                run=self.agent_run,
+                trace=self.trace.path,
+                harness=self.guard.findings(),
+                disk_limit=self.disk.state.limit if disk_full else None,
+            )
             self.verdict, self.reason = self.judgement.verdict, self.judgement.reason
 
     def record_identity(self) -> None:
@@ -169,7 +198,7 @@ class ExecutionTrial(TrialRun):
         if problems:
             raise Outcome(Verdict.BLOCKED_SETUP, "admission: " + "; ".join(problems))
 
-    def set_up(self, place: Any) -> Sandbox:
+    def set_up(self, place: VerificationPlace) -> Sandbox:
         """Workspace, prepare, initial status, sandbox, plugins: the agent's sandbox."""
         starting = None
         if self.backend.live_mounts:

@@ -12,35 +12,76 @@ Two *places* verification can run in, one interface (`VerificationPlace`):
 Either way nothing the agent left outside the workspace reaches verification, and in the
 workspace the test harness is put back as it was before the agent
 (`hangar.verifiers.guard`) before the hidden files are placed. Then the pinned host
-verifier judges (`host_verify`) and its output is admitted (`judge`).
+verifier judges and its output is admitted (`hangar.kinds.execution.judging`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from concurrent.futures import Future
-from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, NamedTuple
+from contextlib import AbstractContextManager
+from pathlib import Path, PurePosixPath
+from typing import Protocol, TypeVar
 
-from hangar.results import Verdict
+from hangar.kinds.execution.scenario import LoadedScenario, Scenario
 from hangar.sandbox import Sandbox
 from hangar.sandbox.archive import copy_untrusted_tree
+from hangar.sandbox.base import SANDBOX_UID
 from hangar.sandbox.workspace import hand_over, remove_escaping_links
-from hangar.trace import find_canaries
-from hangar.verifiers import junit
-from hangar.verifiers.admission import Judgement, judge
 from hangar.verifiers.commands import (
     VERIFIER_OUT,
     collect_verifier_out,
     run_verifier_commands,
     stage_placements,
 )
+from hangar.verifiers.guard import HarnessGuard
 from hangar.verifiers.harness import Placement
-from hangar.verifiers.protocol import CommandRecord, VerificationRequest, run_host_script
-from hangar.verifiers.spec import PinnedFile
+from hangar.verifiers.protocol import CommandRecord
 
-if TYPE_CHECKING:
-    from hangar.kinds.execution.trial import ExecutionTrial
+
+class Trial(Protocol):
+    """What a verification place uses of its execution trial."""
+
+    loaded: LoadedScenario
+    scenario: Scenario
+    workspace: Path
+    scratch: Path
+    folder: Path
+    artifacts: Path
+    guard: HarnessGuard
+
+    @property
+    def backend(self) -> type[Sandbox]:
+        """The sandbox backend's class."""
+
+    @property
+    def one_sandbox(self) -> bool:
+        """Whether one sandbox serves agent and verification."""
+
+    def phase(self, name: str) -> AbstractContextManager[None]:
+        """Time a phase."""
+
+    def write(self, rel: str, data: object) -> Path:
+        """Write an evidence file."""
+
+    def release(self, sandbox: Sandbox, *, stop: bool) -> None:
+        """Let go of a sandbox."""
+
+    def start_sandbox(self) -> Sandbox:
+        """A new sandbox of the trial."""
+
+    def background(self, work: Callable[[], T]) -> Future[T]:
+        """Run `work` on the trial's thread pool."""
+
+    def reset_scratch(self) -> None:
+        """Make the scratch folders as a new sandbox has them."""
+
+    def hidden_files(self) -> list[Placement]:
+        """The hidden verifier files."""
+
+
+T = TypeVar("T")
 
 #: Where the harness and the hidden verifier files wait in the sandbox's /tmp for the first
 #: verifier command.
@@ -50,7 +91,7 @@ HIDDEN_STAGING = ".hangar-hidden"
 class VerificationPlace(ABC):
     """Where an execution trial's verification runs (see the module docstring)."""
 
-    def __init__(self, trial: ExecutionTrial) -> None:
+    def __init__(self, trial: Trial) -> None:
         self.trial = trial
 
     def early(self) -> None:  # noqa: B027 - most places have nothing to start early
@@ -118,8 +159,6 @@ class SameSandbox(VerificationPlace):
         inside = box.command_path(f"/tmp/{HIDDEN_STAGING}")
         before = stage_placements(placements, staging, inside)
         if before and trial.backend.isolated:
-            from hangar.kinds.execution.trial import SANDBOX_UID
-
             hand_over(staging, SANDBOX_UID)
         return before
 
@@ -140,7 +179,7 @@ class SameSandbox(VerificationPlace):
 class FreshSandbox(VerificationPlace):
     """A new sandbox on the same workspace (Kubernetes, or ``writable_root``)."""
 
-    def __init__(self, trial: ExecutionTrial) -> None:
+    def __init__(self, trial: Trial) -> None:
         super().__init__(trial)
         self.starting: Future[Sandbox] | None = None
 
@@ -173,102 +212,6 @@ class FreshSandbox(VerificationPlace):
         trial.release(box, stop=not (box.isolated and trial.backend.live_mounts))
 
 
-def place_for(trial: ExecutionTrial) -> VerificationPlace:
+def place_for(trial: Trial) -> VerificationPlace:
     """Where `trial` is verified (see the module docstring)."""
     return SameSandbox(trial) if trial.one_sandbox else FreshSandbox(trial)
-
-
-class HostVerification(NamedTuple):
-    """What the host verifier printed, what went wrong running it, and what a builtin
-    verifier adds to the reason of a fail."""
-
-    raw: str
-    error: str | None = None
-    notes: tuple[str, ...] = ()
-
-
-def host_verify(trial: ExecutionTrial, commands: list[CommandRecord]) -> HostVerification:
-    """Run the host verifier (see `HostVerification`)."""
-    assert trial.trace is not None and trial.trace.sha256 is not None
-    scenario = trial.scenario
-    request = VerificationRequest(
-        case=scenario.id,
-        fixture=str(trial.loaded.path),
-        workspace=str(trial.workspace),
-        artifacts=str(trial.artifacts),
-        trace_sha256=trial.trace.sha256,
-        completed=trial.agent_run.completed,
-        checklist=list(scenario.verifier.checklist),
-        commands=commands,
-        hidden_tests=junit.hidden_test_ids(trial.hidden_files()),
-        harness=trial.guard.changes,
-        tampering=trial.guard.tampering,
-    )
-    request_path = trial.write("verifier/request.json", request.to_json())
-    host = scenario.verifier.host
-    if not isinstance(host, PinnedFile):
-        judged = junit.verify_with_notes(request, host)
-        raw = judged.verification.to_json()
-        trial.write("verifier/verification.json", raw)
-        return HostVerification(raw, notes=tuple(judged.notes))
-    run = run_host_script(
-        trial.loaded.local(host.file),
-        request_path,
-        timeout=scenario.verifier.host_timeout_s,
-        cwd=trial.loaded.folder,
-    )
-    trial.write("verifier/verification.json", run.stdout)
-    trial.write("verifier/host-stderr.txt", run.stderr)
-    if run.timed_out:
-        limit = scenario.verifier.host_timeout_s
-        return HostVerification(run.stdout, f"host verifier hung: killed at its {limit:g} s limit")
-    if run.exit_code != 0:
-        last = (run.stderr.strip().splitlines() or [""])[-1]
-        crashed = f"host verifier crashed (exit {run.exit_code}): {last}".rstrip(": ")
-        return HostVerification(run.stdout, crashed)
-    return HostVerification(run.stdout)
-
-
-def judgement(
-    trial: ExecutionTrial,
-    verified: HostVerification,
-    commands: list[CommandRecord],
-    *,
-    disk_full: bool,
-) -> Judgement:
-    """Admit the verification (`hangar.verifiers.admission`), the harness's findings with
-    it; a full disk and a provider's failure are named; the latter makes a fail an
-    infra_error (it was not the agent's)."""
-    assert trial.trace is not None and trial.trace.sha256 is not None
-    scenario = trial.scenario
-    judged = judge(
-        verified.raw,
-        verifier_error=verified.error,
-        case=scenario.id,
-        trace_sha256=trial.trace.sha256,
-        completed=trial.agent_run.completed,
-        incomplete_reason=trial.agent_run.reason,
-        checklist=scenario.verifier.checklist,
-        artifacts=trial.artifacts,
-        commands=commands,
-        canaries_found=find_canaries(trial.trace.path, scenario.canaries),
-        harness=trial.guard.findings(),
-    )
-    if verified.notes and judged.verdict is Verdict.FAIL:
-        judged.reason += "; " + "; ".join(verified.notes)
-    if disk_full and judged.verdict is Verdict.FAIL:
-        limit = trial.disk.state.limit / 1024**2
-        judged.reason += f"; the agent filled its disk (limit {limit:g} MiB)"
-    error = trial.agent_run.provider_error
-    if error is not None and judged.verdict is Verdict.FAIL:
-        # The provider failed the agent, not the other way round: never a counted fail
-        # (a pass stays a pass). The sweep retries it, or stops the model when its key
-        # is refused.
-        judged = judged.model_copy(
-            update={
-                "verdict": Verdict.INFRA_ERROR,
-                "reason": f"provider failure: {error.message} (the trial would otherwise "
-                f"be a fail: {judged.reason})",
-            }
-        )
-    return judged

@@ -16,7 +16,7 @@ from hangar.errors import ConfigError
 from hangar.trials.batch import runner_from
 
 app = typer.Typer(
-    help="Knowledge gold sets (seed 003): sealed questions, cited answers, labels, a rule."
+    help="Knowledge gold sets: sealed questions, cited answers, labels, the decision rule."
 )
 
 

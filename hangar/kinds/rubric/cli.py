@@ -15,9 +15,7 @@ from hangar.console import console, err_console, model_arg
 from hangar.errors import ConfigError
 from hangar.trials.batch import runner_from
 
-app = typer.Typer(
-    help="Rubric benchmarks (seed 002): run a folder, check its datasets, keep baselines."
-)
+app = typer.Typer(help="Rubric benchmarks: run a folder, check its datasets, keep baselines.")
 
 
 Folder = Annotated[Path, typer.Argument(help="The benchmark folder (config.yaml, datasets/).")]
@@ -64,7 +62,7 @@ def benchmark_run(
         typer.Option(help="With no regression and no phase below it, write the next baseline."),
     ] = False,
     ci: Annotated[
-        bool, typer.Option("--ci", help="Apply config.yaml's ci_benchmark section (seed 002).")
+        bool, typer.Option("--ci", help="Apply config.yaml's ci_benchmark section.")
     ] = False,
     changed_since: Annotated[
         str | None,
@@ -216,7 +214,7 @@ def benchmark_check(
     strict: Annotated[bool, typer.Option(help="Warnings fail the check too.")] = False,
     fmt: Format = "text",
 ) -> None:
-    """Check a benchmark folder against seed 002's dataset guidelines (sizes, difficulty
+    """Check a benchmark folder against the dataset guidelines (sizes, difficulty
     mix, domains, duplicates, references, human scores, splits). Exit 1 on an error."""
     from hangar.kinds.rubric.dataset_check import check_folder
 

@@ -126,7 +126,7 @@ class _Phase:
         if len(self.samples) < least:
             self.add(
                 "size",
-                f"{len(self.samples)} samples, the seed's minimum is {least}: add "
+                f"{len(self.samples)} samples, the guidelines' minimum is {least}: add "
                 f"{least - len(self.samples)}",
             )
         levels = Counter[str](s.difficulty for s in self.samples)
