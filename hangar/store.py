@@ -305,63 +305,12 @@ class ResultsStore:
         """Write results in one transaction (a row already there is kept); returns rows."""
         rows, check_rows, score_rows = [], [], []
         for r in results:
-            rows.append(
-                {
-                    "sweep_id": r.sweep,
-                    "trial_key": r.trial_key,
-                    "attempt": r.attempt,
-                    "scenario_id": r.scenario_id,
-                    "scenario_digest": r.scenario_digest,
-                    "suite": r.suite,
-                    "agent": r.agent,
-                    "model": r.model,
-                    "arm": r.arm,
-                    "repeat": r.repeat,
-                    "verdict": r.verdict.value,
-                    "final": r.verdict.final,
-                    "reason": r.reason,
-                    "completed": r.completed,
-                    "agent_exit_code": r.agent_exit_code,
-                    "started_at": r.started_at,
-                    "finished_at": r.finished_at,
-                    "duration_s": r.duration_s,
-                    "timings": r.timings,
-                    "tokens_in": r.usage.input_tokens,
-                    "tokens_out": r.usage.output_tokens,
-                    "tokens_cached": r.usage.cached_input_tokens,
-                    "tokens_reasoning": r.usage.reasoning_tokens,
-                    "cost_usd": r.usage.cost_usd,
-                    "evidence_uri": r.evidence_uri,
-                    "evidence_sha256": r.evidence_sha256,
-                    "node": r.node,
-                    "schema_version": r.schema_version,
-                    "route": _json(r.route),
-                    "scope": _json(r.scope),
-                    "agent_digest": r.agent_digest,
-                    "agent_settings": r.agent_settings,
-                    "plugins_digest": r.plugins_digest,
-                    "provider_error": _json(r.provider_error),
-                    "kind": r.kind,
-                    "details": r.details,
-                    "judge_tokens_in": r.judge_usage.input_tokens,
-                    "judge_tokens_out": r.judge_usage.output_tokens,
-                    "judge_cost_usd": r.judge_usage.cost_usd,
-                }
-            )
-            score_rows += [
-                {
-                    "sweep_id": r.sweep,
-                    "trial_key": r.trial_key,
-                    "attempt": r.attempt,
-                    **score.model_dump(),
-                }
-                for score in r.scores
-            ]
+            rows.append(_trial_row(r))
+            attempt = {"sweep_id": r.sweep, "trial_key": r.trial_key, "attempt": r.attempt}
+            score_rows += [{**attempt, **score.model_dump()} for score in r.scores]
             check_rows += [
                 {
-                    "sweep_id": r.sweep,
-                    "trial_key": r.trial_key,
-                    "attempt": r.attempt,
+                    **attempt,
                     "idx": i,
                     "requirement": c.requirement,
                     "status": c.status,
@@ -536,6 +485,51 @@ def copy_store(source: ResultsStore, target: ResultsStore) -> dict[str, int]:
 
 def _json(value: BaseModel | None) -> dict[str, Any] | None:
     return None if value is None else value.model_dump(mode="json")
+
+
+def _trial_row(r: TrialResult) -> dict[str, Any]:
+    """A result as a row of `trials`."""
+    return {
+        "sweep_id": r.sweep,
+        "trial_key": r.trial_key,
+        "attempt": r.attempt,
+        "scenario_id": r.scenario_id,
+        "scenario_digest": r.scenario_digest,
+        "suite": r.suite,
+        "agent": r.agent,
+        "model": r.model,
+        "arm": r.arm,
+        "repeat": r.repeat,
+        "verdict": r.verdict.value,
+        "final": r.verdict.final,
+        "reason": r.reason,
+        "completed": r.completed,
+        "agent_exit_code": r.agent_exit_code,
+        "started_at": r.started_at,
+        "finished_at": r.finished_at,
+        "duration_s": r.duration_s,
+        "timings": r.timings,
+        "tokens_in": r.usage.input_tokens,
+        "tokens_out": r.usage.output_tokens,
+        "tokens_cached": r.usage.cached_input_tokens,
+        "tokens_reasoning": r.usage.reasoning_tokens,
+        "cost_usd": r.usage.cost_usd,
+        "evidence_uri": r.evidence_uri,
+        "evidence_sha256": r.evidence_sha256,
+        "node": r.node,
+        "schema_version": r.schema_version,
+        "route": _json(r.route),
+        "scope": _json(r.scope),
+        "agent_digest": r.agent_digest,
+        "agent_settings": r.agent_settings,
+        "plugins_digest": r.plugins_digest,
+        "provider_error": _json(r.provider_error),
+        "kind": r.kind,
+        "details": r.details,
+        "judge_tokens_in": r.judge_usage.input_tokens,
+        "judge_tokens_out": r.judge_usage.output_tokens,
+        "judge_cost_usd": r.judge_usage.cost_usd,
+    }
 
 
 def _loaded(value: Any) -> Any:

@@ -11,13 +11,13 @@ call is a trace event; usage comes from the provider's responses.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
+from hangar.agents.base import AgentConfig
 from hangar.agents.command import AgentRun
 from hangar.models import ModelSpec
 from hangar.models.complete import provider_error_of, sdk_client
@@ -120,10 +120,8 @@ READ_TOOLS: list[dict[str, Any]] = [
 TOOLSETS = {"edit": TOOLS, "read": READ_TOOLS}
 
 
-class ChatAgent(BaseModel):
+class ChatAgent(AgentConfig):
     """An agent whose loop runs on the host and whose tools run in the sandbox."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["chat"] = "chat"
     """Agent kind tag."""
@@ -153,16 +151,6 @@ class ChatAgent(BaseModel):
         if isinstance(data, dict) and data.get("tools") == "read" and "system_prompt" not in data:
             return {**data, "system_prompt": READ_SYSTEM}
         return data
-
-    def digest(self) -> str:
-        """sha256 of the agent's config (part of the trial key)."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
-
-    def settings(self) -> dict[str, object]:
-        """The settings a result records (the system prompt as its sha256)."""
-        fields = self.model_dump(exclude={"name", "system_prompt"})
-        prompt = hashlib.sha256(self.system_prompt.encode()).hexdigest()
-        return {**fields, "system_prompt_sha256": prompt}
 
 
 def _tools_for(api: str, toolset: str = "edit") -> Any:

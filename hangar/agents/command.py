@@ -12,8 +12,9 @@ import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from hangar.agents.base import AgentConfig
 from hangar.errors import SandboxError, SandboxUnavailable
 from hangar.results import ProviderError
 from hangar.sandbox.base import Sandbox
@@ -24,10 +25,8 @@ from hangar.validation import Name
 CONTEXT_FILE = ".hangar/task.md"
 
 
-class CommandAgent(BaseModel):
+class CommandAgent(AgentConfig):
     """An agent that is a command run in the sandbox."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["command"] = "command"
     """Agent kind tag."""
@@ -44,10 +43,6 @@ class CommandAgent(BaseModel):
     """The preset the command came from (`hangar.agents.presets`), if any."""
     options: dict[str, str] = Field(default_factory=dict)
     """The preset's options as chosen (reasoning effort, approval policy, sandbox mode)."""
-
-    def digest(self) -> str:
-        """sha256 of the agent's config (part of the trial key)."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
 
     def settings(self) -> dict[str, object]:
         """The settings a result records: kind, preset and options, the command's sha256."""

@@ -8,11 +8,11 @@ with the default one (``prompt``).
 
 from __future__ import annotations
 
-import hashlib
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from hangar.agents.base import AgentConfig
 from hangar.validation import Name
 
 DEFAULT_SYSTEM = (
@@ -23,10 +23,8 @@ DEFAULT_SYSTEM = (
 )
 
 
-class PromptAgent(BaseModel):
+class PromptAgent(AgentConfig):
     """How a prompt-only trial asks its model."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["prompt"] = "prompt"
     """Agent kind tag."""
@@ -38,13 +36,3 @@ class PromptAgent(BaseModel):
     """Tokens of the answer at most."""
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
     """Reasoning effort for models that take one (decision suites use low)."""
-
-    def digest(self) -> str:
-        """sha256 of the agent's config (part of the trial key)."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
-
-    def settings(self) -> dict[str, object]:
-        """The settings a result records (the system prompt as its sha256)."""
-        fields = self.model_dump(exclude={"name", "system_prompt"})
-        prompt = hashlib.sha256(self.system_prompt.encode()).hexdigest()
-        return {**fields, "system_prompt_sha256": prompt}

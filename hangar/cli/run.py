@@ -6,7 +6,7 @@ import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Group
@@ -18,6 +18,9 @@ from hangar.cli._app import app, resolve_sweep
 from hangar.console import console, err_console
 from hangar.logs import LogFormat
 from hangar.logs import configure as configure_logs
+
+if TYPE_CHECKING:
+    from hangar.scheduler.driver import SweepTally
 
 
 @app.command("run")
@@ -62,7 +65,7 @@ def run(
     from rich.live import Live
 
     from hangar.cli.progress import SweepView
-    from hangar.scheduler.driver import SweepRunner, SweepTally
+    from hangar.scheduler.driver import SweepRunner
     from hangar.scheduler.sweep import load_sweep
     from hangar.store import ResultsStore
 
@@ -89,8 +92,23 @@ def run(
     # for hangar's output (the JSON of --json) and send them to stderr with the view.
     with display, contextlib.redirect_stdout(sys.stderr):
         tally = SweepRunner(sweep, store, address=address, listener=listen).run()
-    outcome = {
-        "sweep": sweep.id,
+    if as_json:
+        console.print_json(json.dumps(_outcome(tally, sweep.id, store.safe_url, allow_failures)))
+    else:
+        _print_tally(tally, sweep.id, sweep.config.budget_usd)
+    for model, error in tally.stopped_models.items():
+        err_console.print(
+            f"[bold red]error:[/] stopped model {model}: {error.message}. Set a valid key in "
+            f"{error.key_env} and run the sweep again: its trials were not run or not counted",
+            highlight=False,
+        )
+    raise typer.Exit(tally.exit_code(failures_ok=allow_failures))
+
+
+def _outcome(tally: SweepTally, sweep: str, store: str, failures_ok: bool) -> dict[str, Any]:
+    """What `hangar run --json` prints."""
+    return {
+        "sweep": sweep,
         "total": tally.total,
         "skipped": tally.skipped,
         "done": tally.done,
@@ -102,36 +120,30 @@ def run(
         "interrupted": tally.interrupted,
         "budget_exhausted": tally.budget_exhausted,
         "stopped_models": {m: e.message for m, e in tally.stopped_models.items()},
-        "store": store.safe_url,
-        "exit_code": tally.exit_code(failures_ok=allow_failures),
+        "store": store,
+        "exit_code": tally.exit_code(failures_ok=failures_ok),
     }
-    if as_json:
-        console.print_json(json.dumps(outcome))
-    else:
+
+
+def _print_tally(tally: SweepTally, sweep: str, budget_usd: float | None) -> None:
+    """How a run ended, for people."""
+    console.print(
+        f"{sweep}: {tally.finished}/{tally.total} final ({tally.skipped} from earlier runs), "
+        f"verdicts {dict(tally.verdicts)}, ${tally.cost_usd:.2f}",
+        highlight=False,
+    )
+    if tally.budget_exhausted and budget_usd is not None:
+        spent = tally.spent_before + tally.cost_usd
         console.print(
-            f"{sweep.id}: {tally.finished}/{tally.total} final ({tally.skipped} from earlier "
-            f"runs), verdicts {dict(tally.verdicts)}, ${tally.cost_usd:.2f}",
+            f"budget of ${budget_usd:.2f} spent (${spent:.2f} so far): stopped "
+            f"scheduling new trials; {tally.total - tally.finished} not run",
             highlight=False,
         )
-        if tally.budget_exhausted:
-            spent = tally.spent_before + tally.cost_usd
-            console.print(
-                f"budget of ${sweep.config.budget_usd:.2f} spent (${spent:.2f} so far): stopped "
-                f"scheduling new trials; {tally.total - tally.finished} not run",
-                highlight=False,
-            )
-        if tally.lost:
-            console.print(
-                f"{tally.lost} trial(s) still infra_error: run the sweep again to retry them",
-                highlight=False,
-            )
-    for model, error in tally.stopped_models.items():
-        err_console.print(
-            f"[bold red]error:[/] stopped model {model}: {error.message}. Set a valid key in "
-            f"{error.key_env} and run the sweep again: its trials were not run or not counted",
+    if tally.lost:
+        console.print(
+            f"{tally.lost} trial(s) still infra_error: run the sweep again to retry them",
             highlight=False,
         )
-    raise typer.Exit(tally.exit_code(failures_ok=allow_failures))
 
 
 @app.command("status")

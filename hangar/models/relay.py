@@ -248,53 +248,26 @@ class ModelRelay:
         body: bytes,
         stream: bool,
     ) -> None:
-        headers = {k: v for k, v in h.headers.items() if k.lower() in _FORWARD}
-        headers["Accept-Encoding"] = "identity"
-        if self.model.provider == "anthropic":
-            headers["x-api-key"] = self._key
-        else:
-            headers["Authorization"] = f"Bearer {self._key}"
         started = time.monotonic()
         seen = bytearray()
-        status, error, agent_gone = 0, "", False
+        sent: list[int] = []  # the status, once it went back to the agent
+        error, agent_gone = "", False
         try:
-            with self._client.stream(method, url, content=body, headers=headers) as up:
-                status = up.status_code
-                h.send_response(status)
-                for name in _BACK:
-                    if name in up.headers:
-                        h.send_header(name, up.headers[name])
-                h.send_header("Connection", "close")
-                h.end_headers()
-                h.close_connection = True
-                for chunk in up.iter_raw():
-                    h.wfile.write(chunk)
-                    h.wfile.flush()
-                    if len(seen) < 10 * MiB:
-                        seen += chunk
+            self._stream_back(h, method, url, body, seen, sent)
         except httpx.TimeoutException as exc:
             error = f"upstream timed out after {self.timeout_s:g} s ({type(exc).__name__})"
-            if not status:
+            if not sent:
                 self._reply(h, 504, f"hangar relay: {error}")
         except httpx.HTTPError as exc:
             error = f"upstream failed: {type(exc).__name__}: {exc}"
-            if not status:
+            if not sent:
                 self._reply(h, 502, f"hangar relay: {error}")
         except OSError as exc:  # the agent went away
             error = f"agent connection lost: {exc}"
             self._event("agent_disconnected", path=path, error=str(exc))
             agent_gone = True
-        content_type = "text/event-stream" if stream else "application/json"
-        usage = from_body(path, bytes(seen), content_type) if status == 200 else None
-        if status == 200 and not error:
-            self.policy.note_response(api_path, content_type, bytes(seen))
-        if usage is not None:
-            usage = cost_of(
-                usage,
-                self.model.id,
-                self.model.price_provider or self.model.provider,
-                self.model.price,
-            )
+        status = sent[0] if sent else 0
+        usage = self._meter(path, api_path, status, error, bytes(seen), stream)
         with self._lock:
             self.calls += 1
             if usage is not None:
@@ -313,6 +286,47 @@ class ModelRelay:
             error=error or None,
             usage=usage.model_dump() if usage is not None else None,
         )
+
+    def _stream_back(
+        self, h: _Handler, method: str, url: str, body: bytes, seen: bytearray, sent: list[int]
+    ) -> None:
+        """Send the call upstream with the real key and stream the answer back to the
+        agent as it comes (the first 10 MiB kept in `seen` for metering); its status goes
+        into `sent` as soon as it is sent back (after that, no error reply can be)."""
+        headers = {k: v for k, v in h.headers.items() if k.lower() in _FORWARD}
+        headers["Accept-Encoding"] = "identity"
+        if self.model.provider == "anthropic":
+            headers["x-api-key"] = self._key
+        else:
+            headers["Authorization"] = f"Bearer {self._key}"
+        with self._client.stream(method, url, content=body, headers=headers) as up:
+            sent.append(up.status_code)
+            h.send_response(up.status_code)
+            for name in _BACK:
+                if name in up.headers:
+                    h.send_header(name, up.headers[name])
+            h.send_header("Connection", "close")
+            h.end_headers()
+            h.close_connection = True
+            for chunk in up.iter_raw():
+                h.wfile.write(chunk)
+                h.wfile.flush()
+                if len(seen) < 10 * MiB:
+                    seen += chunk
+
+    def _meter(
+        self, path: str, api_path: str, status: int, error: str, seen: bytes, stream: bool
+    ) -> Usage | None:
+        """The call's usage and cost (None for a failed call); a response the trial may
+        continue later is noted by the policy."""
+        content_type = "text/event-stream" if stream else "application/json"
+        usage = from_body(path, seen, content_type) if status == 200 else None
+        if status == 200 and not error:
+            self.policy.note_response(api_path, content_type, seen)
+        if usage is None:
+            return None
+        provider = self.model.price_provider or self.model.provider
+        return cost_of(usage, self.model.id, provider, self.model.price)
 
     def _classify(self, status: int, error: str, head: bytes) -> None:
         """Remember what a finished call says about the provider (the lock is held)."""

@@ -156,74 +156,65 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+def _md_section(title: str, lines: list[str]) -> list[str]:
+    """A Markdown section (nothing when it has no line)."""
+    return [f"## {title}", "", *lines, ""] if lines else []
+
+
+def _md_lists(report: Report) -> list[str]:
+    """The report's comparisons, voided and blocked trials, as Markdown lists."""
+    return [
+        *_md_section(
+            "Comparisons",
+            [
+                f"- **{c.factor}** {c.candidate} vs {c.baseline} ({c.within}, {c.metric}, "
+                f"{c.scenarios} scenarios): {_diff(c)}, SE {_points(c, c.se):.1f}. "
+                f"**{c.sentence}.**"
+                for c in report.comparisons
+            ],
+        ),
+        *_md_section(
+            "Voided trials",
+            [f"- {v.scenario} ({v.group}) `{v.trial_key[:12]}`: {v.reason}" for v in report.voided],
+        ),
+        *_md_section(
+            "Not run (blocked_setup)",
+            [f"- {b.scenario} ({b.trials} trial(s)): {b.reason}" for b in report.blocked],
+        ),
+    ]
+
+
 def render_markdown(report: Report) -> str:
     """The report as Markdown."""
     labels = [g.label for g in report.groups]
+    matrix = [
+        [s.scenario, *(f"{p}/{n}" for p, n in (s.cells.get(x, (0, 0)) for x in labels))]
+        for s in report.scenarios
+    ]
+    requirements = [
+        [r.requirement, r.group, f"{r.passes}/{r.assessed}"] for r in report.requirements
+    ]
+    metrics = [
+        [g.label, m.metric, str(m.n), _metric(m), str(m.unassessed)]
+        for g in report.groups
+        for m in g.metrics
+        if m.metric != "pass"
+    ]
     parts = [
         f"# Sweep {report.sweep}",
         "",
         "Only `pass` and `fail` count; other verdicts are shown apart.",
         "",
-        "## Groups",
-        "",
-        _md_table(GROUP_HEAD, _group_rows(report)),
-        "",
-        "## Pass matrix",
-        "",
-        _md_table(
-            ["scenario", *labels],
-            [
-                [s.scenario, *(f"{p}/{n}" for p, n in (s.cells.get(x, (0, 0)) for x in labels))]
-                for s in report.scenarios
-            ],
-        ),
-        "",
+        *_md_section("Groups", [_md_table(GROUP_HEAD, _group_rows(report))]),
+        *_md_section("Pass matrix", [_md_table(["scenario", *labels], matrix)]),
     ]
-    if report.requirements:
-        parts += [
-            "## Checklist requirements",
-            "",
-            _md_table(
-                ["requirement", "group", "pass rate"],
-                [[r.requirement, r.group, f"{r.passes}/{r.assessed}"] for r in report.requirements],
-            ),
-            "",
-        ]
-    metrics = [(g, m) for g in report.groups for m in g.metrics if m.metric != "pass"]
+    if requirements:
+        head = ["requirement", "group", "pass rate"]
+        parts += _md_section("Checklist requirements", [_md_table(head, requirements)])
     if metrics:
-        parts += [
-            "## Scores",
-            "",
-            _md_table(
-                ["group", "metric", "n", "mean [95% CI]", "unassessed"],
-                [[g.label, m.metric, str(m.n), _metric(m), str(m.unassessed)] for g, m in metrics],
-            ),
-            "",
-        ]
-    if report.comparisons:
-        parts += ["## Comparisons", ""]
-        for c in report.comparisons:
-            parts.append(
-                f"- **{c.factor}** {c.candidate} vs {c.baseline} ({c.within}, {c.metric}, "
-                f"{c.scenarios} scenarios): {_diff(c)}, SE {_points(c, c.se):.1f}. "
-                f"**{c.sentence}.**"
-            )
-        parts.append("")
-    if report.voided:
-        parts += (
-            ["## Voided trials", ""]
-            + [
-                f"- {v.scenario} ({v.group}) `{v.trial_key[:12]}`: {v.reason}"
-                for v in report.voided
-            ]
-            + [""]
-        )
-    if report.blocked:
-        parts += (
-            ["## Not run (blocked_setup)", ""]
-            + [f"- {b.scenario} ({b.trials} trial(s)): {b.reason}" for b in report.blocked]
-            + [""]
-        )
+        head = ["group", "metric", "n", "mean [95% CI]", "unassessed"]
+        parts += _md_section("Scores", [_md_table(head, metrics)])
+    parts += _md_lists(report)
     parts += [f"> note: {n}" for n in report.notes]
     return "\n".join(parts) + "\n"
 

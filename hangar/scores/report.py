@@ -182,6 +182,92 @@ def _group_key(r: TrialResult) -> tuple[str, str, str]:
     return (r.agent, r.model, r.arm)
 
 
+Outcomes = dict[str, list[bool]]
+"""Scenario -> the pass/fail of each of its counted trials (of one group)."""
+GroupKey3 = tuple[str, str, str]
+"""(agent, model, arm)."""
+
+
+def _group(key: tuple[str, str, str], rows: list[TrialResult], seed: int) -> tuple[Group, Outcomes]:
+    """One group's summary, and its per-scenario outcomes."""
+    counted = [r for r in rows if r.verdict in COUNTED]
+    per_scenario: Outcomes = defaultdict(list)
+    for r in counted:
+        per_scenario[r.scenario_id].append(r.verdict is Verdict.PASS)
+    passes = sum(r.verdict is Verdict.PASS for r in counted)
+    repeats = max((len(v) for v in per_scenario.values()), default=0)
+    ks = range(1, repeats + 1) if repeats > 1 else range(0)
+    cost = sum(r.usage.cost_usd for r in rows)
+    durations = [r.duration_s for r in counted]
+
+    def over_k(estimator: str) -> dict[int, float]:
+        found = {k: stats.mean_over_scenarios(per_scenario, estimator, k) for k in ks}
+        return {k: v for k, v in found.items() if v is not None}
+
+    group = Group(
+        agent=key[0],
+        model=key[1],
+        arm=key[2],
+        trials=len(counted),
+        passes=passes,
+        pass_rate=stats.wilson(passes, len(counted)),
+        clustered_se=stats.clustered_se(per_scenario),
+        pass_at_k=over_k("pass@k"),
+        pass_hat_k=over_k("pass^k"),
+        verdicts=dict(Counter(r.verdict.value for r in rows)),
+        cost_usd=cost,
+        cost_per_trial=cost / len(counted) if counted else None,
+        cost_per_pass=cost / passes if passes else None,
+        tokens={
+            "input": sum(r.usage.input_tokens for r in rows),
+            "cached_input": sum(r.usage.cached_input_tokens for r in rows),
+            "output": sum(r.usage.output_tokens for r in rows),
+            "reasoning": sum(r.usage.reasoning_tokens for r in rows),
+        },
+        duration_p50_s=median(durations) if durations else None,
+        duration_p95_s=_percentile(durations, 0.95),
+        metrics=_summaries(counted, seed),
+    )
+    return group, per_scenario
+
+
+def _matrix(outcomes: dict[GroupKey3, Outcomes], labels: dict[GroupKey3, str]) -> list[ScenarioRow]:
+    """The pass matrix: per scenario, each group's passes over its trials."""
+    scenario_ids = sorted({s for o in outcomes.values() for s in o})
+    return [
+        ScenarioRow(
+            scenario=s,
+            cells={labels[k]: (sum(o[s]), len(o[s])) for k, o in outcomes.items() if o.get(s)},
+        )
+        for s in scenario_ids
+    ]
+
+
+def _unjudged(
+    kept: list[TrialResult], labels: dict[GroupKey3, str]
+) -> tuple[list[Voided], list[Blocked]]:
+    """The trials voided by a canary, and those that never ran (blocked, by scenario and
+    the first words of their reason)."""
+    voided = [
+        Voided(
+            trial_key=r.trial_key,
+            scenario=r.scenario_id,
+            group=labels[_group_key(r)],
+            reason=r.reason,
+        )
+        for r in kept
+        if r.verdict is Verdict.VOID
+    ]
+    blocked: dict[tuple[str, str], list[TrialResult]] = defaultdict(list)
+    for r in kept:
+        if r.verdict is Verdict.BLOCKED_SETUP:
+            blocked[(r.scenario_id, r.reason.split(": ", 1)[0])].append(r)
+    return voided, [
+        Blocked(scenario=scenario, reason=trials[0].reason, trials=len(trials))
+        for (scenario, _), trials in sorted(blocked.items())
+    ]
+
+
 def build_report(
     sweep: str,
     results: Iterable[TrialResult],
@@ -196,89 +282,18 @@ def build_report(
     by_group: dict[tuple[str, str, str], list[TrialResult]] = defaultdict(list)
     for r in kept:
         by_group[_group_key(r)].append(r)
-    groups, outcomes = [], {}
-    for key in sorted(by_group):
-        rows = by_group[key]
-        counted = [r for r in rows if r.verdict in COUNTED]
-        per_scenario: dict[str, list[bool]] = defaultdict(list)
-        for r in counted:
-            per_scenario[r.scenario_id].append(r.verdict is Verdict.PASS)
-        outcomes[key] = per_scenario
-        passes = sum(r.verdict is Verdict.PASS for r in counted)
-        repeats = max((len(v) for v in per_scenario.values()), default=0)
-        ks = range(1, repeats + 1) if repeats > 1 else range(0)
-        cost = sum(r.usage.cost_usd for r in rows)
-        durations = [r.duration_s for r in counted]
-        groups.append(
-            Group(
-                agent=key[0],
-                model=key[1],
-                arm=key[2],
-                trials=len(counted),
-                passes=passes,
-                pass_rate=stats.wilson(passes, len(counted)),
-                clustered_se=stats.clustered_se(per_scenario),
-                pass_at_k={
-                    k: v
-                    for k in ks
-                    if (v := stats.mean_over_scenarios(per_scenario, "pass@k", k)) is not None
-                },
-                pass_hat_k={
-                    k: v
-                    for k in ks
-                    if (v := stats.mean_over_scenarios(per_scenario, "pass^k", k)) is not None
-                },
-                verdicts=dict(Counter(r.verdict.value for r in rows)),
-                cost_usd=cost,
-                cost_per_trial=cost / len(counted) if counted else None,
-                cost_per_pass=cost / passes if passes else None,
-                tokens={
-                    "input": sum(r.usage.input_tokens for r in rows),
-                    "cached_input": sum(r.usage.cached_input_tokens for r in rows),
-                    "output": sum(r.usage.output_tokens for r in rows),
-                    "reasoning": sum(r.usage.reasoning_tokens for r in rows),
-                },
-                duration_p50_s=median(durations) if durations else None,
-                duration_p95_s=_percentile(durations, 0.95),
-                metrics=_summaries(counted, seed),
-            )
-        )
-    labels = {(g.agent, g.model, g.arm): g.label for g in groups}
-    scenario_ids = sorted({s for o in outcomes.values() for s in o})
-    matrix = [
-        ScenarioRow(
-            scenario=s,
-            cells={
-                labels[k]: (sum(outcomes[k][s]), len(outcomes[k][s]))
-                for k in outcomes
-                if outcomes[k].get(s)
-            },
-        )
-        for s in scenario_ids
-    ]
-    requirements = _requirements(by_group, labels)
+    built = {key: _group(key, by_group[key], seed) for key in sorted(by_group)}
+    groups = [group for group, _ in built.values()]
+    labels = {key: group.label for key, (group, _) in built.items()}
+    matrix = _matrix({key: outcomes for key, (_, outcomes) in built.items()}, labels)
     comparisons = compare_groups(
         _values(by_group), _spans(kept), points=margin * 100, seed=seed, roles=roles
     )
-    voided = [
-        Voided(
-            trial_key=r.trial_key,
-            scenario=r.scenario_id,
-            group=labels[_group_key(r)],
-            reason=r.reason,
-        )
-        for rows in by_group.values()
-        for r in rows
-        if r.verdict is Verdict.VOID
-    ]
-    blocked: dict[tuple[str, str], list[TrialResult]] = defaultdict(list)
-    for r in kept:
-        if r.verdict is Verdict.BLOCKED_SETUP:
-            blocked[(r.scenario_id, r.reason.split(": ", 1)[0])].append(r)
+    voided, blocked = _unjudged(kept, labels)
     notes = [a.sentence for a in aside]
-    if len(scenario_ids) < 5 and comparisons:
+    if len(matrix) < 5 and comparisons:
         notes.append(
-            f"only {len(scenario_ids)} scenario(s): the paired intervals reflect too few "
+            f"only {len(matrix)} scenario(s): the paired intervals reflect too few "
             "scenarios to say much beyond them"
         )
     if not any(g.trials for g in groups):
@@ -290,13 +305,10 @@ def build_report(
         roles=roles,
         groups=groups,
         scenarios=matrix,
-        requirements=requirements,
+        requirements=_requirements(by_group, labels),
         comparisons=comparisons,
         voided=voided,
-        blocked=[
-            Blocked(scenario=scenario, reason=trials[0].reason, trials=len(trials))
-            for (scenario, _), trials in sorted(blocked.items())
-        ],
+        blocked=blocked,
         not_comparable=aside,
         notes=notes,
     )

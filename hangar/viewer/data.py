@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,40 @@ class TrialFilters(BaseModel):
     arm: str = ""
 
 
+#: What the sweeps page lists of each sweep's trials.
+_SEEN = ("model", "agent", "arm", "suite", "kind")
+
+
+@dataclass
+class _Mix:
+    """The latest attempts of one sweep, summed."""
+
+    verdicts: dict[str, int] = field(default_factory=dict)
+    seen: dict[str, set[str]] = field(default_factory=lambda: {k: set() for k in _SEEN})
+    cost: float = 0.0
+
+
+def _filtered(query: Any, f: Filters) -> Any:
+    """`query` of sweeps narrowed to those with trials matching the filters `f`."""
+    for column, value in (
+        (trials.c.suite, f.suite),
+        (trials.c.model, f.model),
+        (trials.c.agent, f.agent),
+        (trials.c.arm, f.arm),
+    ):
+        if value:
+            query = query.where(
+                select(trials.c.sweep_id)
+                .where(trials.c.sweep_id == sweeps.c.id, column == value)
+                .exists()
+            )
+    if f.since:
+        query = query.where(sweeps.c.updated_at >= datetime.fromisoformat(f.since))
+    if f.until:
+        query = query.where(sweeps.c.created_at <= datetime.fromisoformat(f.until))
+    return query
+
+
 class Catalog:
     """The store, read for the viewer."""
 
@@ -112,82 +147,56 @@ class Catalog:
 
     def sweeps(self, f: Filters, page: int = 0, per_page: int = 50) -> tuple[list[SweepRow], int]:
         """A page of sweeps, newest first, and how many match."""
-        query = select(sweeps)
-        for column, value in (
-            (trials.c.suite, f.suite),
-            (trials.c.model, f.model),
-            (trials.c.agent, f.agent),
-            (trials.c.arm, f.arm),
-        ):
-            if value:
-                query = query.where(
-                    select(trials.c.sweep_id)
-                    .where(trials.c.sweep_id == sweeps.c.id, column == value)
-                    .exists()
-                )
-        if f.since:
-            query = query.where(sweeps.c.updated_at >= datetime.fromisoformat(f.since))
-        if f.until:
-            query = query.where(sweeps.c.created_at <= datetime.fromisoformat(f.until))
+        query = _filtered(select(sweeps), f)
         with self.store.engine.connect() as conn:
             total = conn.execute(select(func.count()).select_from(query.subquery())).scalar_one()
             rows = conn.execute(
                 query.order_by(sweeps.c.updated_at.desc()).limit(per_page).offset(page * per_page)
             ).all()
-            ids = [r.id for r in rows]
-            latest = self._latest()
-            mix: dict[str, dict[str, int]] = {i: {} for i in ids}
-            seen: dict[str, dict[str, set[str]]] = {
-                i: {k: set() for k in ("model", "agent", "arm", "suite", "kind")} for i in ids
-            }
-            cost: dict[str, float] = dict.fromkeys(ids, 0.0)
-            if ids:
-                grouped = conn.execute(
-                    select(
-                        latest.c.sweep_id,
-                        latest.c.verdict,
-                        latest.c.model,
-                        latest.c.agent,
-                        latest.c.arm,
-                        latest.c.suite,
-                        latest.c.kind,
-                        func.count().label("n"),
-                        func.sum(latest.c.cost_usd + latest.c.judge_cost_usd).label("cost"),
-                    )
-                    .where(latest.c.sweep_id.in_(ids))
-                    .group_by(
-                        latest.c.sweep_id,
-                        latest.c.verdict,
-                        latest.c.model,
-                        latest.c.agent,
-                        latest.c.arm,
-                        latest.c.suite,
-                        latest.c.kind,
-                    )
-                )
-                for g in grouped:
-                    mix[g.sweep_id][g.verdict] = mix[g.sweep_id].get(g.verdict, 0) + g.n
-                    cost[g.sweep_id] += float(g.cost or 0)
-                    for k in ("model", "agent", "arm", "suite", "kind"):
-                        if getattr(g, k):
-                            seen[g.sweep_id][k].add(getattr(g, k))
+            mixes = self._mixes(conn, [r.id for r in rows])
         return [
             SweepRow(
                 id=r.id,
                 created_at=r.created_at,
                 updated_at=r.updated_at,
                 total=r.total_trials,
-                done=sum(mix[r.id].values()),
-                verdicts=mix[r.id],
-                models=sorted(seen[r.id]["model"]),
-                agents=sorted(seen[r.id]["agent"]),
-                arms=sorted(seen[r.id]["arm"]),
-                suites=sorted(seen[r.id]["suite"]),
-                kinds=sorted(seen[r.id]["kind"]),
-                cost_usd=cost[r.id],
+                done=sum(mixes[r.id].verdicts.values()),
+                verdicts=mixes[r.id].verdicts,
+                models=sorted(mixes[r.id].seen["model"]),
+                agents=sorted(mixes[r.id].seen["agent"]),
+                arms=sorted(mixes[r.id].seen["arm"]),
+                suites=sorted(mixes[r.id].seen["suite"]),
+                kinds=sorted(mixes[r.id].seen["kind"]),
+                cost_usd=mixes[r.id].cost,
             )
             for r in rows
         ], total
+
+    def _mixes(self, conn: Any, ids: list[str]) -> dict[str, _Mix]:
+        """What the latest attempts of each sweep in `ids` hold: verdicts, the models,
+        agents, arms, suites and kinds seen, and the cost."""
+        mixes = {i: _Mix() for i in ids}
+        if not ids:
+            return mixes
+        latest = self._latest()
+        keys = [getattr(latest.c, k) for k in ("sweep_id", "verdict", *_SEEN)]
+        grouped = conn.execute(
+            select(
+                *keys,
+                func.count().label("n"),
+                func.sum(latest.c.cost_usd + latest.c.judge_cost_usd).label("cost"),
+            )
+            .where(latest.c.sweep_id.in_(ids))
+            .group_by(*keys)
+        )
+        for g in grouped:
+            mix = mixes[g.sweep_id]
+            mix.verdicts[g.verdict] = mix.verdicts.get(g.verdict, 0) + g.n
+            mix.cost += float(g.cost or 0)
+            for k in _SEEN:
+                if getattr(g, k):
+                    mix.seen[k].add(getattr(g, k))
+        return mixes
 
     def state(self, sweep_id: str) -> tuple[int, str]:
         """(rows, newest finish) of a sweep: what changes when a trial lands."""
