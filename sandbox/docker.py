@@ -210,22 +210,6 @@ class DockerSandbox(Sandbox):
         spec = self.spec
         # The keeper lives while this process renews the lease (see sandbox/lease.py).
         self._lease = Lease()
-        mounts = [
-            docker.types.Mount(
-                target=LEASE_MOUNT, source=str(self._lease.path), type="bind", read_only=True
-            )
-        ]
-        for m in spec.mounts:
-            if not m.source.is_dir() and not m.source.is_file():
-                raise SandboxError(f"mount source {m.source} does not exist on the host")
-            mounts.append(
-                docker.types.Mount(
-                    target=m.target,
-                    source=str(m.source.resolve()),
-                    type="bind",
-                    read_only=m.read_only,
-                )
-            )
         try:
             self._container = self.client.containers.create(
                 spec.image,
@@ -247,12 +231,8 @@ class DockerSandbox(Sandbox):
                 mem_limit=spec.limits.memory,
                 memswap_limit=spec.limits.memory,
                 nano_cpus=int(spec.limits.cpus * 1e9),
-                labels={
-                    **self.config.labels,
-                    **spec.labels(),
-                    LABEL_LEASE: str(self._lease.path),
-                },
-                mounts=mounts,
+                labels={**self.config.labels, **spec.labels(), LABEL_LEASE: str(self._lease.path)},
+                mounts=self._mounts(),
                 read_only=spec.read_only_root,
                 runtime=self.config.runtime,
             )
@@ -262,14 +242,39 @@ class DockerSandbox(Sandbox):
             raise ImageNotFound(self.image_problem(spec.image) or str(exc)) from exc
         except docker.errors.APIError as exc:
             self.close()
-            runtime = self.config.runtime
-            if runtime and "runtime" in str(exc).lower():
-                raise SandboxUnavailable(
-                    f"the container engine has no runtime {runtime!r} ({exc.explanation}): "
-                    "install it and register it with dockerd (`docker info` lists the "
-                    "runtimes), or remove `runtime:` from the sweep's `backend:` section"
-                ) from exc
-            raise _unavailable(f"start a container from {spec.image!r}", exc) from exc
+            raise self._start_failure(exc) from exc
+
+    def _mounts(self) -> list[docker.types.Mount]:
+        """The lease (read-only) and the spec's folders, each a bind mount."""
+        assert self._lease is not None
+        mounts = [
+            docker.types.Mount(
+                target=LEASE_MOUNT, source=str(self._lease.path), type="bind", read_only=True
+            )
+        ]
+        for m in self.spec.mounts:
+            if not m.source.is_dir() and not m.source.is_file():
+                raise SandboxError(f"mount source {m.source} does not exist on the host")
+            mounts.append(
+                docker.types.Mount(
+                    target=m.target,
+                    source=str(m.source.resolve()),
+                    type="bind",
+                    read_only=m.read_only,
+                )
+            )
+        return mounts
+
+    def _start_failure(self, exc: docker.errors.APIError) -> SandboxUnavailable:
+        """What a refused start means: a runtime the engine lacks, or the engine failed."""
+        runtime = self.config.runtime
+        if runtime and "runtime" in str(exc).lower():
+            return SandboxUnavailable(
+                f"the container engine has no runtime {runtime!r} ({exc.explanation}): "
+                "install it and register it with dockerd (`docker info` lists the "
+                "runtimes), or remove `runtime:` from the sweep's `backend:` section"
+            )
+        return _unavailable(f"start a container from {self.spec.image!r}", exc)
 
     # -- exec -----------------------------------------------------------------------------
 

@@ -455,31 +455,9 @@ class HarnessBaseline(BaseModel):
             for rel in walker.unreadable
         ]
         for rel in sorted(set(now) | set(self.entries)):
-            before, after = self.entries.get(rel), now.get(rel)
-            if is_under(rel, skip) or _digest(before) == _digest(after):
-                continue
-            entry = after if after is not None else before
-            assert entry is not None
-            if entry.cache:
-                if after is not None and not during:
-                    changes.append(
-                        HarnessChange(path=rel, change="added", what=CACHE, action="removed")
-                    )
-                continue
-            change: Change = (
-                "added" if before is None else "removed" if after is None else "changed"
-            )
-            allowed = allowance.allows(rel)
-            changes.append(
-                HarnessChange(
-                    path=rel,
-                    change=change,
-                    what=entry.what,
-                    action=_action(before, allowed=allowed, during=during),
-                    allowed=allowed,
-                    during=during,
-                )
-            )
+            if not is_under(rel, skip):
+                found = _change(rel, self.entries.get(rel), now.get(rel), allowance, during)
+                changes += [found] if found is not None else []
         state = dict(self.entries)
         for found in changes:
             if found.action in ("kept", "not restored") and found.path in now:
@@ -491,6 +469,34 @@ class HarnessBaseline(BaseModel):
             sources_changed=changed,
             after=self.model_copy(update={"entries": state, "sources": sources}),
         )
+
+
+def _change(
+    rel: str,
+    before: HarnessEntry | None,
+    after: HarnessEntry | None,
+    allowance: HarnessAllowance,
+    during: bool,
+) -> HarnessChange | None:
+    """What changed at `rel` and what is done about it (None: nothing that matters)."""
+    if _digest(before) == _digest(after):
+        return None
+    entry = after if after is not None else before
+    assert entry is not None
+    if entry.cache:  # caches the agent left go; those of the commands are theirs
+        if after is None or during:
+            return None
+        return HarnessChange(path=rel, change="added", what=CACHE, action="removed")
+    change: Change = "added" if before is None else "removed" if after is None else "changed"
+    allowed = allowance.allows(rel)
+    return HarnessChange(
+        path=rel,
+        change=change,
+        what=entry.what,
+        action=_action(before, allowed=allowed, during=during),
+        allowed=allowed,
+        during=during,
+    )
 
 
 class HarnessComparison(BaseModel):

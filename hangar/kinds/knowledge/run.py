@@ -22,9 +22,9 @@ from hangar.errors import ConfigError
 from hangar.files import MANIFEST
 from hangar.kinds.knowledge.custody import sealed_suite
 from hangar.kinds.knowledge.formats import Answer, Meta, write_jsonl
-from hangar.kinds.knowledge.questions import DEFAULT_IMAGE, load_questions
+from hangar.kinds.knowledge.questions import DEFAULT_IMAGE, LoadedQuestion, load_questions
 from hangar.models import ModelSpec, check_keys
-from hangar.results import Verdict
+from hangar.results import TrialResult, Verdict
 from hangar.sandbox.config import backend_settings
 from hangar.store import ResultsStore
 from hangar.trials.batch import BatchRunner, TaskBatch
@@ -43,6 +43,39 @@ class ArmRun(BaseModel):
     """Questions without a final result (rerun to resume); no answer file then."""
     files: list[Path]
     """What was written."""
+
+
+def _answers(
+    questions: list[LoadedQuestion], done: dict[str, TrialResult]
+) -> tuple[list[Answer], dict[str, str]]:
+    """The answers given, and why each question without one has none."""
+    answers, unanswered = [], {}
+    for q in questions:
+        result = done.get(q.id)
+        found = result.details.get("answer") if result else None
+        if found:
+            answers.append(Answer.model_validate(found))
+        elif result is not None:
+            unanswered[q.id] = f"{result.verdict.value}: {result.reason}"
+    return answers, unanswered
+
+
+def _write(folder: Path, arm: str, answers: list[Answer], harness: str, model: str) -> list[Path]:
+    """``answers/<arm>.jsonl`` and its ``.meta.json`` (the suite's manifest digest as the
+    knowledge snapshot)."""
+    target = folder / "answers" / f"{arm}.jsonl"
+    write_jsonl(target, list(answers))
+    manifest = (folder / MANIFEST).read_bytes()
+    meta = Meta(
+        harness=harness,
+        date=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        model=model,
+        knowledge_snapshot="repositories at each question's as_of; suite manifest "
+        f"sha256:{hashlib.sha256(manifest).hexdigest()}",
+    )
+    meta_path = folder / "answers" / f"{arm}.meta.json"
+    meta_path.write_text(json.dumps(meta.model_dump(exclude_none=True), indent=1) + "\n")
+    return [target, meta_path]
 
 
 def run_arm(
@@ -83,40 +116,18 @@ def run_arm(
         backend=backend_settings(backend),
     )
     run(batch)
-    store = ResultsStore(store_url)
-    by_question = {
-        r.scenario_id: r
-        for r in store.results(batch.id)
-        if r.scenario_digest in {q.digest for q in questions}
+    results = {r.scenario_id: r for r in ResultsStore(store_url).results(batch.id)}
+    done = {
+        q.id: r for q in questions if (r := results.get(q.id)) and r.scenario_digest == q.digest
     }
-    incomplete = [q.id for q in questions if q.id not in by_question]
-    incomplete += [
-        q.id
-        for q in questions
-        if q.id in by_question and by_question[q.id].verdict is Verdict.INFRA_ERROR
+    incomplete = [
+        q.id for q in questions if q.id not in done or done[q.id].verdict is Verdict.INFRA_ERROR
     ]
-    answers, unanswered = [], {}
-    for q in questions:
-        result = by_question.get(q.id)
-        found = result.details.get("answer") if result else None
-        if found:
-            answers.append(Answer.model_validate(found))
-        elif result is not None:
-            unanswered[q.id] = f"{result.verdict.value}: {result.reason}"
+    answers, unanswered = _answers(questions, done)
     files: list[Path] = []
     if not incomplete:
-        write_jsonl(target, list(answers))
-        manifest = (folder / MANIFEST).read_bytes()
-        meta = Meta(
-            harness=f"hangar knowledge run (sweep {batch.id}, agent {agent.name})",
-            date=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            model=model.id,
-            knowledge_snapshot="repositories at each question's as_of; suite manifest "
-            f"sha256:{hashlib.sha256(manifest).hexdigest()}",
-        )
-        meta_path = folder / "answers" / f"{arm}.meta.json"
-        meta_path.write_text(json.dumps(meta.model_dump(exclude_none=True), indent=1) + "\n")
-        files = [target, meta_path]
+        harness = f"hangar knowledge run (sweep {batch.id}, agent {agent.name})"
+        files = _write(folder, arm, answers, harness, model.id)
     return ArmRun(
         sweep=batch.id,
         answered=len(answers),

@@ -302,24 +302,7 @@ def build_report(
             cost["judge"] += r.judge_usage.cost_usd
             if r.verdict is not Verdict.PASS:
                 not_scored[r.scenario_id] = f"{r.verdict.value}: {r.reason}"
-    all_scores = [s for r in results.values() for s in r.sample_scores.values()]
-    above: list[str] = []
-    below: list[str] = []
-    if baseline is not None and comparable:
-        for label, phase in results.items():
-            before = phase_score(baseline.scores, label)
-            if before is None or phase.avg_score is None:
-                continue
-            (above if phase.avg_score >= before else below).append(phase_name(label))
-    n_regressions = sum(len(r.regressions) for r in results.values())
-    summary = Summary(
-        total_samples=sum(r.samples_run for r in results.values()),
-        overall_avg=_mean(all_scores),
-        phases_above_baseline=above,
-        phases_below_baseline=below,
-        regressions_detected=n_regressions,
-        recommendation=_recommend(results, baseline, comparable, versions),
-    )
+    summary = _summary(results, baseline, comparable, versions)
     return BenchmarkReport(
         run_id=run_id,
         timestamp=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -341,6 +324,30 @@ def build_report(
         trials_not_scored=not_scored,
         split=split,
         samples_left_out=left_out or {},
+    )
+
+
+def _summary(
+    results: dict[str, PhaseResult],
+    baseline: Baseline | None,
+    comparable: bool,
+    versions: dict[str, str],
+) -> Summary:
+    """The run's summary, against `baseline` where it is `comparable`."""
+    above: list[str] = []
+    below: list[str] = []
+    scores = baseline.scores if baseline is not None and comparable else {}
+    for label, phase in results.items():
+        before = phase_score(scores, label)
+        if before is not None and phase.avg_score is not None:
+            (above if phase.avg_score >= before else below).append(phase_name(label))
+    return Summary(
+        total_samples=sum(r.samples_run for r in results.values()),
+        overall_avg=_mean([s for r in results.values() for s in r.sample_scores.values()]),
+        phases_above_baseline=above,
+        phases_below_baseline=below,
+        regressions_detected=sum(len(r.regressions) for r in results.values()),
+        recommendation=_recommend(results, baseline, comparable, versions),
     )
 
 

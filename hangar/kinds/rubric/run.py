@@ -97,19 +97,8 @@ def run_benchmark(
         refuse_other_judge(before, bench)
     check_keys([config.model, bench.judge])
     store = ResultsStore(config.store)
-    # The budget is per run: what earlier runs of this benchmark spent does not count.
-    budget = None if config.budget_usd is None else config.budget_usd + store.cost(bench.id)
-    batch = TaskBatch(
-        id=bench.id,
-        tasks=[s for samples in bench.samples.values() for s in samples],
-        models=[config.model],
-        store=config.store,
-        evidence=config.evidence,
-        budget_usd=budget,
-        max_in_flight=None if config.parallel else 1,
-    )
-    tally = run(batch)
-    results = list(store.results(batch.id))
+    tally = run(_batch(bench, store))
+    results = list(store.results(bench.id))
     report = build_report(
         run_id=next_run_id(_reports(bench), datetime.now(UTC).strftime("%Y-%m-%d")),
         model=config.model.id,
@@ -122,21 +111,43 @@ def run_benchmark(
         left_out=bench.skipped,
     )
     report.trials_not_scored.update(_not_run(bench, results))
+    return BenchmarkRun(
+        report=report,
+        files=_write(bench, report, next_baseline=write_next_baseline),
+        incomplete=tally.not_run,
+        interrupted=tally.interrupted,
+        fail_on_regression=fail_on_regression,
+    )
+
+
+def _batch(bench: Benchmark, store: ResultsStore) -> TaskBatch:
+    """The benchmark's samples as one sweep; its budget is per run (what earlier runs of
+    this benchmark spent does not count)."""
+    config = bench.config
+    budget = None if config.budget_usd is None else config.budget_usd + store.cost(bench.id)
+    return TaskBatch(
+        id=bench.id,
+        tasks=[s for samples in bench.samples.values() for s in samples],
+        models=[config.model],
+        store=config.store,
+        evidence=config.evidence,
+        budget_usd=budget,
+        max_in_flight=None if config.parallel else 1,
+    )
+
+
+def _write(bench: Benchmark, report: BenchmarkReport, *, next_baseline: bool) -> list[Path]:
+    """The report's files (YAML, JSON, HTML) and, with `next_baseline` when nothing got
+    worse and every sample was scored, the next baseline."""
     reports = _reports(bench)
     files = write_report(report, reports)
     html = reports / f"{report.run_id}.html"
     html.write_text(render_html(report, reports / "history.yaml"))
     files.append(html)
     improved = not report.summary.regressions_detected and not report.summary.phases_below_baseline
-    if write_next_baseline and improved and not report.trials_not_scored:
+    if next_baseline and improved and not report.trials_not_scored:
         files.append(write_baseline(bench.folder, report, None, ""))
-    return BenchmarkRun(
-        report=report,
-        files=files,
-        incomplete=tally.not_run,
-        interrupted=tally.interrupted,
-        fail_on_regression=fail_on_regression,
-    )
+    return files
 
 
 def refuse_other_judge(baseline: Baseline, bench: Benchmark) -> None:
