@@ -279,6 +279,41 @@ def _scenario_files(base: Path, patterns: list[str]) -> dict[Path, str]:
 def load_sweep(path: Path) -> Sweep:
     """Load and validate a sweep file; errors name the file and the field."""
     path = path.resolve()
+    config = _sweep_file(path)
+    base = path.parent
+    agents: dict[str, AgentSpec] = {}
+    if config.agents_file:
+        agents.update(load_agents(base / config.agents_file))
+    for name, cfg in config.agents.items():
+        agents[name] = parse_agent(name, cfg, str(path), base)
+    try:
+        arms = [Arm(name=name, plugins=tuple(plugins)) for name, plugins in config.arms.items()]
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: arms: {exc.errors()[0]['msg']}") from None
+    if not arms:
+        raise ConfigError(f"{path}: `arms` is empty (use `control: []` for no plugins)")
+    tasks, unloadable = _tasks(path, config)
+    sweep = Sweep(
+        id=config.id or path.stem,
+        path=path,
+        config=config,
+        tasks=tasks,
+        agents=agents,
+        arms=arms,
+        unloadable=unloadable,
+    )
+    matrix = sweep.matrix()
+    for kind in {kind_of(t.kind).name: kind_of(t.kind) for t in tasks}.values():
+        if not kind.agents(matrix):
+            raise ConfigError(
+                f"{path}: no agents for its {kind.title}: give `agents` or `agents_file` "
+                "(command or chat agents; prompt agents answer decision suites only)"
+            )
+    return sweep
+
+
+def _sweep_file(path: Path) -> SweepFile:
+    """The sweep file's settings, validated."""
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a sweep file must be a YAML mapping")
@@ -288,20 +323,14 @@ def load_sweep(path: Path) -> Sweep:
         raise ConfigError(
             validation_message(str(path), "sweep", exc, path.read_text(errors="replace"))
         ) from None
-    base = path.parent
-    agents: dict[str, AgentSpec] = {}
-    if config.agents_file:
-        agents.update(load_agents(base / config.agents_file))
-    for name, cfg in config.agents.items():
-        agents[name] = parse_agent(name, cfg, str(path), base)
     if not config.models:
         raise ConfigError(f"{path}: `models` is empty")
-    try:
-        arms = [Arm(name=name, plugins=tuple(plugins)) for name, plugins in config.arms.items()]
-    except ValidationError as exc:
-        raise ConfigError(f"{path}: arms: {exc.errors()[0]['msg']}") from None
-    if not arms:
-        raise ConfigError(f"{path}: `arms` is empty (use `control: []` for no plugins)")
+    return config
+
+
+def _tasks(path: Path, config: SweepFile) -> tuple[list[Task], list[UnloadableScenario]]:
+    """The tasks of every file the sweep lists, and the files that do not load."""
+    base = path.parent
     tasks: list[Task] = []
     unloadable: list[UnloadableScenario] = []
     seen: dict[str, Path] = {}
@@ -322,23 +351,7 @@ def load_sweep(path: Path) -> Sweep:
                 )
             seen[task.id] = file
             tasks.append(task.model_copy(update={"suite": suite}) if not task.suite else task)
-    sweep = Sweep(
-        id=config.id or path.stem,
-        path=path,
-        config=config,
-        tasks=tasks,
-        agents=agents,
-        arms=arms,
-        unloadable=unloadable,
-    )
-    matrix = sweep.matrix()
-    for kind in {kind_of(t.kind).name: kind_of(t.kind) for t in tasks}.values():
-        if not kind.agents(matrix):
-            raise ConfigError(
-                f"{path}: no agents for its {kind.title}: give `agents` or `agents_file` "
-                "(command or chat agents; prompt agents answer decision suites only)"
-            )
-    return sweep
+    return tasks, unloadable
 
 
 def _check_sealed(files: dict[Path, str], base: Path) -> None:

@@ -384,20 +384,34 @@ def run_chat_agent(
             trace.event("tool_call", id=final.id, name=final.name, arguments=final.arguments)
             trace.event("agent_end", completed=True, turns=turn)
             return AgentRun(exit_code=0, completed=True, answer=final.arguments), usage
-        outputs = []
-        for call in calls:
-            left = deadline - time.monotonic()
-            trace.event("tool_call", id=call.id, name=call.name, arguments=call.arguments)
-            output = run_tool(agent, sandbox, call, max(min(agent.tool_timeout_s, left), 1.0))
-            trace.event("tool_result", id=call.id, output=output)
-            outputs.append(output)
-        conversation.results(calls, outputs)
-        tokens = usage.input_tokens + usage.output_tokens
-        if agent.max_tokens is not None and tokens >= agent.max_tokens:
-            return _stop(trace, f"token limit reached ({tokens} >= {agent.max_tokens})"), usage
-        if agent.max_cost_usd is not None and usage.cost_usd >= agent.max_cost_usd:
-            return _stop(trace, f"cost limit reached (${usage.cost_usd:.4f})"), usage
+        conversation.results(calls, _run_tools(agent, sandbox, calls, trace, deadline))
+        if (limit := _over_limit(agent, usage)) is not None:
+            return _stop(trace, limit), usage
     return _stop(trace, f"turn limit reached ({agent.max_turns})"), usage
+
+
+def _run_tools(
+    agent: ChatAgent, sandbox: Sandbox, calls: list[_Call], trace: TraceWriter, deadline: float
+) -> list[str]:
+    """Run the tool calls of one turn in the sandbox, in order, each traced."""
+    outputs = []
+    for call in calls:
+        left = deadline - time.monotonic()
+        trace.event("tool_call", id=call.id, name=call.name, arguments=call.arguments)
+        output = run_tool(agent, sandbox, call, max(min(agent.tool_timeout_s, left), 1.0))
+        trace.event("tool_result", id=call.id, output=output)
+        outputs.append(output)
+    return outputs
+
+
+def _over_limit(agent: ChatAgent, usage: Usage) -> str | None:
+    """Which of the agent's token and cost limits its usage reached, in words, or None."""
+    tokens = usage.input_tokens + usage.output_tokens
+    if agent.max_tokens is not None and tokens >= agent.max_tokens:
+        return f"token limit reached ({tokens} >= {agent.max_tokens})"
+    if agent.max_cost_usd is not None and usage.cost_usd >= agent.max_cost_usd:
+        return f"cost limit reached (${usage.cost_usd:.4f})"
+    return None
 
 
 def _stop(trace: TraceWriter, reason: str) -> AgentRun:

@@ -108,7 +108,6 @@ def run_trial(
     trial = runner_for(spec)
     shutil.rmtree(trial.folder, ignore_errors=True)
     trial.artifacts.mkdir(parents=True)
-    uri = sha = None
     try:
         if localise is not None:
             with trial.phase("unpack"):
@@ -135,23 +134,28 @@ def run_trial(
             node=spec.node or socket.gethostname(),
             **trial.outcome(),
         )
-        try:
-            with trial.phase("bundle"):
-                trial.write("result.json", result.model_dump(mode="json"))
-                uri, sha = store_bundle(spec, trial.artifacts, trial.folder / "bundle.tar.gz")
-        except Exception as exc:
-            result = result.model_copy(
-                update={
-                    "verdict": Verdict.INFRA_ERROR,
-                    "reason": f"evidence could not be stored ({type(exc).__name__}: {exc}); "
-                    f"the trial had ended {trial.verdict.value}: {trial.reason}",
-                }
-            )
+        result = _bundled(trial, result)
         with trial.phase("teardown"):
             shutil.rmtree(trial.folder, ignore_errors=True)
-    return result.model_copy(
-        update={"evidence_uri": uri, "evidence_sha256": sha, "timings": dict(trial.timings)}
-    )
+    return result.model_copy(update={"timings": dict(trial.timings)})
+
+
+def _bundled(trial: TrialRun, result: TrialResult) -> TrialResult:
+    """`result` with its evidence bundle stored (an infra_error when it cannot be)."""
+    try:
+        with trial.phase("bundle"):
+            trial.write("result.json", result.model_dump(mode="json"))
+            archive = trial.folder / "bundle.tar.gz"
+            uri, sha = store_bundle(trial.spec, trial.artifacts, archive)
+    except Exception as exc:
+        return result.model_copy(
+            update={
+                "verdict": Verdict.INFRA_ERROR,
+                "reason": f"evidence could not be stored ({type(exc).__name__}: {exc}); "
+                f"the trial had ended {trial.verdict.value}: {trial.reason}",
+            }
+        )
+    return result.model_copy(update={"evidence_uri": uri, "evidence_sha256": sha})
 
 
 def runner_for(spec: TrialSpec) -> TrialRun:

@@ -75,7 +75,6 @@ def benchmark_run(
     report (YAML, JSON, HTML, history.yaml). Exit 0 fine, 1 a regression, 3 not comparable
     or samples without a score, 130 interrupted."""
     from hangar.kinds.rubric.ci import load_ci
-    from hangar.kinds.rubric.formats import Thresholds, load_config
     from hangar.kinds.rubric.run import run_benchmark
 
     if split not in (None, "train", "eval", "holdout"):
@@ -98,16 +97,8 @@ def benchmark_run(
         if not chosen_phases:
             console.print(f"no phase's skill, samples or rubric changed since {esc(changed_since)}")
             raise typer.Exit(0)
-    thresholds = None
     given = {"phase": phase_drop, "sample": sample_drop, "dimension": dimension_drop}
-    if any(v is not None for v in given.values()) or threshold_reason:
-        base = load_config(folder.resolve()).regression.model_dump()
-        chosen = base | {k: v for k, v in given.items() if v is not None}
-        try:
-            thresholds = Thresholds(**chosen | {"reason": threshold_reason or base["reason"]})
-        except ValidationError as exc:
-            why = exc.errors()[0]["msg"].removeprefix("Value error, ")
-            raise ConfigError(f"--phase-drop/--sample-drop/--dimension-drop: {why}") from None
+    thresholds = _thresholds(folder, given, threshold_reason)
     run = run_benchmark(
         folder,
         phases=chosen_phases,
@@ -131,6 +122,21 @@ def benchmark_run(
     raise typer.Exit(run.exit_code)
 
 
+def _thresholds(folder: Path, given: dict[str, float | None], reason: str | None) -> Any:
+    """The regression thresholds the options change (None: the config's own)."""
+    from hangar.kinds.rubric.formats import Thresholds, load_config
+
+    if all(v is None for v in given.values()) and not reason:
+        return None
+    base = load_config(folder.resolve()).regression.model_dump()
+    chosen = base | {k: v for k, v in given.items() if v is not None}
+    try:
+        return Thresholds(**chosen | {"reason": reason or base["reason"]})
+    except ValidationError as exc:
+        why = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"--phase-drop/--sample-drop/--dimension-drop: {why}") from None
+
+
 def _changed(folder: Path, revision: str, wanted: list[str] | None) -> list[str]:
     """The phases (of `wanted`, else all) whose files changed since `revision`."""
     from hangar.kinds.rubric.benchmark import skill_path
@@ -142,6 +148,33 @@ def _changed(folder: Path, revision: str, wanted: list[str] | None) -> list[str]
     affected = changed_phases(folder, config, revision, skills)
     keep = {phase_name(p) for p in wanted} if wanted else None
     return [p for p in affected if keep is None or phase_name(p) in keep]
+
+
+def _print_phase(label: str, r: Any) -> None:
+    """One phase's breakdown, the judge's agreement with people, its regressions."""
+    dims = ", ".join(f"{esc(d)} {v:.2f}" for d, v in r.by_dimension.items())
+    levels = ", ".join(f"{esc(d)} {v:.2f}" for d, v in r.by_difficulty.items())
+    bias = ", ".join(f"{esc(d)} {v:.2f}" for d, v in r.position_bias.items())
+    console.print(
+        f"{esc(label)}: by dimension {dims or '-'}; by difficulty {levels or '-'}",
+        highlight=False,
+    )
+    console.print(f"  position-bias gap: {bias or '-'}", highlight=False)
+    for c in r.calibration:
+        kappa = "-" if c.kappa is None else f"{c.kappa:.2f}"
+        flag = "[red]below 0.6: people still needed[/]" if c.below_bar else "ok"
+        console.print(
+            f"  judge vs people on {esc(c.dimension)}: kappa {kappa}, mean |diff| "
+            f"{c.mean_abs_diff:.2f} over {c.pairs} ({flag})",
+            highlight=False,
+        )
+    for g in r.regressions:
+        err_console.print(
+            f"  [red]regression[/] {g.kind}{esc(f' {g.sample}' if g.sample else '')}: "
+            f"{g.baseline_score:.2f} -> {g.current_score:.2f} ({g.regression})"
+            + esc(f" on {g.affected_dimension}" if g.affected_dimension else ""),
+            highlight=False,
+        )
 
 
 def print_report(report: Any) -> None:
@@ -171,29 +204,7 @@ def print_report(report: Any) -> None:
         )
     console.print(table)
     for label, r in report.results.items():
-        dims = ", ".join(f"{esc(d)} {v:.2f}" for d, v in r.by_dimension.items())
-        levels = ", ".join(f"{esc(d)} {v:.2f}" for d, v in r.by_difficulty.items())
-        bias = ", ".join(f"{esc(d)} {v:.2f}" for d, v in r.position_bias.items())
-        console.print(
-            f"{esc(label)}: by dimension {dims or '-'}; by difficulty {levels or '-'}",
-            highlight=False,
-        )
-        console.print(f"  position-bias gap: {bias or '-'}", highlight=False)
-        for c in r.calibration:
-            kappa = "-" if c.kappa is None else f"{c.kappa:.2f}"
-            flag = "[red]below 0.6: people still needed[/]" if c.below_bar else "ok"
-            console.print(
-                f"  judge vs people on {esc(c.dimension)}: kappa {kappa}, mean |diff| "
-                f"{c.mean_abs_diff:.2f} over {c.pairs} ({flag})",
-                highlight=False,
-            )
-        for g in r.regressions:
-            err_console.print(
-                f"  [red]regression[/] {g.kind}{esc(f' {g.sample}' if g.sample else '')}: "
-                f"{g.baseline_score:.2f} -> {g.current_score:.2f} ({g.regression})"
-                + esc(f" on {g.affected_dimension}" if g.affected_dimension else ""),
-                highlight=False,
-            )
+        _print_phase(label, r)
     s = report.summary
     avg = "-" if s.overall_avg is None else f"{s.overall_avg:.2f}"
     console.print(
