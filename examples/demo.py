@@ -48,7 +48,7 @@ from pathlib import Path
 from hangar.console import console, print_result
 from hangar.kinds.knowledge.custody import import_arm, sealed_suite
 from hangar.kinds.knowledge.render import render as render_knowledge
-from hangar.kinds.knowledge.report import build_report as build_knowledge_report
+from hangar.kinds.knowledge.report import build_gold_set_report
 from hangar.kinds.knowledge.run import run_arm
 from hangar.kinds.knowledge.scan import scan_and_void, suite_canaries
 from hangar.kinds.rubric.cli import print_report
@@ -205,7 +205,7 @@ def knowledge() -> bool:
     console.print(f"repo-search: {run.answered} answered (sweep {run.sweep})", highlight=False)
     found = scan_and_void([folder / "answers"], suite_canaries(folder), [run.sweep])
     console.print(f"canary scan of the answers and the run's evidence: {len(found)} found")
-    report = build_knowledge_report(
+    report = build_gold_set_report(
         suite,
         ["baseline-projects", "baseline-repo-search"],
         baseline="baseline-projects",

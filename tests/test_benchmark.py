@@ -36,7 +36,7 @@ from hangar.kinds.rubric.render import render_html
 from hangar.kinds.rubric.report import (
     BenchmarkReport,
     PhaseResult,
-    build_report,
+    build_benchmark_report,
     compare_reports,
     read_report,
     regressions,
@@ -556,7 +556,7 @@ def report_of(
     judge: str = "judge-1", ci: bool = False, baseline: Baseline | None = None
 ) -> BenchmarkReport:
     rows = [result("P1", 4.5, {"clarity": 4.0}), result("P2", 4.0, {"clarity": 4.0})]
-    return build_report(
+    return build_benchmark_report(
         run_id="bench-2026-11-30-001",
         model="m",
         judge_model=judge,
@@ -649,7 +649,7 @@ def test_the_report_has_the_seeds_fields_and_costs_apart(tmp_path: Path) -> None
 def test_the_html_report_escapes_and_renders_in_chromium(tmp_path: Path) -> None:
     hostile = "<img src=x onerror=alert(1)>"
     rows = [result("P1<b>", 4.5, {hostile: 4.0}), result("P2", 2.0, {hostile: 1.0})]
-    report = build_report(
+    report = build_benchmark_report(
         run_id="bench-2026-11-30-001",
         model="m<script>",
         judge_model="judge-1",

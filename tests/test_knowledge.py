@@ -21,7 +21,7 @@ from hangar.cli import app
 from hangar.errors import ConfigError
 from hangar.kinds.knowledge.custody import load_suite, seal, sealed_suite
 from hangar.kinds.knowledge.formats import Key, Label, Source
-from hangar.kinds.knowledge.report import build_report, keep
+from hangar.kinds.knowledge.report import build_gold_set_report, keep
 from hangar.kinds.knowledge.scan import scan_and_void, suite_canaries
 from hangar.kinds.knowledge.scoring import classify, cohen_kappa, score_question
 from hangar.scores.stats import wilson
@@ -65,6 +65,13 @@ def make_suite(tmp_path: Path, n: int = 4) -> Path:
             for i in range(n)
         ],
     )
+    return folder
+
+
+def make_sealed(tmp_path: Path, n: int = 4) -> Path:
+    """A sealed suite of `n` questions."""
+    folder = make_suite(tmp_path, n)
+    seal(folder)
     return folder
 
 
@@ -156,8 +163,7 @@ def test_seal_writes_canaries_and_the_manifest_and_refuses_twice(tmp_path: Path)
 
 
 def test_a_canary_found_voids_the_whole_suite(tmp_path: Path) -> None:
-    folder = make_suite(tmp_path)
-    seal(folder)
+    folder = make_sealed(tmp_path)
     suite = sealed_suite(folder)
     leaked = suite.keys["q2"].canary or ""
     answers(folder, "a", [{"id": "q0", "answer": "x", "citations": []}])
@@ -399,7 +405,7 @@ def test_the_report_numbers_and_the_json_contract(tmp_path: Path) -> None:
     )
     assert again["comparisons"] == data["comparisons"]
     # the other way round, nobody is shown to lose
-    reverse = build_report(sealed_suite(folder), [], baseline="cand", candidate="base")
+    reverse = build_gold_set_report(sealed_suite(folder), [], baseline="cand", candidate="base")
     assert {c.sentence for c in reverse.comparisons} == {
         "baseline is not shown to lose by 15 points"
     }
@@ -414,7 +420,9 @@ def test_pending_answers_are_never_scored(tmp_path: Path) -> None:
     folder = scored_suite(tmp_path)
     rows = [json.loads(x) for x in (folder / "labels" / "cand.jsonl").read_text().splitlines()]
     jsonl(folder / "labels" / "cand.jsonl", [r for r in rows if r["id"] not in ("q1", "q2")])
-    report = build_report(sealed_suite(folder), ["cand"], baseline="base", candidate="cand")
+    report = build_gold_set_report(
+        sealed_suite(folder), ["cand"], baseline="base", candidate="cand"
+    )
     cand = report.arms[1] if report.arms[1].arm == "cand" else report.arms[0]
     assert (cand.pending, cand.scored) == (2, 18)
     assert next(m for m in cand.metrics if m.metric == "correctness").n == 18
@@ -461,8 +469,7 @@ def test_the_gate_keeps_a_baseline_and_fails_a_losing_candidate(tmp_path: Path) 
 
 
 def test_labelling_in_the_terminal(tmp_path: Path) -> None:
-    folder = make_suite(tmp_path, 3)
-    seal(folder)
+    folder = make_sealed(tmp_path, 3)
     answers(
         folder,
         "a",
@@ -492,8 +499,7 @@ def test_labelling_in_the_terminal(tmp_path: Path) -> None:
 
 
 def test_importing_an_external_arm(tmp_path: Path) -> None:
-    folder = make_suite(tmp_path)
-    seal(folder)
+    folder = make_sealed(tmp_path)
     good = jsonl(tmp_path / "ext.jsonl", [{"id": "q0", "answer": "a", "citations": []}])
     out = runner.invoke(
         app, ["knowledge", "import", str(folder), "--arm", "ext", "--answers", str(good)]

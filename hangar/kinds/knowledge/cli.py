@@ -181,7 +181,7 @@ def knowledge_score(
     difference and the rule. Exit 3 when the suite is void."""
     from hangar.kinds.knowledge.custody import sealed_suite
     from hangar.kinds.knowledge.render import render
-    from hangar.kinds.knowledge.report import build_report
+    from hangar.kinds.knowledge.report import build_gold_set_report
 
     if fmt not in ("text", "md", "html", "json"):
         raise ConfigError(f"--format {fmt!r}: choose text, md, html or json")
@@ -189,7 +189,7 @@ def knowledge_score(
     arms = arm or []
     if not arms and not baseline:
         arms = sorted(p.name.removesuffix(".jsonl") for p in (suite / "answers").glob("*.jsonl"))
-    report = build_report(
+    report = build_gold_set_report(
         loaded, arms, baseline=baseline, candidate=candidate, margin=margin / 100, seed=seed
     )
     text = render(report, fmt)

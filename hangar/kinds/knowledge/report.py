@@ -232,7 +232,7 @@ def compare(
     return found
 
 
-def build_report(
+def build_gold_set_report(
     suite: Suite,
     arms: list[str],
     *,

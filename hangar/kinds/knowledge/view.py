@@ -42,7 +42,7 @@ def suite_page(params: dict[str, str], query: dict[str, str], suites: list[Path]
     """A gold set's report in the viewer, its arms compared as the query asks."""
     from hangar.kinds.knowledge.custody import sealed_suite
     from hangar.kinds.knowledge.render import render_html
-    from hangar.kinds.knowledge.report import build_report
+    from hangar.kinds.knowledge.report import build_gold_set_report
 
     name = params["name"]
     folder = next((s for s in suites if s.name == name), None)
@@ -50,7 +50,7 @@ def suite_page(params: dict[str, str], query: dict[str, str], suites: list[Path]
         raise LookupError(f"no knowledge suite {name!r} given")
     suite = sealed_suite(folder)
     arms = sorted(p.name.removesuffix(".jsonl") for p in (folder / "answers").glob("*.jsonl"))
-    report = build_report(
+    report = build_gold_set_report(
         suite,
         arms,
         baseline=query.get("baseline") or None,

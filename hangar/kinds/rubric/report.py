@@ -272,7 +272,7 @@ def _drop(
     )
 
 
-def build_report(
+def build_benchmark_report(
     *,
     run_id: str,
     model: str,

@@ -21,7 +21,7 @@ from hangar.kinds.rubric.formats import Baseline, Thresholds
 from hangar.kinds.rubric.render import render_html
 from hangar.kinds.rubric.report import (
     BenchmarkReport,
-    build_report,
+    build_benchmark_report,
     load_baseline,
     next_run_id,
     write_baseline,
@@ -99,7 +99,7 @@ def run_benchmark(
     store = ResultsStore(config.store)
     tally = run(_batch(bench, store))
     results = list(store.results(bench.id))
-    report = build_report(
+    report = build_benchmark_report(
         run_id=next_run_id(_reports(bench), datetime.now(UTC).strftime("%Y-%m-%d")),
         model=config.model.id,
         judge_model=bench.judge.id,
