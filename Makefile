@@ -7,7 +7,7 @@ HANGAR  := $(VENV)/bin/hangar
 BASE_IMAGE ?= hangar/base:bookworm
 EXTRAS  ?= dev,s3,postgres,k8s
 
-.PHONY: demo test check fmt venv docker services base-image helm clean
+.PHONY: demo test check docs fmt venv docker services base-image helm clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,10 +44,16 @@ check: venv
 	$(PY) scripts/typecheck-tree.py
 	$(VENV)/bin/mypy -p hangar
 	$(PY) scripts/lint-imports.py --no-cache
+	$(MAKE) docs
+
+# The documentation site, into site/ (generated pages first: the CLI, the schemas, the tutorial).
+docs: venv
+	$(PY) scripts/gen-docs.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 fmt: venv
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .typecheck build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .typecheck site build *.egg-info .pytest_cache .mypy_cache .ruff_cache

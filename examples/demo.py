@@ -9,19 +9,19 @@
    on 127.0.0.1:8765; with OPENAI_API_KEY set, a real provider (HANGAR_DEMO_MODEL,
    default gpt-4o-mini).
 
-3. `examples/decision/sweep.yaml`: a decision suite (seed 001): eight cases over two
+3. `examples/decision/sweep.yaml`: a decision suite: eight cases over two
    skills, each answered with the skill supplied (arm skill) and without it (arm control)
    by the scripted model, graded by the choice grader; then the paired comparison with
    fixed roles (control as the baseline, skill as the candidate).
 
-4. `examples/sdd-benchmark/`: a rubric benchmark (seed 002), two phases of four samples,
+4. `examples/sdd-benchmark/`: a rubric benchmark, two phases of four samples,
    each written by the scripted model with the phase's skill and scored by structural
    checks and the scripted judge (one call per dimension, both orderings), against
    `baselines/baseline-v1.yaml`: the report shows the regression of BENCH-PROP-003 (a
    poorer proposal) on risk_coverage, which is the gate's exit status 1. It runs in a
    copy under ./runs/sdd-benchmark, whose reports/ keeps the history of every demo run.
 
-5. `examples/knowledge/`: a sealed knowledge gold set (seed 003), eleven questions over
+5. `examples/knowledge/`: a sealed knowledge gold set, eleven questions over
    `repos/handbook.bundle`. The external arm `baseline-projects` (answers a person got
    from another system) is imported; the repo-search arm runs as trials (each question
    in a sandbox with the repository read-only at its `as_of`, an agent with only list,

@@ -45,7 +45,7 @@ class Question(_Line):
     question: str = Field(min_length=1)
     """The question, written by a person."""
     kind: Literal["decision-why", "blocker", "what-changed", "how-to", "who-owns"]
-    """One of the seed's five kinds."""
+    """One of the five kinds of question."""
     as_of: str | dict[str, str]
     """The repository commits an arm may read."""
     scope: Any = None

@@ -59,7 +59,7 @@ class Sample(_Strict):
     name: str
     """What it is about."""
     difficulty: Literal["easy", "medium", "hard"]
-    """The seed's difficulty levels."""
+    """The format's difficulty levels."""
     tags: tuple[str, ...] = ()
     """Domain, difficulty and pattern tags."""
     input: dict[str, Any]
@@ -179,7 +179,7 @@ class Dimension(_Strict):
     description: str
     """What it means, for the judge."""
     scale: Literal["1-5"] = "1-5"
-    """The scale (the seed's 1-5)."""
+    """The scale (the format's 1-5)."""
     anchors: dict[int, str] = Field(default_factory=dict)
     """What scores mean (1, 3, 5...)."""
     checks: tuple[Check, ...] = ()
@@ -243,7 +243,7 @@ class RubricFile(_Strict):
 
 
 class Thresholds(_Strict):
-    """When a drop is a regression (the seed's defaults). Changed ones need a reason."""
+    """When a drop is a regression (the format's defaults). Changed ones need a reason."""
 
     phase: float = Field(default=0.3, ge=0)
     """Points a phase's average may drop."""
@@ -265,7 +265,7 @@ class Thresholds(_Strict):
 
 
 class Config(_Strict):
-    """``config.yaml`` (the seed's ``benchmark_run.config``, and hangar's additions)."""
+    """``config.yaml`` (the benchmark format's ``benchmark_run.config``, and hangar's additions)."""
 
     phases: tuple[str, ...] = Field(min_length=1)
     """The phases to benchmark (folders under ``datasets/``)."""
