@@ -34,6 +34,7 @@ from typing import ClassVar, Literal, Self, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from hangar.errors import SandboxError
 from hangar.files import parse_size
 
 MiB = 1024 * 1024
@@ -539,6 +540,15 @@ class Sandbox(ABC):
         removal override it, so a caller can kill at once and remove in the background.
         """
         self.close()
+
+    #: Whether `restart` is supported.
+    restartable: ClassVar[bool] = False
+
+    def restart(self) -> None:
+        """End every process in the sandbox and start it again, its file system as the
+        processes left it (the verifier of an image task runs in what the agent left,
+        with nothing of the agent still running)."""
+        raise SandboxError(f"the {self.backend} backend cannot restart a sandbox")
 
     @abstractmethod
     def close(self) -> None:

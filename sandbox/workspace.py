@@ -196,19 +196,48 @@ def diff_against_pin(
         "GIT_WORK_TREE": str(workspace),
         "GIT_INDEX_FILE": str(scratch / "index"),
     }
-    safe = ("-c", "safe.directory=*", "-c", "core.fsmonitor=false", "-c", "core.quotePath=false")
-    _git(*safe, "read-tree", revision, cwd=workspace, env=env)
-    _git(*safe, "add", "--all", cwd=workspace, env=env)
-    changes = _git(*safe, "diff", "--cached", "--name-status", revision, cwd=workspace, env=env)
+    _git(*_SAFE, "read-tree", revision, cwd=workspace, env=env)
+    return _diff_index(revision, workspace, env, git_dir, diff, force=False)
+
+
+def diff_against_tree(
+    initial: Path, workspace: Path, scratch: Path, diff: Path
+) -> WorkspaceChanges:
+    """Diff `workspace` against the folder `initial` (its content when the trial began)
+    into the file `diff`, with a repository of hangar's own in `scratch` as
+    `diff_against_pin` does; ignore files count for nothing (every file is compared)."""
+    git_dir = scratch / "git"
+    shutil.rmtree(git_dir, ignore_errors=True)
+    scratch.mkdir(parents=True, exist_ok=True)
+    _git("init", "--quiet", "--bare", str(git_dir))
+    env = {"GIT_DIR": str(git_dir), "GIT_INDEX_FILE": str(scratch / "index")}
+    _git(*_SAFE, "add", "--all", "--force", cwd=initial, env={**env, "GIT_WORK_TREE": str(initial)})
+    tree = _git(*_SAFE, "write-tree", cwd=initial, env=env).strip()
+    (scratch / "index").unlink(missing_ok=True)
+    env["GIT_WORK_TREE"] = str(workspace)
+    return _diff_index(tree, workspace, env, git_dir, diff, force=True)
+
+
+_SAFE = ("-c", "safe.directory=*", "-c", "core.fsmonitor=false", "-c", "core.quotePath=false")
+
+
+def _diff_index(
+    base: str, workspace: Path, env: dict[str, str], git_dir: Path, diff: Path, *, force: bool
+) -> WorkspaceChanges:
+    """Every file of `workspace` into the index of `env`, diffed against `base` (a commit
+    or a tree) into `diff` (`force`: ignored files too); the repository and its index
+    removed afterwards."""
+    _git(*_SAFE, "add", "--all", *(("--force",) if force else ()), cwd=workspace, env=env)
+    changes = _git(*_SAFE, "diff", "--cached", "--name-status", base, cwd=workspace, env=env)
     with diff.open("wb") as out:
         _git(
-            *safe,
+            *_SAFE,
             "diff",
             "--cached",
             "--binary",
             "--no-ext-diff",
             "--no-textconv",
-            revision,
+            base,
             cwd=workspace,
             env=env,
             stdout=out,
@@ -218,7 +247,7 @@ def diff_against_pin(
         with diff.open("r+b") as out:
             out.truncate(DIFF_LIMIT)
     shutil.rmtree(git_dir, ignore_errors=True)
-    (scratch / "index").unlink(missing_ok=True)
+    Path(env["GIT_INDEX_FILE"]).unlink(missing_ok=True)
     return WorkspaceChanges(changes=changes, diff_truncated=truncated)
 
 

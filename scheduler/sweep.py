@@ -113,6 +113,12 @@ class SweepFile(BaseModel):
     """Slots, window and caps."""
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     """Retries of infrastructure failures."""
+    image_map: dict[str, str] = Field(default_factory=dict)
+    """Image references rewritten for image tasks (Harbor tasks): their ``FROM`` lines and
+    ``docker_image``; keys are references or fnmatch patterns (``ubuntu:*``), for a mirror
+    or a machine's own images."""
+    reward_threshold: float | None = Field(default=None, ge=0, le=1)
+    """The reward at or above which an image task's trial passes (default 1)."""
 
 
 class UnloadableScenario(BaseModel):
@@ -263,9 +269,15 @@ def _scenario_files(base: Path, patterns: list[str]) -> dict[Path, str]:
     for pattern in patterns:
         target = base / pattern
         suite = ""
-        if target.is_dir():  # a suite: its scenario.yaml and *.scenario.yaml files
+        if target.is_dir():  # a suite: its scenario files and task folders (task.toml)
             suite = target.resolve().name
-            found = sorted({*target.rglob("scenario.yaml"), *target.rglob("*.scenario.yaml")})
+            found = sorted(
+                {
+                    *target.rglob("scenario.yaml"),
+                    *target.rglob("*.scenario.yaml"),
+                    *target.rglob("task.toml"),
+                }
+            )
         else:
             # glob.glob, not Path.glob: a pattern may be absolute
             found = sorted(Path(p) for p in glob.glob(str(target), recursive=True))  # noqa: PTH207
@@ -336,9 +348,10 @@ def _tasks(path: Path, config: SweepFile) -> tuple[list[Task], list[UnloadableSc
     seen: dict[str, Path] = {}
     files = _scenario_files(base, config.scenarios)
     _check_sealed(files, base)
+    options = {"image_map": config.image_map, "reward_threshold": config.reward_threshold}
     for file, suite in files.items():
         try:
-            found = _load_tasks(file)
+            found = [kind_of(t.kind).configure(t, options) for t in _load_tasks(file)]
         except HangarError as exc:
             unloadable.append(_unloadable(file, base, suite, str(exc)))
             continue
@@ -381,7 +394,7 @@ def _kind_of_file(file: Path, data: Any) -> Kind:
 
 def _load_tasks(file: Path) -> list[Task]:
     """A task file's tasks (a scenario, a decision suite's cases)."""
-    data = read_yaml(file)
+    data = read_yaml(file) if file.suffix in (".yaml", ".yml") else None
     return _kind_of_file(file, data).load(file, data)
 
 

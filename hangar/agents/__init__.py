@@ -3,7 +3,8 @@
 A `command` agent runs a CLI inside the sandbox (Codex, Claude Code, a script); it
 reaches its model through the relay. A `chat` agent is a loop on the host whose tool
 calls run in the sandbox. A `prompt` agent asks its model once, with no sandbox and no
-tools (decision cases). Agent configs are pydantic models tagged by `kind`. An agents
+tools (decision cases). A `reference` agent is a task's own solution (``oracle``) or
+nothing (``nop``). Agent configs are pydantic models tagged by `kind`. An agents
 file is a YAML mapping of name -> config (``kind`` defaults to ``command``).
 """
 
@@ -18,20 +19,25 @@ from hangar.agents.chat import ChatAgent, run_chat_agent
 from hangar.agents.command import AgentRun, CommandAgent, run_command_agent
 from hangar.agents.presets import expand_preset
 from hangar.agents.prompt import PromptAgent
+from hangar.agents.reference import NOP, ORACLE, ReferenceAgent
 from hangar.errors import ConfigError
 from hangar.files import read_yaml
 from hangar.validation import validation_message
 
 #: Every kind of agent config, told apart by `kind`.
-AgentSpec = Annotated[CommandAgent | ChatAgent | PromptAgent, Field(discriminator="kind")]
-_AGENT: TypeAdapter[CommandAgent | ChatAgent | PromptAgent] = TypeAdapter(AgentSpec)
+AgentSpec = Annotated[
+    CommandAgent | ChatAgent | PromptAgent | ReferenceAgent, Field(discriminator="kind")
+]
+_AGENT: TypeAdapter[CommandAgent | ChatAgent | PromptAgent | ReferenceAgent] = TypeAdapter(
+    AgentSpec
+)
 
 
 _RUNNERS = {".py": "python3", ".sh": "bash"}
 
 
 def sandbox_agents(agents: dict[str, AgentSpec]) -> list[AgentSpec]:
-    """The agents that work in a sandbox (command and chat agents)."""
+    """The agents that work in a sandbox (command, chat and reference agents)."""
     return [a for a in agents.values() if not isinstance(a, PromptAgent)]
 
 
@@ -81,11 +87,14 @@ def load_agents(path: Path) -> dict[str, AgentSpec]:
 
 
 __all__ = [
+    "NOP",
+    "ORACLE",
     "AgentRun",
     "AgentSpec",
     "ChatAgent",
     "CommandAgent",
     "PromptAgent",
+    "ReferenceAgent",
     "load_agents",
     "parse_agent",
     "prompt_agents",

@@ -32,7 +32,9 @@ def image_build_base(
         typer.Option("--with", help="Also build <tag>-<cli> with an agent CLI (codex, claude)."),
     ] = None,
 ) -> None:
-    """Build the base sandbox image from Debian's packages, with no registry."""
+    """Build the base sandbox image from Debian's packages, with no registry, and its stock
+    variant ``<tag>-stock`` (root by default, ``/`` as its working directory, as stock
+    Debian images are: the image that a task's ``FROM debian:*`` is mapped onto offline)."""
     from hangar.sandbox.images import BaseImageRecipe, build_base_image
 
     recipe = BaseImageRecipe(extra_packages=tuple(package or ()))
@@ -45,6 +47,10 @@ def image_build_base(
         console.print(f"built {outcome.tag} ({outcome.image_id[:19]}) in {outcome.seconds:.0f} s")
     else:
         console.print(f"{outcome.tag} is up to date (recipe {recipe.digest()[:12]}); nothing to do")
+    from hangar.sandbox.task_images import stock_image
+
+    stock = stock_image(tag)
+    console.print(f"{stock.tag}: the stock variant (root, /) that image maps point debian:* at")
     for cli in with_cli or []:
         from hangar.sandbox.images import build_agent_image
 

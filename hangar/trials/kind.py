@@ -121,6 +121,10 @@ class Kind(ABC):
         """The tasks of the file `path` (`data`: its parsed YAML)."""
         raise NotImplementedError(f"{self.title} are not listed in sweep files")
 
+    def configure(self, task: Task, options: dict[str, Any]) -> Task:
+        """`task` with the sweep's `options` that concern it (e.g. an ``image_map``)."""
+        return task
+
     @abstractmethod
     def agents(self, matrix: Matrix) -> list[AgentSpec]:
         """The agents of the sweep that run this kind's tasks."""

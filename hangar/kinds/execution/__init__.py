@@ -15,6 +15,7 @@ from typing import Any
 
 from hangar.agents import AgentSpec, sandbox_agents
 from hangar.files import tree_digest
+from hangar.kinds.execution.imagetask import ImageTask
 from hangar.kinds.execution.scenario import LoadedScenario
 from hangar.kinds.execution.sources import source_of
 from hangar.models import ModelSpec
@@ -25,10 +26,13 @@ from hangar.trials.kind import Fetch, Kind, Matrix, Put, ViewSettings
 from hangar.trials.spec import Arm, Task, TrialSpec, new_spec
 
 
-def plugin_bytes_digest(loaded: LoadedScenario, arm: Arm) -> str:
-    """sha256 over the selected plugins' names and bytes."""
+def plugin_bytes_digest(loaded: ExecutionTask, arm: Arm) -> str:
+    """sha256 over the selected plugins' names and bytes (an image task has none)."""
     parts = []
     for name in sorted(arm.plugins):
+        if not isinstance(loaded, LoadedScenario):
+            parts.append([name, "absent"])
+            continue
         try:
             source = loaded.local(loaded.scenario.plugin(name).source)
             parts.append([name, tree_digest(source)])
@@ -37,8 +41,12 @@ def plugin_bytes_digest(loaded: LoadedScenario, arm: Arm) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
+#: The tasks of the execution kind: a git scenario, or a task whose fixture is its image.
+ExecutionTask = LoadedScenario | ImageTask
+
+
 def single_trial(
-    loaded: LoadedScenario,
+    loaded: ExecutionTask,
     agent: AgentSpec,
     arm: Arm,
     *,
@@ -84,8 +92,16 @@ class ExecutionKind(Kind):
         assert source is not None
         return list(source.load(path, data))
 
+    def configure(self, task: Task, options: dict[str, Any]) -> Task:
+        """An image task with the sweep's image map and reward threshold."""
+        if not isinstance(task, ImageTask):
+            return task
+        return task.configured(
+            image_map=options.get("image_map") or {}, threshold=options.get("reward_threshold")
+        )
+
     def agents(self, matrix: Matrix) -> list[AgentSpec]:
-        """Command and chat agents."""
+        """Command, chat and reference agents."""
         return sandbox_agents(matrix.agents)
 
     def arms(self, task: Task | None, matrix: Matrix) -> list[Arm]:
@@ -96,7 +112,7 @@ class ExecutionKind(Kind):
         self, task: Task, agent: AgentSpec, arm: Arm, model: ModelSpec, repeat: int, m: Matrix
     ) -> TrialSpec:
         """`single_trial` in the sweep."""
-        assert isinstance(task, LoadedScenario)
+        assert isinstance(task, LoadedScenario | ImageTask)
         return single_trial(
             task,
             agent,
@@ -109,7 +125,11 @@ class ExecutionKind(Kind):
         )
 
     def runner(self, spec: TrialSpec) -> TrialRun:
-        """The execution trial."""
+        """The execution trial (of a git scenario, or of an image task)."""
+        if isinstance(spec.task, ImageTask):
+            from hangar.kinds.execution.image_trial import ImageTaskTrial
+
+            return ImageTaskTrial(spec)
         from hangar.kinds.execution.trial import ExecutionTrial
 
         return ExecutionTrial(spec)
@@ -121,6 +141,8 @@ class ExecutionKind(Kind):
         from hangar.sandbox import sandbox_class
         from hangar.sandbox.workspace import MirrorCache
 
+        if isinstance(task, ImageTask):
+            return [f"{task.id}: {p}" for p in task.blocked]
         assert isinstance(task, LoadedScenario)
         mirrors = MirrorCache(cache_dir() / "mirrors")
         image_problem = sandbox_class(matrix.backend.kind).image_problem
@@ -135,7 +157,9 @@ class ExecutionKind(Kind):
         return found
 
     def image(self, task: Task) -> str | None:
-        """The scenario's image."""
+        """The scenario's image (an image task's is built on the node: None)."""
+        if isinstance(task, ImageTask):
+            return task.mapped(task.image.reference) if task.image.reference else None
         assert isinstance(task, LoadedScenario)
         return task.scenario.image
 
@@ -160,4 +184,11 @@ class ExecutionKind(Kind):
 
 KIND = ExecutionKind()
 
-__all__ = ["KIND", "LoadedScenario", "plugin_bytes_digest", "single_trial"]
+__all__ = [
+    "KIND",
+    "ExecutionTask",
+    "ImageTask",
+    "LoadedScenario",
+    "plugin_bytes_digest",
+    "single_trial",
+]

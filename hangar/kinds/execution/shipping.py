@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hangar.errors import ConfigError
+from hangar.kinds.execution.imagetask import ImageTask
 from hangar.kinds.execution.scenario import LoadedScenario, referenced_files
 from hangar.sandbox.archive import extract_untrusted
 from hangar.trials.kind import Fetch, Put
@@ -104,8 +105,12 @@ class Shipper:
 
     def __call__(self, task: Task) -> tuple[Any, str | None, Any]:
         """(package, repository sha256, repository bundle) of a scenario's trial."""
-        assert isinstance(task, LoadedScenario)
         digest = task.digest
+        if isinstance(task, ImageTask):  # its folder is the whole task
+            if digest not in self._packages:
+                self._packages[digest] = self._put(pack_folder(task.folder))
+            return self._packages[digest], None, None
+        assert isinstance(task, LoadedScenario)
         if digest not in self._packages:
             self._packages[digest] = self._put(pack_scenario(task))
         repo = local_repository(task)
@@ -123,10 +128,37 @@ def localise(spec: TrialSpec, shipped: Any, fetch: Fetch, cache: Path) -> TrialS
     if shipped is None:
         return spec
     package, key, repository = shipped
+    if isinstance(spec.task, ImageTask):
+        folder = _unpack(spec.task.digest, fetch(package), cache) / spec.task.folder.name
+        task = spec.task.model_copy(update={"folder": folder, "path": folder / spec.task.path.name})
+        return spec.model_copy(update={"task": task})
     assert isinstance(spec.task, LoadedScenario)
     repo = (key, fetch(repository)) if key and repository is not None else None
     scenario = unpack_scenario(spec.task, fetch(package), cache, repo)
     return spec.model_copy(update={"task": scenario})
+
+
+def pack_folder(folder: Path) -> bytes:
+    """A tar.gz of `folder` (an image task's folder), the folder itself its top entry."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(folder, arcname=folder.name)
+    return buf.getvalue()
+
+
+def _unpack(digest: str, package: Data, cache: Path) -> Path:
+    """The package unpacked once per node, under ``cache/scenarios/<digest>``."""
+    target = cache / "scenarios" / digest
+    if not (target / _COMPLETE).exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".unpacking-"))
+        extract_untrusted(io.BytesIO(_bytes(package)), staging, strip=0, limit=1 << 40)
+        (staging / _COMPLETE).touch()
+        try:
+            staging.rename(target)
+        except OSError:  # another worker of this node got there first
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def _bytes(data: Data) -> bytes:
@@ -142,16 +174,7 @@ def unpack_scenario(
     """`loaded` as read from its `package`, unpacked once per node under
     ``cache/scenarios``; with `repository` ((sha256, bundle) from `pack_repository`),
     the repository is the bundle, written once per node under ``cache/repositories``."""
-    target = cache / "scenarios" / loaded.digest
-    if not (target / _COMPLETE).exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".unpacking-"))
-        extract_untrusted(io.BytesIO(_bytes(package)), staging, strip=0, limit=1 << 40)
-        (staging / _COMPLETE).touch()
-        try:
-            staging.rename(target)
-        except OSError:  # another worker of this node got there first
-            shutil.rmtree(staging, ignore_errors=True)
+    target = _unpack(loaded.digest, package, cache)
     update: dict[str, object] = {"path": target / (target / _WHERE).read_text()}
     if repository is not None:
         key, data = repository

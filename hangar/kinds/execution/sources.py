@@ -1,10 +1,11 @@
 """Task sources of the execution kind: where its scenarios come from.
 
-A source reads one format of task files and turns each task into a `LoadedScenario`, so
-admission, the trial, evidence, verdicts, scores and reports work the same whatever the
-format. Today's source is hangar's scenario YAML (`ScenarioFile`); the field's formats
-(Harbor task directories, SWE-bench instances) are sources too. A field a source cannot
-honour makes its task ``blocked_setup`` with the reason, never silently dropped.
+A source reads one format of task files and turns each task into an execution task (a
+`LoadedScenario` of a git repository, or an `ImageTask` whose fixture is its image), so
+admission, evidence, verdicts, scores and reports work the same whatever the format.
+The sources: hangar's scenario YAML (`ScenarioFile`) and Harbor task directories
+(`HarborTaskDir`). A field a source cannot honour makes its task ``blocked_setup`` with
+the reason, never silently dropped.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
-from hangar.kinds.execution.scenario import LoadedScenario, load_scenario
+from hangar.kinds.execution.harbor import TASK_FILE, load_task
+from hangar.kinds.execution.scenario import load_scenario
+from hangar.trials.spec import Task
 
 
 class TaskSource(ABC):
@@ -27,7 +30,7 @@ class TaskSource(ABC):
         """Whether the file at `path` (`data`: its parsed YAML, or None) is of this format."""
 
     @abstractmethod
-    def load(self, path: Path, data: Any) -> list[LoadedScenario]:
+    def load(self, path: Path, data: Any) -> list[Task]:
         """Its tasks, validated and digested (errors name the file and the field)."""
 
 
@@ -38,15 +41,31 @@ class ScenarioFile(TaskSource):
 
     def recognizes(self, path: Path, data: Any) -> bool:
         """A YAML file that is not another kind's (no ``kind:`` other than ``scenario``)."""
+        if path.suffix not in (".yaml", ".yml"):
+            return False
         return not isinstance(data, dict) or data.get("kind", "scenario") == "scenario"
 
-    def load(self, path: Path, data: Any) -> list[LoadedScenario]:
+    def load(self, path: Path, data: Any) -> list[Task]:
         """The one scenario of the file."""
         return [load_scenario(path)]
 
 
+class HarborTaskDir(TaskSource):
+    """A Harbor task directory, named by its ``task.toml`` (`hangar.kinds.execution.harbor`)."""
+
+    name = "Harbor task"
+
+    def recognizes(self, path: Path, data: Any) -> bool:
+        """A file called task.toml."""
+        return path.name == TASK_FILE
+
+    def load(self, path: Path, data: Any) -> list[Task]:
+        """The one task of the folder."""
+        return [load_task(path)]
+
+
 #: Every source, asked in order.
-SOURCES: tuple[TaskSource, ...] = (ScenarioFile(),)
+SOURCES: tuple[TaskSource, ...] = (HarborTaskDir(), ScenarioFile())
 
 
 def source_of(path: Path, data: Any) -> TaskSource | None:

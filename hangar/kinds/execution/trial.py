@@ -10,40 +10,31 @@ verification. docs/architecture.md walks through it.
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import socket
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import suppress
+from concurrent.futures import Future
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
-from hangar.agents import AgentRun, ChatAgent, CommandAgent, run_chat_agent, run_command_agent
 from hangar.agents.command import CONTEXT_FILE
-from hangar.errors import ConfigError, ImageNotFound, MissingPython, WorkspaceError
+from hangar.errors import ImageNotFound, WorkspaceError
 from hangar.files import tree_digest
 from hangar.kinds.execution.admission import fixture_problems
 from hangar.kinds.execution.judging import host_verify, judgement
+from hangar.kinds.execution.sandboxed import SandboxedTrial
 from hangar.kinds.execution.scenario import LoadedScenario
 from hangar.kinds.execution.verification import VerificationPlace, place_for
-from hangar.models.relay import ModelRelay
-from hangar.models.tunnel import RelayTunnel
-from hangar.paths import cache_dir
-from hangar.results import COUNTED_VERDICTS, Score, Usage, Verdict
+from hangar.results import COUNTED_VERDICTS, Score, Verdict
 from hangar.sandbox import (
     Mount,
     Sandbox,
     SandboxLimits,
     SandboxSpec,
-    create_sandbox,
-    sandbox_class,
 )
 from hangar.sandbox.archive import extract_untrusted
 from hangar.sandbox.base import SANDBOX_UID
-from hangar.sandbox.disk import TrialDisk
 from hangar.sandbox.workspace import (
     MirrorCache,
     diff_against_pin,
@@ -52,8 +43,7 @@ from hangar.sandbox.workspace import (
     make_workspace,
     workspace_state,
 )
-from hangar.trace import TraceWriter
-from hangar.trials.boundary import Outcome, TrialRun
+from hangar.trials.boundary import Outcome
 from hangar.trials.spec import TrialSpec
 from hangar.verifiers import junit
 from hangar.verifiers.admission import Judgement
@@ -72,29 +62,14 @@ SCRATCH = {"home": HOME, "tmp": "/tmp", "var-tmp": "/var/tmp"}
 RELAY_PORT = 4000
 
 
-class ExecutionTrial(TrialRun):
+class ExecutionTrial(SandboxedTrial):
     """One execution trial's state; `run` walks its phases."""
 
     def __init__(self, spec: TrialSpec) -> None:
-        super().__init__(spec)
-        self.loaded = _scenario_of(spec)
-        self.scenario = self.loaded.scenario
-        # Everything the agent can write lives on the trial's size-capped disk.
-        self.disk = TrialDisk(self.folder, self.scenario.limits.disk)
-        self.workspace = self.disk.root / "workspace"
-        self.scratch = self.disk.root / "scratch"
-        self.sandboxes: list[Sandbox] = []
-        self.trace: TraceWriter | None = None
-        self.agent_run = AgentRun()
-        self.relay: ModelRelay | None = None
-        self.tunnel: RelayTunnel | None = None
-        self.relay_port = RELAY_PORT
-        self.usage = Usage()
-        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hangar-trial")
-        self.pending: list[Future[Any]] = []
-        self.closing: list[Future[Any]] = []
-        self.deadline = time.monotonic() + self.scenario.limits.time_s
-        self.cache = spec.cache_root or cache_dir()
+        loaded = _scenario_of(spec)
+        scenario = loaded.scenario
+        super().__init__(spec, scenario.limits, scenario.image, scenario.context)
+        self.loaded, self.scenario = loaded, scenario
         self.mirrors = MirrorCache(self.cache / "mirrors")
         self.home_seed: Any = None
         self.judgement: Judgement | None = None
@@ -336,49 +311,6 @@ class ExecutionTrial(TrialRun):
                     )
         self.write("plugins.json", projected)
 
-    def run_agent(self, sandbox: Sandbox, budget: float) -> None:
-        """Phase 7: the agent's turns, traced; the relay closes after them."""
-        self.trace = TraceWriter(self.artifacts / "trace.jsonl")
-        env: dict[str, str] = {}
-        if self.relay is not None:
-            self.relay.trace = self.trace
-            env = self.relay.agent_env(self.relay_port)
-        try:
-            if budget <= 0:
-                self.agent_run = AgentRun(reason="setup used the whole time budget")
-            elif isinstance(self.spec.agent, ChatAgent):
-                if self.spec.model_spec is None or self.spec.model_spec.provider == "none":
-                    raise Outcome(Verdict.BLOCKED_SETUP, "a chat agent needs a model")
-                self.agent_run, self.usage = run_chat_agent(
-                    self.spec.agent,
-                    sandbox,
-                    self.scenario.context,
-                    self.trace,
-                    budget,
-                    self.spec.model_spec,
-                )
-            elif isinstance(self.spec.agent, CommandAgent):
-                self.agent_run = run_command_agent(
-                    self.spec.agent,
-                    sandbox,
-                    self.scenario.context,
-                    self.trace,
-                    budget,
-                    model=self.spec.model,
-                    env=env,
-                    artifacts=self.artifacts,
-                    context_written=self.one_sandbox,
-                )
-            else:
-                raise Outcome(
-                    Verdict.BLOCKED_SETUP,
-                    f"agent {self.spec.agent.name!r} is a prompt agent: it answers decision "
-                    "cases, not execution scenarios",
-                )
-        finally:
-            self.close_relay()
-        self.trace.close(completed=self.agent_run.completed, reason=self.agent_run.reason)
-
     def final_diff(self, agent_view: dict[str, Any]) -> None:
         """``diff.patch`` and ``status-final.json``: the diff against the pinned commit, taken
         on the host whatever the agent did to its repository (what it did is recorded in
@@ -403,61 +335,12 @@ class ExecutionTrial(TrialRun):
             damage.append(f"no diff against the pinned commit could be taken: {exc}")
         self.write("status-final.json", {**state, "damage": damage})
 
-    # -- the model relay ------------------------------------------------------------------
-
-    def open_relay(self) -> None:
-        """Start the model relay when the trial's model calls a provider (phase 7)."""
-        model = self.spec.model_spec
-        if model is None or model.provider == "none" or isinstance(self.spec.agent, ChatAgent):
-            return  # no model, or a chat agent (its loop calls the model from the host)
-        try:
-            self.relay = ModelRelay(self.folder / "relay.sock", model, timeout_s=model.timeout_s)
-            self.relay.start()
-        except ConfigError as exc:  # the key is missing on this node
-            raise Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
-
-    def start_forwarder(self, sandbox: Sandbox) -> None:
-        """Start the relay's forwarder in the sandbox; refuse an image that cannot run it."""
-        assert self.relay is not None
-        self.relay_port = RELAY_PORT if sandbox.isolated else _free_port()
-        try:
-            self.tunnel = RelayTunnel.open(sandbox, self.relay_port, self.relay.socket_path)
-        except MissingPython as exc:
-            raise Outcome(
-                Verdict.BLOCKED_SETUP,
-                f"image {self.scenario.image!r} has no python3, which the model relay's "
-                "forwarder needs: add python3 to the image",
-            ) from exc
-
-    def close_relay(self) -> None:
-        """Stop the relay; its metered usage is the trial's; its errors join the reason."""
-        relay, self.relay = self.relay, None
-        tunnel, self.tunnel = self.tunnel, None
-        if tunnel is not None:
-            tunnel.close()
-        if relay is None:
-            return
-        relay.stop()
-        self.usage = relay.usage
-        self.agent_run.provider_error = self.agent_run.provider_error or relay.provider_error()
-        self.write(
-            "relay.json",
-            {
-                "calls": relay.calls,
-                "refused": relay.refused,
-                "errors": relay.errors,
-                "usage": relay.usage.model_dump(),
-            },
-        )
-        if relay.errors and not self.agent_run.completed:
-            self.agent_run.reason += f"; model relay: {relay.errors[-1]}"
-
     # -- sandboxes ------------------------------------------------------------------------
 
-    @functools.cached_property
-    def backend(self) -> type[Sandbox]:
-        """The sandbox backend's class (looked up inside the lifecycle: it may fail)."""
-        return sandbox_class(self.spec.backend)
+    @property
+    def context_written(self) -> bool:  # type: ignore[override]
+        """A one-sandbox trial writes the task into the scratch HOME itself."""
+        return self.one_sandbox
 
     @property
     def one_sandbox(self) -> bool:
@@ -485,24 +368,6 @@ class ExecutionTrial(TrialRun):
             ttl_s=budget + verifier.host_timeout_s + 900,
         )
 
-    def start_sandbox(self) -> Sandbox:
-        """A new sandbox of this trial (an image the engine lacks is blocked_setup)."""
-        sandbox = create_sandbox(self.spec.backend, self.sandbox_spec(), self.spec.backend_config)
-        self.write("backend.json", sandbox.config.model_dump(mode="json"))
-        self.sandboxes.append(sandbox)
-        try:
-            sandbox.start()
-        except ImageNotFound as exc:
-            raise Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
-        return sandbox
-
-    def release(self, sandbox: Sandbox, *, stop: bool) -> None:
-        """Let go of `sandbox`: killed now if `stop`, removed in the background."""
-        self.sandboxes.remove(sandbox)
-        if stop:
-            sandbox.stop()
-        self.closing.append(self.background(sandbox.close))
-
     def reset_scratch(self) -> None:
         """Make the scratch folders as a new sandbox has them: HOME as in the image, /tmp
         and /var/tmp empty. They are mount sources, so they are emptied in place (a new
@@ -526,45 +391,12 @@ class ExecutionTrial(TrialRun):
         if self.backend.isolated:
             hand_over(home, SANDBOX_UID)
 
-    def background(self, work: Callable[[], T]) -> Future[T]:
-        """Run `work` on the trial's thread pool."""
-        future = self.pool.submit(work)
-        self.pending.append(future)
-        return future
-
-    def remaining(self) -> float:
-        """Seconds left of the setup+run budget."""
-        return self.deadline - time.monotonic()
-
     # -- the boundary's hooks -------------------------------------------------------------
 
-    def ended(self, verdict: Verdict, reason: str) -> None:
-        """Close the trace of a trial that ended before its agent did."""
-        if self.trace is not None and not self.trace.closed:
-            self.trace.close(completed=False, reason=reason)
-
     def tear_down(self, *, wait: bool) -> None:
-        """Stop and remove every sandbox and the trial's disk; with `wait`, return only
-        once all are gone. Without it the removals finish on the pool's threads after the
-        trial has returned (a Ray worker lives on; the reaper covers one that does not)."""
-        with suppress(Exception):
-            self.close_relay()  # when the trial ended before its agent did
-        starting = [f for f in self.pending if f not in self.closing]
-        for future in starting:  # a sandbox still starting joins self.sandboxes when done
-            with suppress(Exception):
-                future.result()
-        for sandbox in self.sandboxes:
-            with suppress(Exception):
-                sandbox.stop()
-            self.closing.append(self.background(sandbox.close))
-        self.sandboxes.clear()
-        if wait:
-            for future in self.closing:
-                with suppress(Exception):
-                    future.result()
-        self.pool.shutdown(wait=wait)
+        """Every sandbox, the disk and the harness guard's kept files let go."""
+        super().tear_down(wait=wait)
         self.guard.close()
-        self.disk.close()
 
     def outcome(self) -> dict[str, Any]:
         """The agent's run, the verification's findings, usage and a provider failure."""
@@ -595,9 +427,3 @@ def _scenario_of(spec: TrialSpec) -> LoadedScenario:
     if not isinstance(spec.task, LoadedScenario):
         raise TypeError(f"an execution trial needs a scenario, got a {spec.task.kind} case")
     return spec.task
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

@@ -1,0 +1,316 @@
+"""Harbor task directories: the task source of Terminal-Bench 2 and Harbor's adapters.
+
+A task is a folder with ``task.toml`` (schema 1.0 to 1.3), ``instruction.md``,
+``environment/`` (a Dockerfile and its context, or ``docker_image``), ``tests/test.sh``
+(copied to ``/tests`` after the agent; it writes ``/logs/verifier/reward.txt`` or
+``reward.json``) and optionally ``solution/solve.sh`` (the ``oracle`` agent). A dataset
+is a folder of such folders. Each task loads as an `ImageTask`; what hangar cannot
+honour (GPUs, several containers, Windows, steps, MCP servers) is named in its
+``blocked`` reasons, so its trials are blocked_setup rather than run half-right.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from hangar.errors import ConfigError
+from hangar.files import parse_size
+from hangar.kinds.execution.imagetask import (
+    Artifact,
+    ImageSource,
+    ImageTask,
+    Network,
+    RewardVerifier,
+    Solution,
+    image_task_digest,
+)
+from hangar.kinds.execution.scenario import ScenarioLimits
+from hangar.validation import validation_message
+
+TASK_FILE = "task.toml"
+SCHEMAS = ("1.0", "1.1", "1.2", "1.3")
+MiB = 1024 * 1024
+
+
+class _Table(BaseModel):
+    """A task.toml table: known fields typed, unknown ones kept to be named."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class _Phase(_Table):
+    timeout_sec: float | None = Field(default=None, gt=0)
+    user: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    network_mode: str | None = None
+    allowed_hosts: list[str] = Field(default_factory=list)
+
+
+class _Agent(_Phase):
+    setup_timeout_sec: float | None = None
+
+
+class _VerifierEnvironment(_Table):
+    docker_image: str | None = None
+    cpus: float | None = Field(default=None, gt=0)
+    memory_mb: int | None = Field(default=None, gt=0)
+    network_mode: str | None = None
+    allow_internet: bool | None = None
+
+
+class _Verifier(_Phase):
+    environment_mode: str = "shared"
+    environment: _VerifierEnvironment | None = None
+
+
+class _Environment(_Table):
+    build_timeout_sec: float = Field(default=600, gt=0)
+    docker_image: str | None = None
+    os: str = "linux"
+    cpus: float | None = Field(default=None, gt=0)
+    memory_mb: int | None = Field(default=None, gt=0)
+    memory: str | None = None
+    storage_mb: int | None = Field(default=None, gt=0)
+    storage: str | None = None
+    gpus: int = 0
+    gpu_types: list[str] | None = None
+    tpu: dict[str, Any] | None = None
+    allow_internet: bool | None = None
+    network_mode: str | None = None
+    allowed_hosts: list[str] = Field(default_factory=list)
+    mcp_servers: list[Any] | None = None
+    skills_dir: str | None = None
+    healthcheck: dict[str, Any] | None = None
+
+
+class _Solution(_Table):
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class _Info(_Table):
+    name: str | None = None
+    description: str | None = None
+
+
+class HarborConfig(_Table):
+    """One task.toml (field names are Harbor's)."""
+
+    schema_version: str | None = None
+    version: str | None = None
+    source: str | None = None
+    artifacts: list[str | dict[str, str]] = Field(default_factory=list)
+    task: _Info = Field(default_factory=_Info)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    verifier: _Verifier = Field(default_factory=_Verifier)
+    agent: _Agent = Field(default_factory=_Agent)
+    environment: _Environment = Field(default_factory=_Environment)
+    solution: _Solution = Field(default_factory=_Solution)
+    steps: list[Any] | None = None
+
+    @field_validator("schema_version", "version", mode="before")
+    @classmethod
+    def _schema(cls, value: object) -> object:
+        if value is not None and str(value) not in SCHEMAS:
+            raise ValueError(f"expected one of {', '.join(SCHEMAS)}, got {value!r}")
+        return None if value is None else str(value)
+
+
+def is_task_dir(path: Path) -> bool:
+    """Whether `path` is a Harbor task folder (it holds a task.toml)."""
+    return (path / TASK_FILE).is_file()
+
+
+def task_files(folder: Path) -> list[Path]:
+    """The task.toml of `folder` itself, or of every task folder under it (a dataset)."""
+    if is_task_dir(folder):
+        return [folder / TASK_FILE]
+    return sorted(p for p in folder.rglob(TASK_FILE) if p.is_file())
+
+
+def read_config(path: Path) -> HarborConfig:
+    """Parse and validate a task.toml; errors name the file, the field and what is expected."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return HarborConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(validation_message(str(path), "Harbor task", exc)) from None
+
+
+def load_task(path: Path) -> ImageTask:
+    """The task of the folder whose task.toml is `path` (see the module docstring)."""
+    path = path.resolve()
+    folder = path.parent
+    config = read_config(path)
+    instruction_file = folder / "instruction.md"
+    if not instruction_file.is_file():
+        raise ConfigError(f"{folder}: no instruction.md (the task text the agent gets)")
+    instruction = instruction_file.read_text(encoding="utf-8", errors="replace")
+    if not instruction.strip():
+        raise ConfigError(f"{instruction_file}: the task text is empty")
+    env = config.environment
+    task = ImageTask(
+        path=path,
+        name=folder.name,
+        title=config.task.name or "",
+        folder=folder,
+        instruction=instruction,
+        image=_image(folder, path, env),
+        limits=_limits(path, config),
+        agent_user=config.agent.user or "root",
+        agent_network=_network(config.agent, env),
+        verifier=_verifier(path, config),
+        solution=_solution(folder, config),
+        blocked=tuple(_blocked(folder, config)),
+        notes=tuple(_notes(config)),
+        digest="",
+    )
+    return task.model_copy(update={"digest": image_task_digest(task)})
+
+
+def _image(folder: Path, path: Path, env: _Environment) -> ImageSource:
+    context = folder / "environment"
+    if env.docker_image:
+        return ImageSource(reference=env.docker_image, build_timeout_s=env.build_timeout_sec)
+    if (context / "Dockerfile").is_file():
+        return ImageSource(context="environment", build_timeout_s=env.build_timeout_sec)
+    if (context / "docker-compose.yaml").is_file() or (context / "docker-compose.yml").is_file():
+        return ImageSource(context="environment", build_timeout_s=env.build_timeout_sec)
+    raise ConfigError(
+        f"{path}: [environment]: no image: give `docker_image`, or put a Dockerfile in {context}"
+    )
+
+
+def _limits(path: Path, config: HarborConfig) -> ScenarioLimits:
+    env = config.environment
+    try:
+        memory = env.memory_mb * MiB if env.memory_mb else _size(env.memory)
+        disk = env.storage_mb * MiB if env.storage_mb else _size(env.storage)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: [environment]: {exc}") from None
+    fields: dict[str, Any] = {"time_s": config.agent.timeout_sec or 600}
+    if env.cpus:
+        fields["cpus"] = env.cpus
+    if memory:
+        fields["memory"] = memory
+    if disk:
+        fields["disk"] = disk
+    return ScenarioLimits(**fields)
+
+
+def _size(value: str | None) -> int | None:
+    return None if value is None else parse_size(value.rstrip("Bb"))
+
+
+def _network(phase: _Phase, env: _Environment) -> Network:
+    """A phase's network: its own mode, else the environment's baseline (``allow_internet``
+    is the old spelling of public); unset is off."""
+    mode = phase.network_mode or env.network_mode
+    if mode is None and env.allow_internet:
+        mode = "public"
+    hosts = phase.allowed_hosts or env.allowed_hosts
+    return Network.model_validate({"mode": mode or "no-network", "allowed_hosts": hosts})
+
+
+def _verifier(path: Path, config: HarborConfig) -> RewardVerifier:
+    v = config.verifier
+    if v.environment_mode not in ("shared", "separate"):
+        raise ConfigError(
+            f"{path}: [verifier] environment_mode: expected 'shared' or 'separate', "
+            f"got {v.environment_mode!r}"
+        )
+    image = None
+    tests = path.parent / "tests"
+    if v.environment_mode == "separate":
+        if v.environment is not None and v.environment.docker_image:
+            image = ImageSource(reference=v.environment.docker_image)
+        elif (tests / "Dockerfile").is_file():
+            image = ImageSource(context="tests")
+    try:
+        network = _network(v, config.environment)
+        artifacts = tuple(_artifact(a) for a in config.artifacts)
+    except (ValueError, ValidationError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return RewardVerifier(
+        timeout_s=v.timeout_sec or 600,
+        user=v.user or "root",
+        env=dict(v.env),
+        mode=v.environment_mode,  # type: ignore[arg-type]
+        image=image,
+        artifacts=artifacts,
+        network=network,
+    )
+
+
+def _artifact(entry: str | dict[str, str]) -> Artifact:
+    source = entry if isinstance(entry, str) else entry.get("source", "")
+    target = source if isinstance(entry, str) else entry.get("destination", source)
+    for value in (source, target):
+        if not PurePosixPath(value).is_absolute() or ".." in PurePosixPath(value).parts:
+            raise ValueError(f"artifacts: expected absolute paths without '..', got {value!r}")
+    return Artifact(source=source, target=target)
+
+
+def _solution(folder: Path, config: HarborConfig) -> Solution | None:
+    if not (folder / "solution" / "solve.sh").is_file():
+        return None
+    return Solution(env=dict(config.solution.env))
+
+
+def _blocked(folder: Path, config: HarborConfig) -> list[str]:
+    """What the task asks that hangar cannot honour (each a reason to block it)."""
+    env, found = config.environment, []
+    if env.os != "linux":
+        found.append(f"[environment] os = {env.os!r}: only Linux tasks run here")
+    if env.gpus or env.gpu_types or env.tpu:
+        found.append("[environment] asks for GPUs or TPUs, which hangar's sandboxes do not give")
+    if not env.docker_image and not (folder / "environment" / "Dockerfile").is_file():
+        found.append("environment/docker-compose.yaml: multi-container tasks are not supported")
+    if config.steps:
+        found.append("[[steps]]: multi-step tasks are not supported")
+    if env.mcp_servers:
+        found.append("[environment] mcp_servers: MCP servers for the agent are not supported")
+    if env.skills_dir:
+        found.append("[environment] skills_dir: give the skills as an arm's plugins instead")
+    if env.healthcheck:
+        found.append("[environment] healthcheck: services in the environment are not supported")
+    if not (folder / "tests" / "test.sh").is_file():
+        found.append("tests/test.sh is missing: there is nothing to judge the task with")
+    verifier = _network(config.verifier, env)
+    if verifier.mode != "no-network":
+        found.append(
+            f"the verifier asks for a {verifier.mode} network, which this version does not "
+            "give (only no-network)"
+        )
+    agent = _network(config.agent, env)
+    if agent.mode == "allowlist":
+        found.append("the agent asks for an allowlist network, which this version does not give")
+    return found
+
+
+def _notes(config: HarborConfig) -> list[str]:
+    """Fields read and ignored, or unknown (Harbor ignores unknown keys too)."""
+    notes = []
+    if _network(config.agent, config.environment).mode == "public":
+        notes.append("the agent asked for a public network: it runs with none")
+    tables: list[tuple[str, BaseModel]] = [
+        ("", config),
+        ("[task] ", config.task),
+        ("[agent] ", config.agent),
+        ("[verifier] ", config.verifier),
+        ("[environment] ", config.environment),
+        ("[solution] ", config.solution),
+    ]
+    for where, table in tables:
+        notes += [f"{where}{key}: unknown field, ignored" for key in table.model_extra or {}]
+    return notes

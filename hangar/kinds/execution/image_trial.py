@@ -1,0 +1,398 @@
+"""The trial of an image task (`hangar.kinds.execution.imagetask`): the image is the fixture.
+
+`ImageTaskTrial.run` reads as its phases: admission (what the task asks that hangar
+cannot honour), the image (built once per node, its log kept), the trial's disk, the
+model relay, the workspace (the image's working directory taken out on the host, served
+from the disk at the same path, a pristine copy kept outside the agent's reach), the
+sandbox (the task's agent user; no capabilities, no new privileges, no network, its
+limits), the agent, the hand-over to verification, the diff against the initial
+content (on the host: the agent cannot break it), the tests and the reward.
+
+Hand-over: ``shared`` restarts the agent's sandbox, so every process of the agent is
+gone and the verifier sees the file system the agent left (as Harbor's verifier does);
+``separate`` copies the declared artifacts out, removes the agent's sandbox and starts
+the verifier's from its own image. Either way ``/logs/verifier`` is emptied on the host
+first (a reward the agent wrote beforehand never counts), ``tests/`` is copied to
+``/tests`` only then, and the reward is read on the host from what the script wrote.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from hangar.agents import AgentRun, ReferenceAgent
+from hangar.errors import ImageBuildError, ImageNotFound, SandboxError, WorkspaceError
+from hangar.kinds.execution.imagetask import ImageSource, ImageTask
+from hangar.kinds.execution.rewards import Reward, read_reward
+from hangar.kinds.execution.sandboxed import SandboxedTrial
+from hangar.results import COUNTED_VERDICTS, Score, Verdict
+from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, create_sandbox
+from hangar.sandbox.archive import copy_untrusted_tree, extract_untrusted
+from hangar.sandbox.base import ExecResult
+from hangar.sandbox.task_images import ensure_task_image, image_settings
+from hangar.sandbox.workspace import diff_against_tree, hand_over
+from hangar.trials.boundary import Outcome
+from hangar.trials.spec import TrialSpec
+
+#: Where the task's tests, its solution and the logs are in the sandbox.
+TESTS, SOLUTION, LOGS = "/tests", "/solution", "/logs"
+#: Bound on the folders read out of a sandbox (artifacts, logs).
+READ_LIMIT = 1 << 30
+
+
+class ImageTaskTrial(SandboxedTrial):
+    """One trial of an image task; `run` walks its phases."""
+
+    def __init__(self, spec: TrialSpec) -> None:
+        task = _task_of(spec)
+        super().__init__(spec, task.limits, task.image.reference or "", task.instruction)
+        self.task = task
+        self.workdir = "/app"
+        self.logs = self.disk.root / "logs"
+        self.initial = self.folder / "workspace-initial"
+        self.reward: Reward | None = None
+        self.sandbox_image = ""
+
+    def localise(self, spec: TrialSpec) -> None:
+        """Run from `spec`, the same trial with this node's copy of its task."""
+        super().localise(spec)
+        self.task = _task_of(spec)
+
+    def run(self) -> None:
+        """Walk the phases (see the module docstring)."""
+        self.write("task.json", self.task.model_dump(mode="json", exclude={"instruction"}))
+        self.write("trial.json", self.spec.model_dump(mode="json", exclude={"task"}))
+        with self.phase("admission"):
+            self.admit()
+        with self.phase("image"):
+            self.image_ref = self.build(self.task.image, "image")
+            self.workdir = self.image_workdir(self.image_ref)
+        with self.phase("disk"):
+            self.write("disk.json", self.disk.open(ttl_s=self.budget() + 900).model_dump())
+        with self.phase("relay_up"):
+            self.open_relay()
+        with self.phase("workspace"):
+            self.take_workspace()
+        with self.phase("sandbox_up"):
+            sandbox = self.start_sandbox()
+            self.give_workspace(sandbox)
+            if self.relay is not None:
+                self.start_forwarder(sandbox)
+        self.deadline = time.monotonic() + self.limits.time_s
+        with self.phase("agent"):
+            self.run_agent(sandbox, self.remaining())
+        with self.phase("hand_over"):
+            box = self.hand_over(sandbox)
+        with self.phase("final_diff"):
+            self.final_diff()
+        with self.phase("tests"):
+            result = self.run_tests(box)
+        with self.phase("judgement"):
+            self.judge(result)
+
+    # -- before the agent -----------------------------------------------------------------
+
+    def admit(self) -> None:
+        """What the task asks that hangar cannot honour, and agents that cannot run it."""
+        problems = list(self.task.blocked)
+        if self.spec.backend != "docker":
+            problems.append(f"image tasks run on the docker backend, not {self.spec.backend!r}")
+        agent = self.spec.agent
+        if isinstance(agent, ReferenceAgent) and agent.role == "oracle" and not self.task.solution:
+            problems.append("the oracle needs the task's solution/solve.sh, which it lacks")
+        self.write("admission.json", {"problems": problems, "notes": list(self.task.notes)})
+        if problems:
+            raise Outcome(Verdict.BLOCKED_SETUP, "admission: " + "; ".join(problems))
+
+    def build(self, source: ImageSource, what: str) -> str:
+        """The image of `source` on this node (built from its context once); a failed
+        build or a missing image is blocked_setup, its log in the evidence."""
+        if source.context is None:
+            assert source.reference is not None
+            return self.task.mapped(source.reference)
+        try:
+            outcome = ensure_task_image(
+                self.task.id,
+                self.task.local(source.context),
+                dockerfile=source.dockerfile,
+                mapped=self.task.mapped,
+                timeout_s=source.build_timeout_s,
+                log=self.artifacts / what / "build.log",
+            )
+        except ImageBuildError as exc:
+            raise Outcome(Verdict.BLOCKED_SETUP, f"{what}: {exc}") from exc
+        self.write(f"{what}/image.json", outcome.model_dump())
+        return str(outcome.tag)
+
+    def image_workdir(self, image: str) -> str:
+        """The image's working directory: the workspace (``/`` is refused)."""
+        try:
+            settings = image_settings(image)
+        except ImageNotFound as exc:
+            raise Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
+        self.write("image.json", {"reference": image, **settings})
+        workdir = str(settings["workdir"] or "/").rstrip("/")
+        if not workdir:
+            raise Outcome(
+                Verdict.BLOCKED_SETUP,
+                f"image {image!r} has no WORKDIR: its working directory is the task's "
+                "workspace, so set one (Harbor tasks use WORKDIR /app)",
+            )
+        return workdir
+
+    def take_workspace(self) -> None:
+        """The image's working directory on the host: the workspace, and a pristine copy."""
+        archive = self.backend.image_folder(self.image_ref, self.workdir, self.cache)
+        for target in (self.workspace, self.initial):
+            target.mkdir(parents=True, exist_ok=True)
+            if archive is not None:
+                with archive.open("rb") as stream:
+                    extract_untrusted(stream, target, strip=1, limit=1 << 40)
+        (self.logs / "agent").mkdir(parents=True)
+        (self.logs / "verifier").mkdir()
+        (self.logs / "artifacts").mkdir()
+
+    def give_workspace(self, sandbox: Sandbox) -> None:
+        """The workspace and the logs owned by the agent's user."""
+        res = sandbox.exec("id -u")
+        if not res.ok:
+            raise Outcome(
+                Verdict.BLOCKED_SETUP,
+                f"the agent's user {self.task.agent_user!r} is not in the image: "
+                f"{res.stderr.strip()}",
+            )
+        uid = int(res.stdout.strip())
+        hand_over(self.workspace, uid)
+        hand_over(self.logs, uid)
+
+    def budget(self) -> float:
+        """The trial's whole time: build excluded, agent and verifier included."""
+        return self.limits.time_s + self.task.verifier.timeout_s + 300
+
+    def sandbox_spec(self) -> SandboxSpec:
+        """The agent's sandbox: the image, its working directory from the trial disk, the
+        logs folder, the task's agent user; a writable root (tasks write outside it)."""
+        user = self.task.agent_user
+        return self._spec(
+            image=self.image_ref,
+            user=user,
+            mounts=(
+                Mount(source=self.workspace, target=self.workdir),
+                Mount(source=self.logs, target=LOGS),
+            ),
+            cpus=self.limits.cpus,
+            memory=self.limits.memory,
+        )
+
+    def _spec(
+        self, *, image: str, user: str, mounts: tuple[Mount, ...], cpus: float, memory: int
+    ) -> SandboxSpec:
+        return SandboxSpec(
+            image=image,
+            workdir=self.workdir,
+            user=user,
+            home="/root" if user in ("root", "0") else f"/home/{user}",
+            mounts=mounts,
+            read_only_root=False,
+            limits=SandboxLimits(cpus=cpus, memory=memory, pids=self.limits.pids),
+            sweep=self.spec.sweep,
+            trial=self.spec.trial_key,
+            node=self.spec.node or socket.gethostname(),
+            ttl_s=self.budget() + 900,
+        )
+
+    # -- the agent ------------------------------------------------------------------------
+
+    def run_reference(self, sandbox: Sandbox, agent: ReferenceAgent, budget: float) -> AgentRun:
+        """The oracle runs the task's solve.sh (copied in now); the nop does nothing."""
+        solution = self.task.solution
+        if agent.role == "nop" or solution is None:
+            return super().run_reference(sandbox, agent, budget)
+        self.mkdirs(sandbox, SOLUTION)
+        sandbox.copy_in(self.task.local(solution.folder), SOLUTION)
+        assert self.trace is not None
+        self.trace.event("agent_start", agent=agent.name, command=f"bash {solution.script}")
+        res = sandbox.exec(
+            ["bash", f"{SOLUTION}/{solution.script}"],
+            timeout=budget,
+            env=solution.env,
+            on_output=self.trace.output,
+        )
+        self.write("agent/solve.json", _record(res))
+        if res.ok:
+            return AgentRun(exit_code=0, completed=True)
+        how = "timed out" if res.timed_out else f"exited {res.returncode}"
+        return AgentRun(exit_code=res.returncode, reason=f"the solution {how}")
+
+    def mkdirs(self, sandbox: Sandbox, *paths: str) -> None:
+        """Make folders in the sandbox as root (the agent's user may not own ``/``)."""
+        res = sandbox.exec(["mkdir", "-p", "--", *paths], user="root")
+        if not res.ok:
+            raise SandboxError(f"cannot make {', '.join(paths)}: {res.stderr.strip()}")
+
+    # -- verification ---------------------------------------------------------------------
+
+    def hand_over(self, sandbox: Sandbox) -> Sandbox:
+        """The sandbox the tests run in (see the module docstring)."""
+        if self.task.verifier.mode == "shared":
+            sandbox.restart()
+            self.reset_verifier_logs()
+            return sandbox
+        handoff = self.folder / "handoff"
+        for i, artifact in enumerate(self.task.verifier.artifacts):
+            _copy_artifact(sandbox, artifact.source, handoff / str(i))
+        self.release(sandbox, stop=True)
+        self.reset_verifier_logs()
+        image = self.image_ref
+        if self.task.verifier.image is not None:
+            image = self.build(self.task.verifier.image, "verifier-image")
+        self.write("verifier/image.json", {"reference": image})
+        box = self.start_verifier(image)
+        for i, artifact in enumerate(self.task.verifier.artifacts):
+            _place_artifact(box, handoff / str(i), artifact.target, self)
+        return box
+
+    def reset_verifier_logs(self) -> None:
+        """``/logs/verifier`` emptied on the host, once nothing of the agent runs."""
+        folder = self.logs / "verifier"
+        if folder.is_symlink() or folder.is_file():
+            folder.unlink()
+        elif folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir()
+
+    def start_verifier(self, image: str) -> Sandbox:
+        """The separate verifier's sandbox: its image, the logs, no workspace of the agent."""
+        spec = self._spec(
+            image=image,
+            user=self.task.verifier.user,
+            mounts=(Mount(source=self.logs, target=LOGS),),
+            cpus=self.limits.cpus,
+            memory=self.limits.memory,
+        )
+        box = create_sandbox(self.spec.backend, spec, self.spec.backend_config)
+        self.sandboxes.append(box)
+        try:
+            box.start()
+        except ImageNotFound as exc:
+            raise Outcome(Verdict.BLOCKED_SETUP, f"verifier image: {exc}") from exc
+        return box
+
+    def final_diff(self) -> None:
+        """``diff.patch``: the workspace against its initial content, taken on the host
+        by hangar's own repository (nothing in the workspace is run or obeyed)."""
+        try:
+            changes = diff_against_tree(
+                self.initial,
+                self.workspace,
+                self.folder / "final-diff",
+                self.artifacts / "diff.patch",
+            )
+            self.write("status-final.json", changes.model_dump())
+        except WorkspaceError as exc:
+            self.write("status-final.json", {"damage": [f"no diff could be taken: {exc}"]})
+
+    def run_tests(self, box: Sandbox) -> ExecResult:
+        """``tests/`` to ``/tests``, then the script as the verifier's user."""
+        verifier = self.task.verifier
+        self.mkdirs(box, TESTS, f"{LOGS}/verifier")
+        box.copy_in(self.task.local(verifier.tests), TESTS)
+        res = box.exec(
+            ["bash", f"{TESTS}/{verifier.script}"],
+            timeout=verifier.timeout_s,
+            env=verifier.env,
+            user=verifier.user,
+        )
+        self.write("verifier/test.json", _record(res))
+        self.write("verifier/stdout.txt", res.stdout)
+        self.write("verifier/stderr.txt", res.stderr)
+        box.stop()  # nothing writes the logs while the host reads them
+        return res
+
+    def judge(self, res: ExecResult) -> None:
+        """The reward read on the host, and the verdict it gives."""
+        for name in ("agent", "verifier", "artifacts"):
+            source = self.logs / name
+            if source.is_dir() and not source.is_symlink():
+                copy_untrusted_tree(source, self.artifacts / "logs" / name, limit=READ_LIMIT)
+        self.reward = read_reward(self.artifacts / "logs" / "verifier")
+        self.write(
+            "verifier/reward.json",
+            self.reward._asdict() | {"scores": [s.model_dump() for s in self.reward.scores]},
+        )
+        how = "timed out" if res.timed_out else f"exit {res.returncode}"
+        if self.reward.value is None:
+            self.verdict = Verdict.FAIL
+            self.reason = f"verifier failure: {self.reward.problem} ({verifier_tail(res, how)})"
+        elif self.reward.value >= self.task.threshold:
+            self.verdict, self.reason = Verdict.PASS, f"reward {self.reward.value:g}"
+        else:
+            self.verdict = Verdict.FAIL
+            self.reason = (
+                f"reward {self.reward.value:g} is below the threshold {self.task.threshold:g}"
+            )
+        if not self.agent_run.completed and self.verdict is Verdict.FAIL:
+            self.reason += f"; {self.agent_run.reason}"
+        error = self.agent_run.provider_error
+        if error is not None and self.verdict is Verdict.FAIL:
+            self.verdict = Verdict.INFRA_ERROR
+            self.reason = f"provider failure: {error.message} (otherwise: {self.reason})"
+
+    def outcome(self) -> dict[str, Any]:
+        """The agent's run, usage, a provider failure, and the reward's scores."""
+        scores: tuple[Score, ...] = ()
+        if self.verdict in COUNTED_VERDICTS:
+            scores = (Score(metric="pass", value=float(self.verdict is Verdict.PASS)),)
+            scores += self.reward.scores if self.reward is not None else ()
+        return {
+            "completed": self.agent_run.completed,
+            "agent_exit_code": self.agent_run.exit_code,
+            "usage": self.usage,
+            "provider_error": (
+                self.agent_run.provider_error if self.verdict is Verdict.INFRA_ERROR else None
+            ),
+            "scores": scores,
+        }
+
+
+def verifier_tail(res: ExecResult, how: str) -> str:
+    """The script's end state and the last line it printed."""
+    last = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
+    return f"test script {how}: {last[0][:200]}".rstrip(": ")
+
+
+def _record(res: ExecResult) -> dict[str, Any]:
+    return res.model_dump(exclude={"stdout", "stderr"})
+
+
+def _copy_artifact(sandbox: Sandbox, source: str, target: Path) -> None:
+    """One artifact out of the agent's sandbox (a folder, or a file; missing is skipped)."""
+    try:
+        sandbox.copy_out(source, target / "dir")
+    except SandboxError:
+        try:
+            data = sandbox.read_file(source, text=False)
+        except SandboxError:
+            return
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "file").write_bytes(data)
+
+
+def _place_artifact(box: Sandbox, handoff: Path, target: str, trial: ImageTaskTrial) -> None:
+    """One artifact into the verifier's sandbox, where the task says."""
+    if (handoff / "dir").is_dir():
+        trial.mkdirs(box, target)
+        box.copy_in(handoff / "dir", target)
+    elif (handoff / "file").is_file():
+        trial.mkdirs(box, str(Path(target).parent))
+        box.write_file(target, (handoff / "file").read_bytes())
+
+
+def _task_of(spec: TrialSpec) -> ImageTask:
+    if not isinstance(spec.task, ImageTask):
+        raise TypeError(f"an image task trial needs an image task, got a {spec.task.kind} task")
+    return spec.task

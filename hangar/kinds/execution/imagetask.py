@@ -1,0 +1,174 @@
+"""Image tasks: execution tasks whose fixture is an image, not a git repository.
+
+The environment is the image (built from a task's build context, or a reference); the
+workspace is the image's working directory, taken out on the host at the start and
+served from the trial's size-capped disk at the same path; the judge is a test script
+copied in after the agent, which writes a reward (`hangar.kinds.execution.rewards`).
+Harbor task directories load into this shape (`hangar.kinds.execution.harbor`); the trial
+is `hangar.kinds.execution.image_trial`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import ConfigDict, Field
+
+from hangar.files import tree_digest
+from hangar.kinds.execution.scenario import ScenarioLimits
+from hangar.trials.spec import Task
+from hangar.verifiers.spec import Strict
+
+NetworkMode = Literal["no-network", "allowlist", "public"]
+
+
+class ImageSource(Strict):
+    """Where a task's image comes from: a build context, or a reference."""
+
+    context: str | None = None
+    """Build context folder, relative to the task folder (``environment``)."""
+    dockerfile: str = "Dockerfile"
+    """The Dockerfile, relative to the context."""
+    reference: str | None = None
+    """An image reference used as it is (``docker_image``), when there is no context."""
+    build_timeout_s: float = Field(default=600, gt=0)
+    """Time limit of a build."""
+
+
+class Network(Strict):
+    """The network of one phase: off, an allowlist through the egress proxy, or public."""
+
+    mode: NetworkMode = "no-network"
+    """``no-network``, ``allowlist`` or ``public``."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names (``host`` or ``host:port``) an allowlist lets through."""
+
+
+class Artifact(Strict):
+    """A path copied from the agent's sandbox into a separate verifier's, at ``target``."""
+
+    source: str
+    """Absolute path in the agent's sandbox."""
+    target: str
+    """Absolute path in the verifier's sandbox (default: the same)."""
+
+
+class RewardVerifier(Strict):
+    """The judge of an image task: a test script that writes a reward."""
+
+    tests: str = "tests"
+    """Folder copied to ``/tests`` after the agent, relative to the task folder."""
+    script: str = "test.sh"
+    """The script in it that runs the tests (by bash, in the working directory)."""
+    timeout_s: float = Field(default=600, gt=0)
+    """Time limit of the script."""
+    user: str = "root"
+    """The user it runs as."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Its environment."""
+    mode: Literal["shared", "separate"] = "shared"
+    """``shared``: the agent's sandbox, every process of it gone; ``separate``: a fresh
+    sandbox from `image` with the `artifacts` copied over."""
+    image: ImageSource | None = None
+    """The separate verifier's image (default: the task's)."""
+    artifacts: tuple[Artifact, ...] = ()
+    """What a separate verifier gets from the agent's sandbox."""
+    network: Network = Field(default_factory=Network)
+    """The verifier's network."""
+
+
+class Solution(Strict):
+    """The reference solution the ``oracle`` agent runs."""
+
+    folder: str = "solution"
+    """Folder copied to ``/solution``, relative to the task folder."""
+    script: str = "solve.sh"
+    """The script in it that solves the task."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Its environment."""
+
+
+class ImageTask(Task):
+    """An execution task whose fixture is its image (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True)
+    key_field: ClassVar[str] = "scenario"
+
+    kind: Literal["execution"] = "execution"
+    """The kind of trial it is."""
+    name: str
+    """The task's id in a sweep (its folder's name)."""
+    title: str = ""
+    """The task's own name, as its format spells it (``org/name``)."""
+    format: str = "harbor"
+    """The format it was read from."""
+    folder: Path
+    """The task's folder; relative paths are resolved against it."""
+    instruction: str
+    """The task text the agent gets."""
+    image: ImageSource
+    """Its image."""
+    limits: ScenarioLimits = Field(default_factory=ScenarioLimits)
+    """The agent's time and resources (``disk``: the trial disk)."""
+    agent_user: str = "root"
+    """The user the agent runs as."""
+    agent_network: Network = Field(default_factory=Network)
+    """The agent's network."""
+    verifier: RewardVerifier = Field(default_factory=RewardVerifier)
+    """Its judge."""
+    solution: Solution | None = None
+    """Its reference solution (None: the task has none)."""
+    threshold: float = 1.0
+    """The reward at or above which a trial passes."""
+    image_map: dict[str, str] = Field(default_factory=dict)
+    """Image references rewritten (``FROM`` lines and references; keys may be fnmatch
+    patterns such as ``ubuntu:*``), from the sweep."""
+    blocked: tuple[str, ...] = ()
+    """What the task asks that hangar cannot honour: each makes its trials blocked_setup."""
+    notes: tuple[str, ...] = ()
+    """What the loader ignored (fields of the format that change nothing here)."""
+
+    @property
+    def id(self) -> str:
+        """The task's id."""
+        return self.name
+
+    def local(self, relative: str) -> Path:
+        """A path of the task resolved on the host."""
+        return (self.folder / relative).resolve()
+
+    def mapped(self, reference: str) -> str:
+        """`reference` as the image map rewrites it (exact keys first, then patterns)."""
+        if reference in self.image_map:
+            return self.image_map[reference]
+        for pattern, target in self.image_map.items():
+            if fnmatch.fnmatchcase(reference, pattern):
+                return target
+        return reference
+
+    def configured(self, *, image_map: dict[str, str], threshold: float | None) -> ImageTask:
+        """The task with a sweep's image map and pass threshold, its digest recomputed."""
+        update: dict[str, object] = {"image_map": dict(image_map)}
+        if threshold is not None:
+            update["threshold"] = threshold
+        task = self.model_copy(update=update)
+        return task.model_copy(update={"digest": image_task_digest(task)})
+
+
+#: The code that judges every image task (in its digest, as for scenarios).
+_JUDGING_CODE = ("rewards.py", "image_trial.py")
+
+
+def image_task_digest(task: ImageTask) -> str:
+    """sha256 of the task's settings, every byte of its folder, and its judging code."""
+    here = Path(__file__).parent
+    payload = {
+        "task": task.model_dump(mode="json", exclude={"digest", "path", "folder", "suite"}),
+        "folder": tree_digest(task.folder),
+        "judging": [[name, tree_digest(here / name)] for name in _JUDGING_CODE],
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()

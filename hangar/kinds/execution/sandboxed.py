@@ -1,0 +1,241 @@
+"""What every sandboxed trial of the execution kind has: its disk, its sandboxes, the
+model relay, and the agent's turns.
+
+`SandboxedTrial` is the base of the trial of a git scenario
+(`hangar.kinds.execution.trial`) and of an image task
+(`hangar.kinds.execution.image_trial`): each says how its workspace is made, which
+sandboxes it starts (`sandbox_spec`) and how it is judged.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
+from typing import Any, TypeVar
+
+from hangar.agents import (
+    AgentRun,
+    ChatAgent,
+    CommandAgent,
+    ReferenceAgent,
+    run_chat_agent,
+    run_command_agent,
+)
+from hangar.errors import ConfigError, ImageNotFound, MissingPython
+from hangar.kinds.execution.scenario import ScenarioLimits
+from hangar.models.relay import ModelRelay
+from hangar.models.tunnel import RelayTunnel
+from hangar.paths import cache_dir
+from hangar.results import Usage, Verdict
+from hangar.sandbox import Sandbox, SandboxSpec, create_sandbox, sandbox_class
+from hangar.sandbox.disk import TrialDisk
+from hangar.trace import TraceWriter
+from hangar.trials.boundary import Outcome, TrialRun
+from hangar.trials.spec import TrialSpec
+
+T = TypeVar("T")
+#: The loopback port the forwarder listens on inside a container.
+RELAY_PORT = 4000
+
+
+class SandboxedTrial(TrialRun):
+    """A trial whose agent works in a sandbox (see the module docstring)."""
+
+    def __init__(self, spec: TrialSpec, limits: ScenarioLimits, image: str, text: str) -> None:
+        super().__init__(spec)
+        self.limits, self.image_ref, self.task_text = limits, image, text
+        # Everything the agent can write lives on the trial's size-capped disk.
+        self.disk = TrialDisk(self.folder, limits.disk)
+        self.workspace = self.disk.root / "workspace"
+        self.scratch = self.disk.root / "scratch"
+        self.sandboxes: list[Sandbox] = []
+        self.trace: TraceWriter | None = None
+        self.agent_run = AgentRun()
+        self.relay: ModelRelay | None = None
+        self.tunnel: RelayTunnel | None = None
+        self.relay_port = RELAY_PORT
+        self.usage = Usage()
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hangar-trial")
+        self.pending: list[Future[Any]] = []
+        self.closing: list[Future[Any]] = []
+        self.deadline = time.monotonic() + limits.time_s
+        self.cache = spec.cache_root or cache_dir()
+
+    #: Whether the task text is already in the sandbox's HOME when a command agent starts.
+    context_written = False
+
+    def sandbox_spec(self) -> SandboxSpec:
+        """The spec of every sandbox of this trial."""
+        raise NotImplementedError
+
+    def run_reference(self, sandbox: Sandbox, agent: ReferenceAgent, budget: float) -> AgentRun:
+        """Run a reference agent (the oracle needs a task with a solution)."""
+        if agent.role == "nop":
+            return AgentRun(exit_code=0, completed=True)
+        raise Outcome(
+            Verdict.BLOCKED_SETUP,
+            f"agent {agent.name!r} is the oracle: it needs a task with a reference solution "
+            "(a Harbor task's solution/solve.sh)",
+        )
+
+    def run_agent(self, sandbox: Sandbox, budget: float) -> None:
+        """Phase 7: the agent's turns, traced; the relay closes after them."""
+        self.trace = TraceWriter(self.artifacts / "trace.jsonl")
+        env: dict[str, str] = {}
+        if self.relay is not None:
+            self.relay.trace = self.trace
+            env = self.relay.agent_env(self.relay_port)
+        try:
+            if budget <= 0:
+                self.agent_run = AgentRun(reason="setup used the whole time budget")
+            elif isinstance(self.spec.agent, ChatAgent):
+                if self.spec.model_spec is None or self.spec.model_spec.provider == "none":
+                    raise Outcome(Verdict.BLOCKED_SETUP, "a chat agent needs a model")
+                self.agent_run, self.usage = run_chat_agent(
+                    self.spec.agent,
+                    sandbox,
+                    self.task_text,
+                    self.trace,
+                    budget,
+                    self.spec.model_spec,
+                )
+            elif isinstance(self.spec.agent, ReferenceAgent):
+                self.agent_run = self.run_reference(sandbox, self.spec.agent, budget)
+            elif isinstance(self.spec.agent, CommandAgent):
+                self.agent_run = run_command_agent(
+                    self.spec.agent,
+                    sandbox,
+                    self.task_text,
+                    self.trace,
+                    budget,
+                    model=self.spec.model,
+                    env=env,
+                    artifacts=self.artifacts,
+                    context_written=self.context_written,
+                )
+            else:
+                raise Outcome(
+                    Verdict.BLOCKED_SETUP,
+                    f"agent {self.spec.agent.name!r} is a prompt agent: it answers decision "
+                    "cases, not execution scenarios",
+                )
+        finally:
+            self.close_relay()
+        self.trace.close(completed=self.agent_run.completed, reason=self.agent_run.reason)
+
+    def open_relay(self) -> None:
+        """Start the model relay when the trial's model calls a provider (phase 7)."""
+        model = self.spec.model_spec
+        if model is None or model.provider == "none" or isinstance(self.spec.agent, ChatAgent):
+            return  # no model, or a chat agent (its loop calls the model from the host)
+        try:
+            self.relay = ModelRelay(self.folder / "relay.sock", model, timeout_s=model.timeout_s)
+            self.relay.start()
+        except ConfigError as exc:  # the key is missing on this node
+            raise Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
+
+    def start_forwarder(self, sandbox: Sandbox) -> None:
+        """Start the relay's forwarder in the sandbox; refuse an image that cannot run it."""
+        assert self.relay is not None
+        self.relay_port = RELAY_PORT if sandbox.isolated else _free_port()
+        try:
+            self.tunnel = RelayTunnel.open(sandbox, self.relay_port, self.relay.socket_path)
+        except MissingPython as exc:
+            raise Outcome(
+                Verdict.BLOCKED_SETUP,
+                f"image {self.image_ref!r} has no python3, which the model relay's "
+                "forwarder needs: add python3 to the image",
+            ) from exc
+
+    def close_relay(self) -> None:
+        """Stop the relay; its metered usage is the trial's; its errors join the reason."""
+        relay, self.relay = self.relay, None
+        tunnel, self.tunnel = self.tunnel, None
+        if tunnel is not None:
+            tunnel.close()
+        if relay is None:
+            return
+        relay.stop()
+        self.usage = relay.usage
+        self.agent_run.provider_error = self.agent_run.provider_error or relay.provider_error()
+        self.write(
+            "relay.json",
+            {
+                "calls": relay.calls,
+                "refused": relay.refused,
+                "errors": relay.errors,
+                "usage": relay.usage.model_dump(),
+            },
+        )
+        if relay.errors and not self.agent_run.completed:
+            self.agent_run.reason += f"; model relay: {relay.errors[-1]}"
+
+    @functools.cached_property
+    def backend(self) -> type[Sandbox]:
+        """The sandbox backend's class (looked up inside the lifecycle: it may fail)."""
+        return sandbox_class(self.spec.backend)
+
+    def start_sandbox(self) -> Sandbox:
+        """A new sandbox of this trial (an image the engine lacks is blocked_setup)."""
+        sandbox = create_sandbox(self.spec.backend, self.sandbox_spec(), self.spec.backend_config)
+        self.write("backend.json", sandbox.config.model_dump(mode="json"))
+        self.sandboxes.append(sandbox)
+        try:
+            sandbox.start()
+        except ImageNotFound as exc:
+            raise Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
+        return sandbox
+
+    def release(self, sandbox: Sandbox, *, stop: bool) -> None:
+        """Let go of `sandbox`: killed now if `stop`, removed in the background."""
+        self.sandboxes.remove(sandbox)
+        if stop:
+            sandbox.stop()
+        self.closing.append(self.background(sandbox.close))
+
+    def background(self, work: Callable[[], T]) -> Future[T]:
+        """Run `work` on the trial's thread pool."""
+        future = self.pool.submit(work)
+        self.pending.append(future)
+        return future
+
+    def remaining(self) -> float:
+        """Seconds left of the setup+run budget."""
+        return self.deadline - time.monotonic()
+
+    def ended(self, verdict: Verdict, reason: str) -> None:
+        """Close the trace of a trial that ended before its agent did."""
+        if self.trace is not None and not self.trace.closed:
+            self.trace.close(completed=False, reason=reason)
+
+    def tear_down(self, *, wait: bool) -> None:
+        """Stop and remove every sandbox and the trial's disk; with `wait`, return only
+        once all are gone. Without it the removals finish on the pool's threads after the
+        trial has returned (a Ray worker lives on; the reaper covers one that does not)."""
+        with suppress(Exception):
+            self.close_relay()  # when the trial ended before its agent did
+        starting = [f for f in self.pending if f not in self.closing]
+        for future in starting:  # a sandbox still starting joins self.sandboxes when done
+            with suppress(Exception):
+                future.result()
+        for sandbox in self.sandboxes:
+            with suppress(Exception):
+                sandbox.stop()
+            self.closing.append(self.background(sandbox.close))
+        self.sandboxes.clear()
+        if wait:
+            for future in self.closing:
+                with suppress(Exception):
+                    future.result()
+        self.pool.shutdown(wait=wait)
+        self.disk.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

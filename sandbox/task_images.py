@@ -1,0 +1,194 @@
+"""Task images: a task's own environment, built from its Dockerfile once per node.
+
+A task in the field's formats brings its environment as a build context (Harbor's
+``environment/``). `ensure_task_image` builds it with the docker SDK, tagged by the
+digest of the context's bytes and of the Dockerfile as mapped, so a second trial of the
+same task on the node finds it built (and two workers building it at once wait for one
+another). An image map rewrites ``FROM`` references (and a task's ``docker_image``) for
+mirrored or offline registries. A build is not a trial: it may use the network the
+machine has (``RUN apt-get install`` of a real task reaches the machine's Debian mirror);
+its log is kept for the evidence.
+
+`stock_image` is the variant of the base image that images like ``debian:*`` or
+``python:*`` are mapped onto offline: root by default, ``/`` as its working directory,
+as those images are (the base image itself runs as the sandbox user in /workspace).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import io
+import re
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import docker.errors
+
+from hangar.errors import ImageBuildError, ImageNotFound
+from hangar.files import tree_digest
+from hangar.paths import cache_dir
+from hangar.sandbox.docker import docker_client
+from hangar.sandbox.images import DEFAULT_BASE_TAG, ImageBuildOutcome
+
+#: ``FROM [--flag=...] image [AS name]``.
+_FROM = re.compile(r"^(\s*FROM\s+(?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE)
+LABEL_CONTEXT = "hangar.task-context"
+STOCK_SUFFIX = "-stock"
+
+Mapper = Callable[[str], str]
+
+
+def map_dockerfile(text: str, mapped: Mapper) -> str:
+    """The Dockerfile with each ``FROM`` image rewritten by `mapped` (names of earlier
+    stages are left alone)."""
+    stages: set[str] = set()
+    out = []
+    for line in text.splitlines():
+        match = _FROM.match(line)
+        if match:
+            head, image, tail = match.groups()
+            if image.lower() not in stages:
+                line = f"{head}{mapped(image)}{tail}"
+            alias = re.search(r"\bAS\s+(\S+)", tail, re.IGNORECASE)
+            if alias:
+                stages.add(alias.group(1).lower())
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def context_tag(name: str, context: Path, dockerfile_text: str) -> str:
+    """The tag of `context` built with `dockerfile_text`: the digest of both."""
+    h = hashlib.sha256(tree_digest(context).encode() + b"\0" + dockerfile_text.encode())
+    safe = re.sub(r"[^a-z0-9_.-]", "-", name.lower()).strip("-.") or "task"
+    return f"hangar-task/{safe}:{h.hexdigest()[:24]}"
+
+
+def _tar_context(context: Path, dockerfile: str, text: str) -> io.BytesIO:
+    """The build context as a tar stream, its Dockerfile replaced by `text`."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for child in sorted(context.iterdir()):
+            if child.name != dockerfile:
+                tar.add(child, arcname=child.name, recursive=True)
+        data = text.encode()
+        info = tarfile.TarInfo(dockerfile)
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
+    buffer.seek(0)
+    return buffer
+
+
+def find_image(tag: str) -> str | None:
+    """The id of the local image `tag`, or None."""
+    try:
+        return str(docker_client().images.get(tag).id)
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.APIError as exc:
+        raise ImageBuildError(f"cannot inspect image {tag!r}: {exc}") from exc
+
+
+def ensure_task_image(
+    name: str,
+    context: Path,
+    *,
+    dockerfile: str = "Dockerfile",
+    mapped: Mapper = lambda ref: ref,
+    timeout_s: float = 600,
+    log: Path | None = None,
+) -> ImageBuildOutcome:
+    """The image of `context` (built unless this node has it; see the module docstring).
+
+    Raises ImageBuildError with the log's tail when the build fails; the whole log is
+    written to `log`.
+    """
+    source = context / dockerfile
+    if not source.is_file():
+        raise ImageBuildError(f"no {dockerfile} in {context}")
+    text = map_dockerfile(source.read_text(encoding="utf-8", errors="replace"), mapped)
+    tag = context_tag(name, context, text)
+    locks = cache_dir() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with (locks / f"{tag.replace('/', '_').replace(':', '_')}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build per tag on the node at a time
+        existing = find_image(tag)
+        if existing is not None:
+            return ImageBuildOutcome(tag=tag, image_id=existing, built=False, seconds=0.0)
+        return _build(tag, _tar_context(context, dockerfile, text), dockerfile, timeout_s, log)
+
+
+def _build(
+    tag: str, fileobj: io.BytesIO, dockerfile: str, timeout_s: float, log: Path | None
+) -> ImageBuildOutcome:
+    started = time.monotonic()
+    lines: list[str] = []
+
+    def failed(what: str) -> ImageBuildError:
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text("\n".join(lines) + "\n")
+        tail = "\n".join(lines[-15:])
+        return ImageBuildError(f"building {tag} failed: {what}\n{tail}".rstrip())
+
+    try:
+        for event in docker_client().api.build(
+            fileobj=fileobj,
+            custom_context=True,
+            dockerfile=dockerfile,
+            tag=tag,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            network_mode="host",
+            labels={LABEL_CONTEXT: tag},
+            decode=True,
+        ):
+            if "stream" in event and event["stream"].strip():
+                lines.append(event["stream"].rstrip())
+            if "error" in event:
+                raise failed(str(event["error"]).strip())
+            if time.monotonic() - started > timeout_s:
+                raise failed(f"it took longer than its {timeout_s:g} s build time limit")
+    except docker.errors.APIError as exc:
+        raise failed(str(exc)) from exc
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("\n".join(lines) + "\n")
+    image_id = find_image(tag)
+    if image_id is None:
+        raise failed("the engine reported no image")
+    return ImageBuildOutcome(
+        tag=tag, image_id=image_id, built=True, seconds=time.monotonic() - started
+    )
+
+
+def stock_image(base_tag: str = DEFAULT_BASE_TAG) -> ImageBuildOutcome:
+    """``<base_tag>-stock``: the base image as stock Debian images are (root, ``/``)."""
+    base_id = find_image(base_tag)
+    if base_id is None:
+        raise ImageBuildError(f"build the base image {base_tag} first (`hangar image build-base`)")
+    text = f"FROM {base_tag}\nUSER root\nWORKDIR /\nENV HOME=/root\n"
+    context = cache_dir() / "images" / "context-stock"
+    context.mkdir(parents=True, exist_ok=True)
+    (context / "Dockerfile").write_text(text)
+    (context / "base-id").write_text(base_id)  # a new base image is a new stock image
+    outcome = ensure_task_image("stock", context)
+    docker_client().images.get(outcome.image_id).tag(base_tag + STOCK_SUFFIX)
+    return outcome.model_copy(update={"tag": base_tag + STOCK_SUFFIX})
+
+
+def image_settings(reference: str) -> dict[str, str]:
+    """The working directory and user of the local image `reference`."""
+    try:
+        config = docker_client().images.get(reference).attrs.get("Config") or {}
+    except docker.errors.ImageNotFound as exc:
+        raise ImageNotFound(
+            f"image {reference!r} is not on this node: build it or load it "
+            "(`docker load`), or map it onto one that is (the sweep's image_map)"
+        ) from exc
+    except docker.errors.APIError as exc:
+        raise ImageBuildError(f"cannot inspect image {reference!r}: {exc}") from exc
+    return {"workdir": str(config.get("WorkingDir") or ""), "user": str(config.get("User") or "")}
