@@ -43,7 +43,7 @@ from hangar.errors import ConfigError, StoreError
 from hangar.paths import runs_dir
 from hangar.results import CheckOutcome, Score, TrialResult, Usage, Verdict
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 #: Bump when a view's definition changes; views are rebuilt when the store is opened.
 VIEWS_VERSION = 3
 
@@ -143,6 +143,19 @@ baselines = Table(
     Column("snapshot", JSON, nullable=False),
 )
 
+#: Each task version's validation (`hangar dataset validate`): whether its reference
+#: solution passes and doing nothing fails, so that no model is charged for a broken task.
+validations = Table(
+    "validations",
+    metadata,
+    Column("digest", String(64), primary_key=True),
+    Column("task_id", String(200), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("sweep_id", String(200), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
 meta = Table(
     "hangar_meta",
     metadata,
@@ -169,6 +182,7 @@ _ADDED = {
         "judge_cost_usd FLOAT NOT NULL DEFAULT 0",
     ],
     6: [],
+    7: [],  # the validations table (created as new tables are)
 }
 
 #: Data each schema version rewrote. 6: scores came with schema 4, and every trial
@@ -276,6 +290,29 @@ class ResultsStore:
     def _insert(self, table: Table) -> Any:
         insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
         return insert(table)
+
+    # -- validations ----------------------------------------------------------------------
+
+    def record_validations(self, rows: Iterable[dict[str, str]]) -> None:
+        """Record task validations ({digest, task_id, status, reason, sweep_id}), each
+        replacing the task version's earlier one."""
+        now = datetime.now(UTC)
+        with self.engine.begin() as conn:
+            for row in rows:
+                stmt = self._insert(validations).values(**row, updated_at=now)
+                conn.execute(
+                    stmt.on_conflict_do_update(
+                        index_elements=["digest"],
+                        set_={k: v for k, v in {**row, "updated_at": now}.items() if k != "digest"},
+                    )
+                )
+
+    def validations(self, digests: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The recorded validations of these task versions, by digest."""
+        wanted = list(digests)
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(validations).where(validations.c.digest.in_(wanted)))
+            return {r.digest: dict(r._mapping) for r in rows}
 
     # -- sweeps ---------------------------------------------------------------------------
 
@@ -475,7 +512,7 @@ def copy_store(source: ResultsStore, target: ResultsStore) -> dict[str, int]:
     """
     copied = {}
     with source.engine.connect() as src, target.engine.begin() as dst:
-        for table in (sweeps, trials, checks, scores, baselines):
+        for table in (sweeps, trials, checks, scores, baselines, validations):
             rows = [dict(r._mapping) for r in src.execute(select(table))]
             if rows:
                 dst.execute(target._insert(table).on_conflict_do_nothing(), rows)

@@ -21,10 +21,11 @@ def sweep_of(batch: TaskBatch) -> Sweep:
             budget_usd=batch.budget_usd,
             concurrency=Concurrency(max_in_flight=batch.max_in_flight),
             backend=batch.backend,
+            repeats=batch.repeats,
         ),
         tasks=list(batch.tasks),
         agents=dict(batch.agents),
-        arms=[],
+        arms=list(batch.arms),
     )
 
 

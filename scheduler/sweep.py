@@ -367,6 +367,13 @@ def _tasks(path: Path, config: SweepFile) -> tuple[list[Task], list[UnloadableSc
     return tasks, unloadable
 
 
+def load_task_folder(folder: Path, image_map: dict[str, str]) -> list[Task]:
+    """The tasks of a folder named on the command line (a dataset), with `image_map`."""
+    options = {"image_map": image_map, "reward_threshold": None}
+    files = _scenario_files(Path.cwd(), [str(folder.resolve())])
+    return [kind_of(t.kind).configure(t, options) for f in files for t in _load_tasks(f)]
+
+
 def _check_sealed(files: dict[Path, str], base: Path) -> None:
     """Name each file of a sealed suite after the suite; refuse a sealed suite that no
     longer matches its manifest outright."""

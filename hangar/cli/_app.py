@@ -44,8 +44,7 @@ def _services(ctx: typer.Context) -> None:
 def add_kind_groups() -> None:
     """Each kind's own command group (`hangar.trials.kind.Kind.cli`), under its name."""
     for kind in kinds():
-        if kind.cli is not None:
-            name, module = kind.cli
+        for name, module in kind.cli:
             app.add_typer(importlib.import_module(module).app, name=name)
 
 

@@ -55,6 +55,13 @@ def run(
             "trial's verdict, warnings) for log shippers, instead of the live view.",
         ),
     ] = LogFormat.text,
+    include_unvalidated: Annotated[
+        bool,
+        typer.Option(
+            help="Also run image tasks that `hangar dataset validate` found broken or has "
+            "not validated (left out by default: no model is charged for a broken task)."
+        ),
+    ] = False,
 ) -> None:
     """Run a sweep: new trials only, resuming where an earlier run stopped.
 
@@ -76,6 +83,16 @@ def run(
             f"[yellow]blocked_setup:[/] {bad.path} does not load: {bad.error}", highlight=False
         )
     store = ResultsStore(sweep.config.store)
+    left_out = left_out_tasks(sweep.tasks, store)
+    if not include_unvalidated and left_out:
+        kept = {v.digest for v in left_out}
+        sweep = sweep.model_copy(update={"tasks": [t for t in sweep.tasks if t.digest not in kept]})
+    for v in left_out:
+        how = "run anyway" if include_unvalidated else "left out"
+        err_console.print(
+            f"[yellow]{how}:[/] {escape(v.task_id)} is {v.status}: {escape(v.reason)}",
+            highlight=False,
+        )
 
     view = SweepView(sweep.id, sweep.size)
 
@@ -103,6 +120,13 @@ def run(
             highlight=False,
         )
     raise typer.Exit(tally.exit_code(failures_ok=allow_failures))
+
+
+def left_out_tasks(tasks: list[Any], store: Any) -> list[Any]:
+    """The image tasks a sweep leaves out: broken or never validated (`Validation`s)."""
+    from hangar.kinds.execution.validate import partition
+
+    return partition(tasks, store.validations(t.digest for t in tasks)).left_out
 
 
 def _outcome(tally: SweepTally, sweep: str, store: str, failures_ok: bool) -> dict[str, Any]:
@@ -172,6 +196,14 @@ def status(
         raise typer.Exit(1)
     if not watch:
         console.print(_status_view(sweep_id, total, results.counts(sweep_id)))
+        if Path(sweep).is_file():
+            from hangar.scheduler.sweep import load_sweep
+
+            for v in left_out_tasks(load_sweep(Path(sweep)).tasks, results):
+                console.print(
+                    f"left out: {escape(v.task_id)} is {v.status}: {escape(v.reason)}",
+                    highlight=False,
+                )
         return
     with Live(console=console, auto_refresh=False) as live:
         try:

@@ -20,7 +20,7 @@ from hangar.agents import AgentSpec
 from hangar.errors import HangarError
 from hangar.models import ModelSpec
 from hangar.sandbox.config import BackendConfig, DockerConfig
-from hangar.trials.spec import Task
+from hangar.trials.spec import Arm, Task
 
 
 class TaskBatch(BaseModel):
@@ -46,6 +46,10 @@ class TaskBatch(BaseModel):
     """Trials at once (None: twice the cluster's sandbox slots)."""
     backend: BackendConfig = Field(default_factory=DockerConfig)
     """The sandbox backend of the kinds that need one."""
+    arms: list[Arm] = Field(default_factory=list)
+    """The arms of kinds whose arms a sweep chooses (execution tasks: at least one)."""
+    repeats: int = Field(default=1, gt=0)
+    """Repeats per (task, agent, model, arm)."""
 
 
 class BatchOutcome(BaseModel):

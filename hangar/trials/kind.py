@@ -103,8 +103,8 @@ class Kind(ABC):
     unscored_note: str = ""
     #: Pages of its own in the viewer.
     pages: tuple[KindPage, ...] = ()
-    #: Its own command group: (name, the module whose ``app`` is its Typer group).
-    cli: tuple[str, str] | None = None
+    #: Its own command groups: (name, the module whose ``app`` is its Typer group).
+    cli: tuple[tuple[str, str], ...] = ()
 
     @property
     def templates(self) -> Path:

@@ -56,7 +56,7 @@ class DecisionKind(Kind):
     name = "prompt"
     title = "decision cases"
     view_template = "prompt/view.html"
-    cli = ("decision", "hangar.kinds.decision.cli")
+    cli = (("decision", "hangar.kinds.decision.cli"),)
 
     def recognizes(self, path: Path, data: Any) -> bool:
         """A suite file (``kind: decision``)."""

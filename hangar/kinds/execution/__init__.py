@@ -80,7 +80,10 @@ class ExecutionKind(Kind):
     title = "execution scenarios"
     sandboxed = True
     view_template = "execution/view.html"
-    cli = ("scenario", "hangar.kinds.execution.cli")
+    cli = (
+        ("scenario", "hangar.kinds.execution.cli"),
+        ("task", "hangar.kinds.execution.task_cli"),
+    )
 
     def recognizes(self, path: Path, data: Any) -> bool:
         """A file one of the task sources reads."""

@@ -94,6 +94,8 @@ class _Solution(_Table):
 class _Info(_Table):
     name: str | None = None
     description: str | None = None
+    authors: list[Any] = Field(default_factory=list)
+    keywords: list[str] = Field(default_factory=list)
 
 
 class HarborConfig(_Table):

@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from hangar.agents import AgentRun, ReferenceAgent
-from hangar.errors import ImageBuildError, ImageNotFound, SandboxError, WorkspaceError
+from hangar.errors import (
+    ImageBuildError,
+    ImageNotFound,
+    SandboxError,
+    SandboxUnavailable,
+    WorkspaceError,
+)
 from hangar.kinds.execution.imagetask import ImageSource, ImageTask
 from hangar.kinds.execution.rewards import Reward, read_reward
 from hangar.kinds.execution.sandboxed import SandboxedTrial
@@ -206,6 +212,18 @@ class ImageTaskTrial(SandboxedTrial):
         )
 
     # -- the agent ------------------------------------------------------------------------
+
+    def run_agent(self, sandbox: Sandbox, budget: float) -> None:
+        """The agent's turns; an agent running as root can end its own sandbox (it may
+        signal the keeper): that ends its turn, and the verifier judges what it left."""
+        try:
+            super().run_agent(sandbox, budget)
+        except SandboxUnavailable as exc:
+            if self.task.agent_user not in ("root", "0"):
+                raise
+            self.agent_run = AgentRun(reason=f"the sandbox stopped during the agent's turn: {exc}")
+            assert self.trace is not None
+            self.trace.close(completed=False, reason=self.agent_run.reason)
 
     def run_reference(self, sandbox: Sandbox, agent: ReferenceAgent, budget: float) -> AgentRun:
         """The oracle runs the task's solve.sh (copied in now); the nop does nothing."""

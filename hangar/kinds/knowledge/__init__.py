@@ -53,7 +53,7 @@ class KnowledgeKind(Kind):
     title = "knowledge questions"
     sandboxed = True
     view_template = "knowledge/view.html"
-    cli = ("knowledge", "hangar.kinds.knowledge.cli")
+    cli = (("knowledge", "hangar.kinds.knowledge.cli"),)
     unscored_note = "a knowledge answer is scored from people's labels"
     pages = (
         KindPage(

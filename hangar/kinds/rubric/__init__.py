@@ -50,7 +50,7 @@ class RubricKind(Kind):
     name = "rubric"
     title = "benchmark samples"
     view_template = "rubric/view.html"
-    cli = ("benchmark", "hangar.kinds.rubric.cli")
+    cli = (("benchmark", "hangar.kinds.rubric.cli"),)
 
     def agents(self, matrix: Matrix) -> list[AgentSpec]:
         """Prompt agents (the default one when none is named)."""
