@@ -42,9 +42,10 @@ def _read(path: Path) -> str | None:
     except OSError as exc:
         why = f"{exc.strerror}; a link is not read"
         raise ValueError(f"{path.name} cannot be read ({why})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{path.name} is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise ValueError(f"{path.name} is not a regular file")
         data = f.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         raise ValueError(f"{path.name} is larger than {MAX_BYTES} bytes")

@@ -1,0 +1,248 @@
+"""Harbor task directories read into image tasks, rewards, and FROM mapping (no docker)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from hangar.errors import ConfigError
+from hangar.kinds.execution.harbor import load_task, task_files
+from hangar.kinds.execution.rewards import read_reward
+from hangar.kinds.execution.validate import judge_task, partition
+from hangar.results import TrialResult, Verdict
+from hangar.sandbox.task_images import context_tag, map_dockerfile
+
+NOW = datetime.now(UTC)
+DATASET = Path(__file__).resolve().parents[2] / "examples" / "harbor" / "dataset"
+
+
+def make_task(root: Path, toml: str, *, instruction: str = "Do it.\n", name: str = "t") -> Path:
+    """A task folder with `toml` as its task.toml, a Dockerfile and a test script."""
+    folder = root / name
+    (folder / "environment").mkdir(parents=True)
+    (folder / "tests").mkdir()
+    (folder / "task.toml").write_text(toml)
+    (folder / "instruction.md").write_text(instruction)
+    (folder / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\nWORKDIR /app\n")
+    (folder / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+    return folder / "task.toml"
+
+
+def test_the_example_dataset_loads_with_each_field_mapped() -> None:
+    tasks = {load_task(p).id: load_task(p) for p in task_files(DATASET)}
+    assert set(tasks) == {"hello-file", "fix-median", "count-lines", "broken-tests"}
+    hello = tasks["hello-file"]
+    assert hello.title == "hangar-examples/hello-file"
+    assert hello.instruction.startswith("Create the file `/app/hello.txt`")
+    assert hello.limits.time_s == 120 and hello.limits.cpus == 1
+    assert hello.limits.memory == 512 * 1024**2 and hello.limits.disk == 256 * 1024**2
+    assert hello.verifier.timeout_s == 60 and hello.verifier.user == "root"
+    assert hello.agent_user == "root" and hello.image.context == "environment"
+    assert hello.solution is not None and not hello.blocked and not hello.notes
+    # the deprecated spellings of sizes (schema 1.2)
+    median = tasks["fix-median"]
+    assert median.limits.memory == 1024**3 and median.limits.disk == 512 * 1024**2
+    separate = tasks["count-lines"].verifier
+    assert separate.mode == "separate"
+    assert [(a.source, a.target) for a in separate.artifacts] == [
+        ("/tmp/answer.json", "/tmp/answer.json")
+    ]
+
+
+def test_a_task_version_is_every_byte_of_its_folder_and_its_image_map(tmp_path: Path) -> None:
+    shutil.copytree(DATASET / "hello-file", tmp_path / "hello-file")
+    before = load_task(tmp_path / "hello-file" / "task.toml")
+    (tmp_path / "hello-file" / "tests" / "test.sh").write_text("echo 0\n")
+    after = load_task(tmp_path / "hello-file" / "task.toml")
+    assert before.digest != after.digest
+    mapped = after.configured(image_map={"ubuntu:*": "hangar/base:bookworm-stock"}, threshold=None)
+    assert mapped.digest != after.digest
+    assert mapped.mapped("ubuntu:24.04") == "hangar/base:bookworm-stock"
+    assert mapped.mapped("alpine:3") == "alpine:3"
+    assert mapped.configured(image_map=mapped.image_map, threshold=0.5).threshold == 0.5
+
+
+@pytest.mark.parametrize(
+    ("toml", "reason"),
+    [
+        ("[environment]\ngpus = 1\n", "GPUs"),
+        ('[environment]\nos = "windows"\n', "only Linux"),
+        ("[[steps]]\nname = 'a'\n", "multi-step"),
+        ("[environment]\nmcp_servers = [{name = 'x'}]\n", "MCP servers"),
+        ('[environment]\nskills_dir = "/skills"\n', "skills_dir"),
+        ('[verifier]\nnetwork_mode = "public"\n', "verifier asks for a public network"),
+        ("[environment]\nallow_internet = true\n", "verifier asks for a public network"),
+        ('[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "allowlist"),
+    ],
+)
+def test_what_cannot_be_honoured_blocks_the_task(tmp_path: Path, toml: str, reason: str) -> None:
+    task = load_task(make_task(tmp_path, toml))
+    assert any(reason in b for b in task.blocked), task.blocked
+
+
+def test_compose_tasks_and_tasks_without_tests_are_blocked(tmp_path: Path) -> None:
+    path = make_task(tmp_path, "")
+    (path.parent / "environment" / "Dockerfile").rename(
+        path.parent / "environment" / "docker-compose.yaml"
+    )
+    (path.parent / "tests" / "test.sh").unlink()
+    blocked = " ".join(load_task(path).blocked)
+    assert "multi-container" in blocked and "tests/test.sh is missing" in blocked
+
+
+def test_a_public_agent_network_is_noted_and_unknown_fields_are_named(tmp_path: Path) -> None:
+    task = load_task(make_task(tmp_path, '[agent]\nnetwork_mode = "public"\nfoo = 1\nbar = 2\n'))
+    assert not task.blocked
+    assert "the agent asked for a public network: it runs with none" in task.notes
+    assert "[agent] foo: unknown field, ignored" in task.notes
+
+
+@pytest.mark.parametrize(
+    ("toml", "words"),
+    [
+        ('schema_version = "2.0"\n', ["task.toml", "schema_version", "1.0, 1.1, 1.2, 1.3"]),
+        ("[agent]\ntimeout_sec = -1\n", ["task.toml", "agent.timeout_sec", "greater than 0"]),
+        ("[agent\n", ["task.toml", "not valid TOML"]),
+        ('[verifier]\nenvironment_mode = "sideways"\n', ["environment_mode", "'separate'"]),
+        ('artifacts = ["relative/path"]\n', ["artifacts", "absolute"]),
+        ('[environment]\nmemory = "lots"\n', ["[environment]", "not a size"]),
+    ],
+)
+def test_bad_task_files_say_what_to_fix(tmp_path: Path, toml: str, words: list[str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_task(make_task(tmp_path, toml))
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_a_task_needs_its_text_and_an_image(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="task text is empty"):
+        load_task(make_task(tmp_path, "", instruction="  \n"))
+    path = make_task(tmp_path, "", name="u")
+    (path.parent / "environment" / "Dockerfile").unlink()
+    with pytest.raises(ConfigError, match="docker_image"):
+        load_task(path)
+    (path.parent / "instruction.md").unlink()
+    with pytest.raises(ConfigError, match=r"no instruction\.md"):
+        load_task(path)
+
+
+def test_rewards_are_read_as_scores(tmp_path: Path) -> None:
+    (tmp_path / "reward.txt").write_text("0.25\n")
+    reward = read_reward(tmp_path)
+    assert reward.value == 0.25 and [s.metric for s in reward.scores] == ["reward"]
+    assert reward.scores[0].scale == "points" and reward.scores[0].high == 1.0
+    (tmp_path / "reward.json").write_text('{"a": 1, "b": 0.5}')
+    named = read_reward(tmp_path)  # the json wins; no "reward" entry: the mean
+    assert named.value == 0.75 and {s.metric for s in named.scores} == {"reward", "a", "b"}
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "problem"),
+    [
+        ("reward.txt", "1.5", "outside 0..1"),
+        ("reward.txt", "nan", "outside 0..1"),
+        ("reward.txt", "yes", "not one number"),
+        ("reward.json", "[1]", "must map names to numbers"),
+        ("reward.json", '{"a": "1"}', "not a number"),
+        ("reward.json", '{"a": true}', "not a number"),
+        ("reward.json", "{", "not JSON"),
+    ],
+)
+def test_a_malformed_reward_is_a_named_problem(
+    tmp_path: Path, name: str, text: str, problem: str
+) -> None:
+    (tmp_path / name).write_text(text)
+    reward = read_reward(tmp_path)
+    assert reward.value is None and problem in reward.problem
+
+
+def test_a_missing_or_linked_reward_is_no_reward(tmp_path: Path) -> None:
+    assert "neither reward.txt nor reward.json" in read_reward(tmp_path).problem
+    (tmp_path / "elsewhere").write_text("1")
+    os.symlink(tmp_path / "elsewhere", tmp_path / "reward.txt")
+    assert read_reward(tmp_path).value is None
+    (tmp_path / "reward.txt").unlink()
+    (tmp_path / "reward.txt").mkdir()
+    assert "not a regular file" in read_reward(tmp_path).problem
+
+
+def test_from_lines_are_mapped_but_not_stage_names() -> None:
+    text = (
+        "FROM --platform=linux/amd64 python:3.11 AS build\n"
+        "RUN echo hi\n"
+        "FROM build\n"
+        "from ubuntu:24.04\n"
+        "COPY --from=build /a /a\n"
+    )
+    mapping = {"python:3.11": "py-local", "ubuntu:24.04": "u-local", "build": "never"}
+    out = map_dockerfile(text, lambda ref: mapping.get(ref, ref))
+    assert out.splitlines() == [
+        "FROM --platform=linux/amd64 py-local AS build",
+        "RUN echo hi",
+        "FROM build",
+        "from u-local",
+        "COPY --from=build /a /a",
+    ]
+
+
+def test_an_image_tag_is_the_digest_of_its_context(tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text("FROM x\n")
+    one = context_tag("My Task", tmp_path, "FROM x\n")
+    assert one.startswith("hangar-task/my-task:")
+    assert one == context_tag("My Task", tmp_path, "FROM x\n")
+    assert one != context_tag("My Task", tmp_path, "FROM y\n")
+    (tmp_path / "data").write_text("1")
+    assert one != context_tag("My Task", tmp_path, "FROM x\n")
+
+
+def _result(task_digest: str, agent: str, verdict: Verdict, reason: str = "") -> TrialResult:
+    return TrialResult(
+        sweep="v",
+        trial_key=f"{agent}{verdict}{reason}",
+        scenario_id="t",
+        scenario_digest=task_digest,
+        agent=agent,
+        model="none",
+        arm="control",
+        verdict=verdict,
+        reason=reason,
+        started_at=NOW,
+        finished_at=NOW,
+    )
+
+
+def test_validation_rules() -> None:
+    task = load_task(DATASET / "hello-file" / "task.toml")
+    d, P, F = task.digest, Verdict.PASS, Verdict.FAIL
+
+    def judged(*results: TrialResult, repeats: int = 1) -> tuple[str, str]:
+        v = judge_task(task, results, repeats)
+        return v.status, v.reason
+
+    assert judged(_result(d, "oracle", P), _result(d, "nop", F))[0] == "valid"
+    assert judged(_result(d, "oracle", F, "reward 0"), _result(d, "nop", F)) == (
+        "broken",
+        "the oracle fails: reward 0",
+    )
+    assert "nop agent passes" in judged(_result(d, "oracle", P), _result(d, "nop", P))[1]
+    flaky = judged(
+        _result(d, "oracle", P, "1"),
+        _result(d, "oracle", F, "2"),
+        _result(d, "nop", F, "1"),
+        _result(d, "nop", F, "2"),
+        repeats=2,
+    )
+    assert flaky == ("broken", "flaky: the oracle passes in 1 of 2")
+    blocked = judged(_result(d, "oracle", Verdict.BLOCKED_SETUP, "image: failed"))
+    assert blocked == ("broken", "cannot run: image: failed")
+    assert judged(_result(d, "oracle", P))[0] == "unvalidated"
+    assert judged(_result("other", "oracle", P), _result("other", "nop", F))[0] == "unvalidated"
+    kept = partition([task], {d: {"status": "broken", "reason": "x"}})
+    assert not kept.run and kept.left_out[0].status == "broken"
+    assert partition([task], {d: {"status": "valid", "reason": ""}}).run == [task]
+    assert partition([task], {}).left_out[0].status == "unvalidated"

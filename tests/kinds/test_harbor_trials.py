@@ -1,0 +1,165 @@
+"""Trials of Harbor tasks on real docker: the image as the fixture, rewards, the oracle and
+nop agents, shared and separate verifiers, and what an agent cannot do to its judgement."""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+import pytest
+
+from hangar.agents import NOP, ORACLE, AgentSpec, CommandAgent
+from hangar.kinds.execution import KIND, single_trial
+from hangar.kinds.execution.harbor import load_task
+from hangar.results import TrialResult, Verdict
+from hangar.trials import Arm, run_trial
+
+DATASET = Path(__file__).resolve().parents[2] / "examples" / "harbor" / "dataset"
+STOCK = "hangar/base:bookworm-stock"
+IMAGE_MAP = {"ubuntu:*": STOCK, "debian:*": STOCK, "python:*": STOCK}
+
+Runner = Callable[..., TrialResult]
+
+
+@pytest.fixture(scope="module")
+def stock(docker_client: docker.DockerClient) -> str:
+    from hangar.sandbox.task_images import stock_image
+
+    return stock_image().tag
+
+
+@pytest.fixture
+def tasks(tmp_path: Path) -> Path:
+    shutil.copytree(DATASET, tmp_path / "dataset")
+    return tmp_path / "dataset"
+
+
+@pytest.fixture
+def run(docker_client: docker.DockerClient, stock: str, tasks: Path, tmp_path: Path) -> Runner:
+    """One trial of a task of the dataset copy; checks that nothing is left behind."""
+
+    def go(name: str, agent: AgentSpec) -> TrialResult:
+        task = KIND.configure(load_task(tasks / name / "task.toml"), {"image_map": IMAGE_MAP})
+        spec = single_trial(
+            task, agent, Arm(name="control"), evidence_url=(tmp_path / "evidence").as_uri()
+        ).model_copy(update={"work_root": tmp_path / "trials", "cache_root": tmp_path / "cache"})
+        result = run_trial(spec)
+        left = docker_client.containers.list(
+            all=True, filters={"label": f"hangar.trial={spec.trial_key}"}
+        )
+        assert not left, "a container was left behind"
+        return result
+
+    return go
+
+
+def evidence(result: TrialResult) -> dict[str, str]:
+    assert result.evidence_uri is not None
+    with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
+        return {
+            m.name: tar.extractfile(m).read().decode(errors="replace")  # type: ignore[union-attr]
+            for m in tar.getmembers()
+            if m.isfile()
+        }
+
+
+def scores(result: TrialResult) -> dict[str, float | None]:
+    return {s.metric: s.value for s in result.scores}
+
+
+@pytest.mark.parametrize("name", ["hello-file", "fix-median", "count-lines"])
+def test_the_oracle_passes_and_nop_fails(run: Runner, name: str) -> None:
+    oracle = run(name, ORACLE)
+    assert oracle.verdict is Verdict.PASS, oracle.reason
+    assert scores(oracle)["reward"] == 1.0 and scores(oracle)["pass"] == 1.0
+    files = evidence(oracle)
+    assert any(f.startswith("logs/verifier/reward.") for f in files)
+    assert "verifier/test.json" in files and "image.json" in files
+    nop = run(name, NOP)
+    assert nop.verdict is Verdict.FAIL, nop.reason
+    assert scores(nop)["reward"] == 0.0 and "below the threshold 1" in nop.reason
+
+
+def test_named_rewards_are_scores(run: Runner) -> None:
+    nop = run("fix-median", NOP)
+    assert scores(nop) == {"pass": 0.0, "reward": 0.0, "odd": 1.0, "even": pytest.approx(1 / 3)}
+
+
+def test_the_broken_task_fails_its_oracle(run: Runner) -> None:
+    result = run("broken-tests", ORACLE)
+    assert result.verdict is Verdict.FAIL and scores(result)["reward"] == 0.0
+
+
+def test_the_workspace_diff_is_taken_on_the_host(run: Runner) -> None:
+    hider = CommandAgent(
+        name="hider",
+        command="echo 'Hello, world!' > hello.txt; rm README; echo '*' > .gitignore; rm -rf /tmp/x",
+    )
+    result = run("hello-file", hider)
+    assert result.verdict is Verdict.PASS, result.reason
+    patch = evidence(result)["diff.patch"]
+    assert "+Hello, world!" in patch and "deleted file" in patch and ".gitignore" in patch
+
+
+def test_a_reward_the_agent_wrote_never_counts(run: Runner, tasks: Path) -> None:
+    forger = CommandAgent(name="forger", command="echo 1 > /logs/verifier/reward.txt")
+    assert run("hello-file", forger).verdict is Verdict.FAIL
+    # a test script that writes nothing: the forged reward is gone, a named failure
+    (tasks / "hello-file" / "tests" / "test.sh").write_text("#!/bin/bash\nexit 0\n")
+    result = run("hello-file", forger)
+    assert result.verdict is Verdict.FAIL
+    assert result.reason.startswith("verifier failure: the test script wrote neither")
+    assert "pass" in scores(result) and "reward" not in scores(result)
+
+
+def test_a_separate_verifier_sees_only_the_artifacts(run: Runner) -> None:
+    # the right answer, but in the workspace rather than the declared artifact
+    misplaced = CommandAgent(name="misplaced", command="""echo '{"lines": 17}' > answer.json""")
+    result = run("count-lines", misplaced)
+    assert result.verdict is Verdict.FAIL, result.reason
+    assert "verifier/image.json" in evidence(result)
+
+
+def test_a_root_agent_that_stops_its_sandbox_is_judged_on_what_it_left(run: Runner) -> None:
+    stopper = CommandAgent(
+        name="stopper", command="echo 'Hello, world!' > hello.txt; kill -TERM 1; sleep 30"
+    )
+    result = run("hello-file", stopper)
+    assert result.verdict is Verdict.PASS, result.reason
+
+
+def test_the_agent_runs_as_the_user_the_task_names(run: Runner, tasks: Path) -> None:
+    toml = tasks / "hello-file" / "task.toml"
+    toml.write_text(toml.read_text().replace("[agent]\n", '[agent]\nuser = "agent"\n'))
+    (tasks / "hello-file" / "tests" / "test.sh").write_text(
+        "#!/bin/bash\n"
+        '[ "$(cat /app/who)" = agent ] && [ "$(stat -c %U /app/README)" = agent ] '
+        "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    result = run("hello-file", CommandAgent(name="who", command="id -un > /app/who"))
+    assert result.verdict is Verdict.PASS, result.reason
+
+
+def test_an_image_that_does_not_build_is_blocked_with_its_log(run: Runner, tasks: Path) -> None:
+    dockerfile = tasks / "hello-file" / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "RUN echo the-build-log-line && false\n")
+    result = run("hello-file", ORACLE)
+    assert result.verdict is Verdict.BLOCKED_SETUP
+    assert result.reason.startswith("image: building hangar-task/hello-file:")
+    assert "the-build-log-line" in evidence(result)["image/build.log"]
+
+
+def test_a_task_hangar_cannot_honour_is_blocked_before_anything_runs(
+    run: Runner, tasks: Path
+) -> None:
+    toml = tasks / "hello-file" / "task.toml"
+    toml.write_text(toml.read_text() + "gpus = 2\n")
+    result = run("hello-file", ORACLE)
+    assert result.verdict is Verdict.BLOCKED_SETUP and "GPUs" in result.reason
+    shutil.rmtree(tasks / "hello-file" / "solution")
+    toml.write_text(toml.read_text().replace("gpus = 2\n", ""))
+    result = run("hello-file", ORACLE)
+    assert result.verdict is Verdict.BLOCKED_SETUP and "solution/solve.sh" in result.reason
