@@ -31,6 +31,13 @@
    to lose by at least 15 points on citation validity. In a fresh copy under
    ./runs/knowledge each time (the trials resume from the store).
 
+6. `examples/harbor/`: a Harbor dataset of four tasks (the image built from each task's
+   Dockerfile is the fixture, its `FROM` mapped onto the base image's stock variant). It
+   is validated first: the oracle (each task's solution/solve.sh) must pass and the nop
+   agent must fail; `broken-tests` is broken on purpose (its tests check another file
+   than the task names), so the sweep over the dataset leaves it out, and runs the
+   oracle and nop on the three valid tasks.
+
 Each execution trial clones the pinned revision, runs its agent in a docker sandbox with the
 network off, runs the hidden tests in the same sandbox wiped, is judged by the pinned host
 verifier and stores its evidence bundle; results go to SQLite under ./runs. Prints every
@@ -46,6 +53,8 @@ import sys
 from pathlib import Path
 
 from hangar.console import console, print_result
+from hangar.kinds.execution.imagetask import ImageTask
+from hangar.kinds.execution.validate import validate_dataset, validated_tasks
 from hangar.kinds.knowledge.custody import import_arm, sealed_suite
 from hangar.kinds.knowledge.render import render as render_knowledge
 from hangar.kinds.knowledge.report import build_gold_set_report
@@ -114,6 +123,7 @@ def main() -> int:
             ok &= decide(load_sweep(HERE / "decision" / "sweep.yaml"))
             ok &= benchmark()
             ok &= knowledge()
+            ok &= harbor()
         finally:
             server.shutdown()
     console.print("check a bundle with: hangar evidence verify URI")
@@ -174,6 +184,32 @@ def benchmark() -> bool:
         f"benchmark -> exit {run.exit_code}, regressions {sorted(map(str, found))}  {mark}"
     )
     return good
+
+
+def harbor() -> bool:
+    """Validate the Harbor dataset, then run its sweep without the broken task."""
+    sweep = load_sweep(HERE / "harbor" / "sweep.yaml")
+    console.rule(f"dataset {sweep.id}: oracle and nop on each of {len(sweep.tasks)} tasks")
+    found = validate_dataset(
+        sweep.id,
+        [t for t in sweep.tasks if isinstance(t, ImageTask)],
+        run_batch,
+        store=sweep.config.store,
+    )
+    for v in found:
+        console.print(f"{v.task_id}: {v.status} ({v.reason})", highlight=False)
+    want = {
+        "hello-file": "valid",
+        "fix-median": "valid",
+        "count-lines": "valid",
+        "broken-tests": "broken",
+    }
+    ok = {v.task_id: v.status for v in found} == want
+    console.print("[green]as expected[/]" if ok else f"[red]expected {want}[/]")
+    kept, left_out = validated_tasks(sweep.tasks, ResultsStore(sweep.config.store))
+    for v in left_out:
+        console.print(f"left out: {v.task_id} is {v.status}", highlight=False)
+    return run(sweep.model_copy(update={"tasks": kept}), {"oracle": "pass", "nop": "fail"}) and ok
 
 
 def knowledge() -> bool:

@@ -38,9 +38,11 @@ def dataset_validate(
 
     Exit status: 0 every task valid; 1 some broken; 3 some not validated yet.
     """
+    from functools import partial
+
     from hangar.kinds.execution.imagetask import ImageTask
     from hangar.kinds.execution.task_cli import parse_image_map
-    from hangar.kinds.execution.validate import judge_task, validation_batch
+    from hangar.kinds.execution.validate import validate_dataset
     from hangar.scheduler.batch import run_batch
     from hangar.scheduler.sweep import load_sweep, load_task_folder
     from hangar.store import ResultsStore
@@ -56,20 +58,13 @@ def dataset_validate(
     images = [t for t in tasks if isinstance(t, ImageTask)]
     if not images:
         raise ConfigError(f"{dataset}: no image tasks (Harbor task folders) to validate")
-    batch = validation_batch(name, images, repeats=repeats, store=store, evidence=evidence)
-    run_batch(batch, address=address)
-    results = ResultsStore(store)
-    recorded = list(results.results(batch.id))
-    found = [judge_task(t, recorded, repeats) for t in images]
-    results.record_validations(
-        {
-            "digest": v.digest,
-            "task_id": v.task_id,
-            "status": v.status,
-            "reason": v.reason,
-            "sweep_id": batch.id,
-        }
-        for v in found
+    found = validate_dataset(
+        name,
+        images,
+        partial(run_batch, address=address),
+        repeats=repeats,
+        store=store,
+        evidence=evidence,
     )
     table = Table("task", "validation", "why", title=f"dataset {escape(name)}")
     colour = {"valid": "green", "broken": "red", "unvalidated": "yellow"}
@@ -79,7 +74,7 @@ def dataset_validate(
     counts = {s: sum(v.status == s for v in found) for s in colour}
     err_console.print(
         f"{counts['valid']} valid, {counts['broken']} broken, {counts['unvalidated']} not "
-        f"validated yet (store: {results.safe_url})",
+        f"validated yet (store: {ResultsStore(store).safe_url})",
         highlight=False,
     )
     raise typer.Exit(3 if counts["unvalidated"] else 1 if counts["broken"] else 0)

@@ -72,6 +72,7 @@ def run(
     from rich.live import Live
 
     from hangar.cli.progress import SweepView
+    from hangar.kinds.execution.validate import validated_tasks
     from hangar.scheduler.driver import SweepRunner
     from hangar.scheduler.sweep import load_sweep
     from hangar.store import ResultsStore
@@ -83,10 +84,8 @@ def run(
             f"[yellow]blocked_setup:[/] {bad.path} does not load: {bad.error}", highlight=False
         )
     store = ResultsStore(sweep.config.store)
-    left_out = left_out_tasks(sweep.tasks, store)
-    if not include_unvalidated and left_out:
-        kept = {v.digest for v in left_out}
-        sweep = sweep.model_copy(update={"tasks": [t for t in sweep.tasks if t.digest not in kept]})
+    kept, left_out = validated_tasks(sweep.tasks, store, include_unvalidated=include_unvalidated)
+    sweep = sweep.model_copy(update={"tasks": kept})
     for v in left_out:
         how = "run anyway" if include_unvalidated else "left out"
         err_console.print(
@@ -120,13 +119,6 @@ def run(
             highlight=False,
         )
     raise typer.Exit(tally.exit_code(failures_ok=allow_failures))
-
-
-def left_out_tasks(tasks: list[Any], store: Any) -> list[Any]:
-    """The image tasks a sweep leaves out: broken or never validated (`Validation`s)."""
-    from hangar.kinds.execution.validate import partition
-
-    return partition(tasks, store.validations(t.digest for t in tasks)).left_out
 
 
 def _outcome(tally: SweepTally, sweep: str, store: str, failures_ok: bool) -> dict[str, Any]:
@@ -197,9 +189,10 @@ def status(
     if not watch:
         console.print(_status_view(sweep_id, total, results.counts(sweep_id)))
         if Path(sweep).is_file():
+            from hangar.kinds.execution.validate import validated_tasks
             from hangar.scheduler.sweep import load_sweep
 
-            for v in left_out_tasks(load_sweep(Path(sweep)).tasks, results):
+            for v in validated_tasks(load_sweep(Path(sweep)).tasks, results).left_out:
                 console.print(
                     f"left out: {escape(v.task_id)} is {v.status}: {escape(v.reason)}",
                     highlight=False,

@@ -163,3 +163,47 @@ def test_a_task_hangar_cannot_honour_is_blocked_before_anything_runs(
     toml.write_text(toml.read_text().replace("gpus = 2\n", ""))
     result = run("hello-file", ORACLE)
     assert result.verdict is Verdict.BLOCKED_SETUP and "solution/solve.sh" in result.reason
+
+
+def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(
+    ray_local: None, stock: str, tmp_path: Path
+) -> None:
+    """`hangar dataset validate` records valid and broken task versions in the store;
+    `hangar run` then leaves the broken one out (and runs it with --include-unvalidated);
+    `hangar task check` names what is wrong without running anything."""
+    from typer.testing import CliRunner
+
+    from hangar.cli import app
+
+    shutil.copytree(DATASET.parent, tmp_path / "harbor")
+    sweep = tmp_path / "harbor" / "sweep.yaml"
+    sweep.write_text(
+        sweep.read_text()
+        + f"store: sqlite:///{tmp_path}/runs.db\nevidence: {(tmp_path / 'evidence').as_uri()}\n"
+    )
+    cli = CliRunner()
+    out = cli.invoke(app, ["run", str(sweep)])
+    assert out.exit_code == 0, out.output  # every task left out: none validated
+    assert out.output.count("is unvalidated: never validated") == 4
+
+    out = cli.invoke(app, ["dataset", "validate", str(sweep)])
+    assert out.exit_code == 1, out.output  # one broken
+    assert "3 valid, 1 broken, 0 not validated yet" in out.output
+    assert "the oracle fails: reward 0 is below" in out.output
+
+    out = cli.invoke(app, ["run", str(sweep), "--allow-failures"])
+    assert out.exit_code == 0, out.output
+    assert "left out: broken-tests is broken" in out.output
+    assert "6/6 final" in out.output
+    out = cli.invoke(app, ["status", str(sweep)])
+    assert "left out: broken-tests is broken" in out.output
+
+    out = cli.invoke(app, ["run", str(sweep), "--allow-failures", "--include-unvalidated"])
+    assert "run anyway: broken-tests is broken" in out.output and "8/8 final" in out.output
+
+    out = cli.invoke(app, ["task", "check", str(tmp_path / "harbor" / "dataset")])
+    assert out.exit_code == 0, out.output
+    toml = tmp_path / "harbor" / "dataset" / "hello-file" / "task.toml"
+    toml.write_text(toml.read_text() + "gpus = 1\n")
+    out = cli.invoke(app, ["task", "check", str(toml.parent)])
+    assert out.exit_code == 1 and "[environment] asks for GPUs" in out.output

@@ -24,7 +24,8 @@ from hangar.agents import NOP, ORACLE
 from hangar.kinds.execution.imagetask import ImageTask
 from hangar.models import ModelSpec
 from hangar.results import TrialResult, Verdict
-from hangar.trials.batch import TaskBatch
+from hangar.store import ResultsStore
+from hangar.trials.batch import BatchRunner, TaskBatch
 from hangar.trials.spec import Arm, Task
 
 Status = Literal["valid", "broken", "unvalidated"]
@@ -112,3 +113,31 @@ def partition(tasks: Sequence[Task], recorded: dict[str, dict[str, str]]) -> Par
         else:
             run.append(task)
     return Partition(run, left_out)
+
+
+def validate_dataset(
+    name: str,
+    tasks: Sequence[ImageTask],
+    runner: BatchRunner,
+    *,
+    repeats: int = 1,
+    store: str | None = None,
+    evidence: str | None = None,
+) -> list[Validation]:
+    """Run the validation sweep of `tasks` with `runner` and record each validation."""
+    batch = validation_batch(name, tasks, repeats=repeats, store=store, evidence=evidence)
+    runner(batch)
+    results = ResultsStore(store)
+    recorded = list(results.results(batch.id))
+    found = [judge_task(t, recorded, repeats) for t in tasks]
+    results.record_validations({**v._asdict(), "sweep_id": batch.id} for v in found)
+    return found
+
+
+def validated_tasks(
+    tasks: Sequence[Task], store: ResultsStore, *, include_unvalidated: bool = False
+) -> Partition:
+    """The tasks a sweep runs, and the image tasks it leaves out (broken or never
+    validated); with `include_unvalidated` it runs them all and still names them."""
+    found = partition(tasks, store.validations(t.digest for t in tasks))
+    return Partition(list(tasks), found.left_out) if include_unvalidated else found
