@@ -119,6 +119,9 @@ class SweepFile(BaseModel):
     or a machine's own images."""
     reward_threshold: float | None = Field(default=None, ge=0, le=1)
     """The reward at or above which an image task's trial passes (default 1)."""
+    repo_map: dict[str, str] = Field(default_factory=dict)
+    """Repositories of image tasks rewritten: a URL or a SWE-bench ``owner/name`` -> a
+    mirror's URL or a local path (relative to the sweep file)."""
 
 
 class UnloadableScenario(BaseModel):
@@ -348,7 +351,14 @@ def _tasks(path: Path, config: SweepFile) -> tuple[list[Task], list[UnloadableSc
     seen: dict[str, Path] = {}
     files = _scenario_files(base, config.scenarios)
     _check_sealed(files, base)
-    options = {"image_map": config.image_map, "reward_threshold": config.reward_threshold}
+    options = {
+        "image_map": config.image_map,
+        "reward_threshold": config.reward_threshold,
+        "repo_map": {
+            k: v if "://" in v or v.startswith("git@") else str((base / v).resolve())
+            for k, v in config.repo_map.items()
+        },
+    }
     for file, suite in files.items():
         try:
             found = [kind_of(t.kind).configure(t, options) for t in _load_tasks(file)]

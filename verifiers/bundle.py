@@ -13,9 +13,12 @@ import hashlib
 import io
 import json
 import tarfile
+import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel
+
+from hangar.errors import EvidenceStoreError
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -110,3 +113,25 @@ def verify_bundle(archive: Path, expected_sha256: str | None = None) -> BundleCh
         f"{rel}: present but not in the manifest" for rel in sorted(contents.keys() - listed.keys())
     ]
     return BundleCheck(ok=not problems, sha256=digest, files=len(listed), problems=problems)
+
+
+def read_member(uri: str, name: str, expected_sha256: str | None = None) -> str:
+    """The text of the file `name` of the bundle at `uri` ('' when it has none); a bundle
+    that fails its check is refused."""
+    from hangar.verifiers.store import split_uri
+
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = Path(tmp) / "bundle.tar.gz"
+        store, key = split_uri(uri)
+        store.get(key, archive)
+        check = verify_bundle(archive, expected_sha256)
+        if not check.ok:
+            raise EvidenceStoreError(
+                f"the bundle {uri} fails its check: {'; '.join(check.problems)}"
+            )
+        with tarfile.open(archive) as tar:
+            try:
+                member = tar.extractfile(name)
+            except KeyError:
+                return ""
+            return "" if member is None else member.read().decode("utf-8", errors="replace")

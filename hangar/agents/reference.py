@@ -20,8 +20,9 @@ class ReferenceAgent(AgentConfig):
     """Agent kind tag."""
     name: Name
     """Name in results and reports."""
-    role: Literal["oracle", "nop"]
-    """``oracle``: the task's solution script; ``nop``: nothing at all."""
+    role: Literal["oracle", "gold", "nop"]
+    """``oracle``: the task's solution script (``gold``: the same, by the name SWE-bench
+    gives the reference patch); ``nop``: nothing at all."""
 
     def settings(self) -> dict[str, object]:
         """Its kind and role."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -78,3 +79,108 @@ def dataset_validate(
         highlight=False,
     )
     raise typer.Exit(3 if counts["unvalidated"] else 1 if counts["broken"] else 0)
+
+
+import_app = typer.Typer(help="Import the field's datasets as task folders.")
+dataset_app.add_typer(import_app, name="import")
+
+
+def _pairs(values: list[str] | None, option: str) -> dict[str, str]:
+    found = {}
+    for value in values or []:
+        key, sep, target = value.partition("=")
+        if not sep or not key or not target:
+            raise typer.BadParameter(f"expected KEY=VALUE, got {value!r}", param_hint=option)
+        found[key] = target
+    return found
+
+
+@import_app.command("swebench")
+def import_swebench(
+    file: Annotated[
+        Path, typer.Argument(help="SWE-bench instances (JSONL, the datasets' fields).")
+    ],
+    out: Annotated[Path, typer.Option(help="Folder to write one task folder per instance into.")],
+    repository: Annotated[
+        list[str] | None,
+        typer.Option(help="OWNER/NAME=URL-or-path: where a repository is (default: GitHub)."),
+    ] = None,
+    image: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="OWNER/NAME[@VERSION]=IMAGE: a user image (default: the instance's own)."
+        ),
+    ] = None,
+    namespace: Annotated[
+        str, typer.Option(help="Registry namespace of SWE-bench's images ('' for local names).")
+    ] = "swebench",
+    tag: Annotated[str, typer.Option(help="Tag of SWE-bench's images.")] = "latest",
+    hints: Annotated[bool, typer.Option(help="Add hints_text to the task text.")] = False,
+    test_cmd: Annotated[
+        str, typer.Option(help="Test command run on the test files (an instance's test_cmd wins).")
+    ] = "pytest -rA",
+    log_parser: Annotated[
+        str | None, typer.Option(help="A swebench log parser by name (default: the repository's).")
+    ] = None,
+) -> None:
+    """Write each SWE-bench instance as a task folder: the repository at base_commit as the
+    workspace in /testbed, the instance's image, test_patch and the tests after the agent,
+    graded with swebench's own parser; the gold patch is the `gold` (oracle) agent."""
+    from hangar.kinds.execution.swebench import ImportOptions, import_instances
+
+    options = ImportOptions(
+        repositories=_pairs(repository, "--repository"),
+        images=_pairs(image, "--image"),
+        namespace=namespace or None,
+        tag=tag,
+        hints=hints,
+        test_cmd=test_cmd,
+        log_parser=log_parser,
+    )
+    folders = import_instances(file, out, options)
+    console.print(f"wrote {len(folders)} task folder(s) under {escape(str(out))}", highlight=False)
+
+
+@dataset_app.command("export-predictions")
+def export_predictions(
+    sweep: Annotated[str, typer.Argument(help="Sweep file, or a sweep id in --store.")],
+    out: Annotated[Path, typer.Option(help="The predictions file (JSONL) to write.")],
+    agent: Annotated[str | None, typer.Option(help="Only this agent's trials.")] = None,
+    model: Annotated[str | None, typer.Option(help="Only this model's trials.")] = None,
+    repeat: Annotated[int, typer.Option(help="Which repeat of each trial.")] = 0,
+    store: Annotated[str | None, typer.Option(help="Results store URL.")] = None,
+) -> None:
+    """Write SWE-bench's predictions format (instance_id, model_name_or_path, model_patch)
+    from the diffs of a sweep's trials, so its runs can be rechecked by SWE-bench's own
+    harness. One (agent, model) per file: name them when the sweep has several."""
+    from hangar.cli._app import resolve_sweep
+    from hangar.kinds.execution.swebench import predictions
+    from hangar.verifiers.bundle import read_member
+
+    sweep_id, _, results = resolve_sweep(sweep, store)
+    rows = [
+        r
+        for r in results.results(sweep_id)
+        if r.kind == "execution"
+        and r.repeat == repeat
+        and (agent is None or r.agent == agent)
+        and (model is None or r.model == model)
+        and r.evidence_uri is not None
+    ]
+    groups = sorted({(r.agent, r.model) for r in rows})
+    if not groups:
+        raise ConfigError(f"sweep {sweep_id!r} has no execution trials with evidence to export")
+    if len(groups) > 1:
+        named = ", ".join(f"--agent {a} --model {m}" for a, m in groups)
+        raise ConfigError(f"sweep {sweep_id!r} has several agents or models: choose one ({named})")
+    found = predictions(
+        (
+            r.scenario_id,
+            f"{r.agent}/{r.model}",
+            read_member(r.evidence_uri, "diff.patch", r.evidence_sha256),
+        )
+        for r in rows
+        if r.evidence_uri is not None
+    )
+    out.write_text("".join(json.dumps(p) + "\n" for p in found))
+    console.print(f"wrote {len(found)} prediction(s) to {escape(str(out))}", highlight=False)

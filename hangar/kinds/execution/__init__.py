@@ -100,7 +100,9 @@ class ExecutionKind(Kind):
         if not isinstance(task, ImageTask):
             return task
         return task.configured(
-            image_map=options.get("image_map") or {}, threshold=options.get("reward_threshold")
+            image_map=options.get("image_map") or {},
+            threshold=options.get("reward_threshold"),
+            repo_map=options.get("repo_map") or {},
         )
 
     def agents(self, matrix: Matrix) -> list[AgentSpec]:

@@ -26,6 +26,7 @@ from hangar.kinds.execution.imagetask import (
     Network,
     RewardVerifier,
     Solution,
+    SwebenchGrading,
     image_task_digest,
 )
 from hangar.kinds.execution.scenario import ScenarioLimits
@@ -173,11 +174,36 @@ def load_task(path: Path) -> ImageTask:
         agent_network=_network(config.agent, env),
         verifier=_verifier(path, config),
         solution=_solution(folder, config),
+        **_hangar_metadata(path, config),
         blocked=tuple(_blocked(folder, config)),
         notes=tuple(_notes(config)),
         digest="",
     )
     return task.model_copy(update={"digest": image_task_digest(task)})
+
+
+class _HangarMetadata(BaseModel):
+    """``[metadata.hangar]``: what hangar adds to a task (Harbor ignores metadata)."""
+
+    model_config = ConfigDict(extra="forbid")
+    repository: str | None = None
+    revision: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$")
+    workdir: str | None = None
+
+
+def _hangar_metadata(path: Path, config: HarborConfig) -> dict[str, Any]:
+    """The workspace's repository and the SWE-bench grading of ``[metadata]``, if any."""
+    try:
+        extra = _HangarMetadata.model_validate(config.metadata.get("hangar", {}))
+        grading = config.metadata.get("swebench")
+        found: dict[str, Any] = extra.model_dump()
+        if grading is not None:
+            found["grading"] = SwebenchGrading.model_validate(grading)
+    except ValidationError as exc:
+        raise ConfigError(validation_message(str(path), "metadata", exc)) from None
+    if (extra.repository is None) != (extra.revision is None):
+        raise ConfigError(f"{path}: [metadata.hangar]: give both repository and revision")
+    return found
 
 
 def _image(folder: Path, path: Path, env: _Environment) -> ImageSource:

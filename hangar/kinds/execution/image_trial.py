@@ -35,12 +35,13 @@ from hangar.errors import (
 from hangar.kinds.execution.imagetask import ImageSource, ImageTask
 from hangar.kinds.execution.rewards import Reward, read_reward
 from hangar.kinds.execution.sandboxed import SandboxedTrial
-from hangar.results import COUNTED_VERDICTS, Score, Verdict
+from hangar.kinds.execution.swebench import grade
+from hangar.results import COUNTED_VERDICTS, CheckOutcome, Score, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, create_sandbox
 from hangar.sandbox.archive import copy_untrusted_tree, extract_untrusted
 from hangar.sandbox.base import ExecResult
 from hangar.sandbox.task_images import ensure_task_image, image_settings
-from hangar.sandbox.workspace import diff_against_tree, hand_over
+from hangar.sandbox.workspace import MirrorCache, diff_against_tree, hand_over, make_workspace
 from hangar.trials.boundary import Outcome
 from hangar.trials.spec import TrialSpec
 
@@ -61,6 +62,7 @@ class ImageTaskTrial(SandboxedTrial):
         self.logs = self.disk.root / "logs"
         self.initial = self.folder / "workspace-initial"
         self.reward: Reward | None = None
+        self.checks: tuple[CheckOutcome, ...] = ()
         self.sandbox_image = ""
 
     def localise(self, spec: TrialSpec) -> None:
@@ -108,8 +110,12 @@ class ImageTaskTrial(SandboxedTrial):
         if self.spec.backend != "docker":
             problems.append(f"image tasks run on the docker backend, not {self.spec.backend!r}")
         agent = self.spec.agent
-        if isinstance(agent, ReferenceAgent) and agent.role == "oracle" and not self.task.solution:
-            problems.append("the oracle needs the task's solution/solve.sh, which it lacks")
+        if isinstance(agent, ReferenceAgent) and agent.role != "nop" and not self.task.solution:
+            problems.append(f"the {agent.role} needs the task's solution/solve.sh, which it lacks")
+        if self.spec.plugins:
+            problems.append(
+                f"image tasks take no plugins (the arm selects {list(self.spec.plugins)})"
+            )
         self.write("admission.json", {"problems": problems, "notes": list(self.task.notes)})
         if problems:
             raise Outcome(Verdict.BLOCKED_SETUP, "admission: " + "; ".join(problems))
@@ -141,7 +147,7 @@ class ImageTaskTrial(SandboxedTrial):
         except ImageNotFound as exc:
             raise Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
         self.write("image.json", {"reference": image, **settings})
-        workdir = str(settings["workdir"] or "/").rstrip("/")
+        workdir = str(self.task.workdir or settings["workdir"] or "/").rstrip("/")
         if not workdir:
             raise Outcome(
                 Verdict.BLOCKED_SETUP,
@@ -151,16 +157,29 @@ class ImageTaskTrial(SandboxedTrial):
         return workdir
 
     def take_workspace(self) -> None:
-        """The image's working directory on the host: the workspace, and a pristine copy."""
+        """The image's working directory (or the task's repository at its revision) on the
+        host: the workspace, and a pristine copy."""
+        (self.logs / "agent").mkdir(parents=True)
+        (self.logs / "verifier").mkdir()
+        (self.logs / "artifacts").mkdir()
+        url, revision = self.task.repository_url(), self.task.revision
+        if url is not None and revision is not None:
+            mirrors = MirrorCache(self.cache / "mirrors")
+            try:
+                make_workspace(mirrors, url, revision, self.workspace)
+            except WorkspaceError as exc:
+                verdict = Verdict.INFRA_ERROR
+                if not mirrors.has_revision(url, revision):
+                    verdict = Verdict.BLOCKED_SETUP
+                raise Outcome(verdict, f"workspace: {exc}") from exc
+            shutil.copytree(self.workspace, self.initial, symlinks=True)
+            return
         archive = self.backend.image_folder(self.image_ref, self.workdir, self.cache)
         for target in (self.workspace, self.initial):
             target.mkdir(parents=True, exist_ok=True)
             if archive is not None:
                 with archive.open("rb") as stream:
                     extract_untrusted(stream, target, strip=1, limit=1 << 40)
-        (self.logs / "agent").mkdir(parents=True)
-        (self.logs / "verifier").mkdir()
-        (self.logs / "artifacts").mkdir()
 
     def give_workspace(self, sandbox: Sandbox) -> None:
         """The workspace and the logs owned by the agent's user."""
@@ -332,33 +351,53 @@ class ImageTaskTrial(SandboxedTrial):
         return res
 
     def judge(self, res: ExecResult) -> None:
-        """The reward read on the host, and the verdict it gives."""
+        """The reward read on the host (or the test log graded), and the verdict it gives."""
         for name in ("agent", "verifier", "artifacts"):
             source = self.logs / name
             if source.is_dir() and not source.is_symlink():
                 copy_untrusted_tree(source, self.artifacts / "logs" / name, limit=READ_LIMIT)
-        self.reward = read_reward(self.artifacts / "logs" / "verifier")
-        self.write(
-            "verifier/reward.json",
-            self.reward._asdict() | {"scores": [s.model_dump() for s in self.reward.scores]},
-        )
+        self.reward = self.read_reward(self.artifacts / "logs" / "verifier")
         how = "timed out" if res.timed_out else f"exit {res.returncode}"
         if self.reward.value is None:
             self.verdict = Verdict.FAIL
             self.reason = f"verifier failure: {self.reward.problem} ({verifier_tail(res, how)})"
         elif self.reward.value >= self.task.threshold:
-            self.verdict, self.reason = Verdict.PASS, f"reward {self.reward.value:g}"
+            self.verdict, self.reason = Verdict.PASS, self.reward_words()
         else:
             self.verdict = Verdict.FAIL
-            self.reason = (
-                f"reward {self.reward.value:g} is below the threshold {self.task.threshold:g}"
-            )
+            self.reason = self.reward_words()
         if not self.agent_run.completed and self.verdict is Verdict.FAIL:
             self.reason += f"; {self.agent_run.reason}"
         error = self.agent_run.provider_error
         if error is not None and self.verdict is Verdict.FAIL:
             self.verdict = Verdict.INFRA_ERROR
             self.reason = f"provider failure: {error.message} (otherwise: {self.reason})"
+
+    def read_reward(self, logs: Path) -> Reward:
+        """The reward file the script wrote, or its test log graded (SWE-bench)."""
+        grading = self.task.grading
+        if grading is None:
+            reward = read_reward(logs)
+        else:
+            graded = grade(grading, logs / grading.log)
+            reward, self.checks = graded.reward, graded.checks
+            self.write("verifier/swebench-report.json", graded.report)
+        scores = [s.model_dump() for s in reward.scores]
+        self.write("verifier/reward.json", reward._asdict() | {"scores": scores})
+        return reward
+
+    def reward_words(self) -> str:
+        """The reward in words: resolved or not (the failing tests named), or its value."""
+        assert self.reward is not None and self.reward.value is not None
+        if self.task.grading is not None:
+            failing = [c.requirement for c in self.checks if c.status != "pass"]
+            if not failing:
+                return "resolved"
+            more = f" and {len(failing) - 5} more" if len(failing) > 5 else ""
+            return "not resolved: failing " + ", ".join(failing[:5]) + more
+        if self.reward.value >= self.task.threshold:
+            return f"reward {self.reward.value:g}"
+        return f"reward {self.reward.value:g} is below the threshold {self.task.threshold:g}"
 
     def outcome(self) -> dict[str, Any]:
         """The agent's run, usage, a provider failure, and the reward's scores."""
@@ -369,6 +408,7 @@ class ImageTaskTrial(SandboxedTrial):
         return {
             "completed": self.agent_run.completed,
             "agent_exit_code": self.agent_run.exit_code,
+            "checks": self.checks,
             "usage": self.usage,
             "provider_error": (
                 self.agent_run.provider_error if self.verdict is Verdict.INFRA_ERROR else None

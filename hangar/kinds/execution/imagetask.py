@@ -92,6 +92,28 @@ class Solution(Strict):
     """Its environment."""
 
 
+class SwebenchGrading(Strict):
+    """How a SWE-bench instance is graded: its test log parsed by the ``swebench``
+    package's parser, each ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` test a check, resolved
+    as SWE-bench defines it (`hangar.kinds.execution.swebench`)."""
+
+    instance_id: str
+    """The instance."""
+    repo: str
+    """``owner/name`` (picks the parser of the repositories the package knows)."""
+    version: str = ""
+    """The instance's version."""
+    fail_to_pass: tuple[str, ...]
+    """Tests the fix must make pass."""
+    pass_to_pass: tuple[str, ...] = ()
+    """Tests that must keep passing."""
+    log_parser: str = ""
+    """A parser of the package's registry by name (default: the repository's, else
+    pytest's)."""
+    log: str = "test_output.txt"
+    """The log the test script writes under /logs/verifier."""
+
+
 class ImageTask(Task):
     """An execution task whose fixture is its image (see the module docstring)."""
 
@@ -124,6 +146,15 @@ class ImageTask(Task):
     """Its reference solution (None: the task has none)."""
     threshold: float = 1.0
     """The reward at or above which a trial passes."""
+    repository: str | None = None
+    """A git repository whose `revision` is the workspace (instead of the image's working
+    directory): a path (relative to the task folder), file:// or URL."""
+    revision: str | None = None
+    """The exact commit of `repository`."""
+    workdir: str | None = None
+    """Where the workspace is in the sandbox (default: the image's WORKDIR)."""
+    grading: SwebenchGrading | None = None
+    """How the test log is graded on the host (None: the reward file the script writes)."""
     image_map: dict[str, str] = Field(default_factory=dict)
     """Image references rewritten (``FROM`` lines and references; keys may be fnmatch
     patterns such as ``ubuntu:*``), from the sweep."""
@@ -141,6 +172,13 @@ class ImageTask(Task):
         """A path of the task resolved on the host."""
         return (self.folder / relative).resolve()
 
+    def repository_url(self) -> str | None:
+        """The repository as git understands it (relative paths made absolute)."""
+        repo = self.repository
+        if repo is None or "://" in repo or repo.startswith("git@"):
+            return repo
+        return str(self.local(repo))
+
     def mapped(self, reference: str) -> str:
         """`reference` as the image map rewrites it (exact keys first, then patterns)."""
         if reference in self.image_map:
@@ -150,17 +188,30 @@ class ImageTask(Task):
                 return target
         return reference
 
-    def configured(self, *, image_map: dict[str, str], threshold: float | None) -> ImageTask:
-        """The task with a sweep's image map and pass threshold, its digest recomputed."""
+    def configured(
+        self,
+        *,
+        image_map: dict[str, str],
+        threshold: float | None,
+        repo_map: dict[str, str] | None = None,
+    ) -> ImageTask:
+        """The task with a sweep's image map, pass threshold and repository map (keys: a
+        repository's URL, or a SWE-bench ``owner/name``), its digest recomputed."""
         update: dict[str, object] = {"image_map": dict(image_map)}
         if threshold is not None:
             update["threshold"] = threshold
+        repos = repo_map or {}
+        named = self.grading.repo if self.grading is not None else None
+        for key in (self.repository, named):
+            if key is not None and key in repos:
+                update["repository"] = repos[key]
+                break
         task = self.model_copy(update=update)
         return task.model_copy(update={"digest": image_task_digest(task)})
 
 
 #: The code that judges every image task (in its digest, as for scenarios).
-_JUDGING_CODE = ("rewards.py", "image_trial.py")
+_JUDGING_CODE = ("rewards.py", "image_trial.py", "swebench.py")
 
 
 def image_task_digest(task: ImageTask) -> str:

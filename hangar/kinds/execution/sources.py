@@ -3,9 +3,10 @@
 A source reads one format of task files and turns each task into an execution task (a
 `LoadedScenario` of a git repository, or an `ImageTask` whose fixture is its image), so
 admission, evidence, verdicts, scores and reports work the same whatever the format.
-The sources: hangar's scenario YAML (`ScenarioFile`) and Harbor task directories
-(`HarborTaskDir`). A field a source cannot honour makes its task ``blocked_setup`` with
-the reason, never silently dropped.
+The sources: hangar's scenario YAML (`ScenarioFile`), Harbor task directories
+(`HarborTaskDir`) and SWE-bench instances (`SwebenchFile`, imported as task folders).
+A field a source cannot honour makes its task ``blocked_setup`` with the reason, never
+silently dropped.
 """
 
 from __future__ import annotations
@@ -64,8 +65,25 @@ class HarborTaskDir(TaskSource):
         return [load_task(path)]
 
 
+class SwebenchFile(TaskSource):
+    """A JSONL file of SWE-bench instances (`hangar.kinds.execution.swebench`)."""
+
+    name = "SWE-bench instances"
+
+    def recognizes(self, path: Path, data: Any) -> bool:
+        """A ``.jsonl`` file."""
+        return path.suffix == ".jsonl"
+
+    def load(self, path: Path, data: Any) -> list[Task]:
+        """One task per instance (imported once per version of the file)."""
+        from hangar.kinds.execution.swebench import imported
+        from hangar.paths import cache_dir
+
+        return [load_task(folder / TASK_FILE) for folder in imported(path, cache_dir())]
+
+
 #: Every source, asked in order.
-SOURCES: tuple[TaskSource, ...] = (HarborTaskDir(), ScenarioFile())
+SOURCES: tuple[TaskSource, ...] = (HarborTaskDir(), SwebenchFile(), ScenarioFile())
 
 
 def source_of(path: Path, data: Any) -> TaskSource | None:
