@@ -162,9 +162,10 @@ class ExecutionKind(Kind):
         return found
 
     def image(self, task: Task) -> str | None:
-        """The scenario's image (an image task's is built on the node: None)."""
+        """The scenario's image (an image task's is built or looked up by its trial, which
+        is blocked_setup naming it when it is missing: None)."""
         if isinstance(task, ImageTask):
-            return task.mapped(task.image.reference) if task.image.reference else None
+            return None
         assert isinstance(task, LoadedScenario)
         return task.scenario.image
 

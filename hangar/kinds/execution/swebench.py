@@ -135,7 +135,7 @@ def image_name(instance_id: str, namespace: str | None, tag: str) -> str:
     return str(spec.name)
 
 
-def test_files(test_patch: str) -> list[str]:
+def patched_files(test_patch: str) -> list[str]:
     """The files a test patch touches (as SWE-bench runs them)."""
     return list(dict.fromkeys(re.findall(r"^diff --git a/\S+ b/(\S+)$", test_patch, re.M)))
 
@@ -202,7 +202,7 @@ def write_task(instance: Instance, out: Path, options: ImportOptions) -> Path:
 
 def _test_script(instance: Instance, command: str) -> str:
     """test.sh: the test files as at base_commit, the test patch, the tests."""
-    files = test_files(instance.test_patch)
+    files = patched_files(instance.test_patch)
     existing = [f for f in files if f not in _new_files(instance.test_patch)]
     git = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false"
     lines = ["#!/bin/bash", ACTIVATE, f"cd {WORKDIR}"]

@@ -1,0 +1,213 @@
+"""SWE-bench instances: read, imported as task folders, graded with the swebench package;
+on real docker the gold patch resolves each example instance and doing nothing resolves
+none; the predictions export is SWE-bench's format."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import docker
+import pytest
+from typer.testing import CliRunner
+
+from hangar.cli import app
+from hangar.errors import ConfigError
+from hangar.kinds.execution.harbor import load_task
+from hangar.kinds.execution.imagetask import SwebenchGrading
+from hangar.kinds.execution.swebench import (
+    ImportOptions,
+    grade,
+    image_name,
+    import_instances,
+    patched_files,
+    read_instances,
+)
+from hangar.store import ResultsStore
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+INSTANCES = EXAMPLES / "swebench" / "instances.jsonl"
+
+
+def test_instances_are_read_with_the_datasets_fields() -> None:
+    first, second = read_instances(INSTANCES)
+    assert first.instance_id == "statkit__statkit-1" and first.repo == "statkit/statkit"
+    # JSON-encoded lists, as the datasets ship them, are lists
+    assert first.FAIL_TO_PASS == ["tests/test_stats.py::test_median_even_length"]
+    assert len(first.PASS_TO_PASS) == 4 and second.PASS_TO_PASS == []
+    assert patched_files(first.test_patch) == ["tests/test_stats.py"]
+    assert patched_files(second.test_patch) == ["tests/test_variance.py"]
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("{", [":1:", "not a JSON object"]),
+        ('{"instance_id": "x"}', [":1:", "field `repo`", "required field is missing"]),
+        (
+            json.dumps(
+                {
+                    "instance_id": "a__b-1",
+                    "repo": "a/b",
+                    "base_commit": "main",
+                    "patch": "",
+                    "test_patch": "",
+                    "problem_statement": "p",
+                    "FAIL_TO_PASS": "[]",
+                }
+            ),
+            [":1:", "base_commit", "[0-9a-f]{40}"],
+        ),
+    ],
+)
+def test_bad_instances_say_where_and_what(tmp_path: Path, line: str, words: list[str]) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ConfigError) as caught:
+        read_instances(path)
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_images_follow_swebench_naming() -> None:
+    assert (
+        image_name("django__django-11099", "swebench", "latest")
+        == "swebench/sweb.eval.x86_64.django_1776_django-11099:latest"
+    )
+    assert image_name("a__b-1", None, "v2") == "sweb.eval.x86_64.a__b-1:v2"
+
+
+def test_an_import_writes_task_folders_the_agent_cannot_read_the_answer_from(
+    tmp_path: Path,
+) -> None:
+    folders = import_instances(
+        INSTANCES,
+        tmp_path / "tasks",
+        ImportOptions(repositories={"statkit/statkit": str(EXAMPLES / "repos" / "statkit.bundle")}),
+    )
+    task = load_task(folders[0] / "task.toml")
+    instance = read_instances(INSTANCES)[0]
+    assert task.id == "statkit__statkit-1" and task.revision == instance.base_commit
+    assert task.workdir == "/testbed" and task.repository is not None
+    assert task.image.reference == "swebench/sweb.eval.x86_64.statkit_1776_statkit-1:latest"
+    assert task.instruction.strip() == instance.problem_statement
+    assert instance.patch not in task.instruction and instance.test_patch not in task.instruction
+    grading = task.grading
+    assert grading is not None and grading.fail_to_pass == tuple(instance.FAIL_TO_PASS)
+    script = (folders[0] / "tests" / "test.sh").read_text()
+    assert "checkout -q 1a6dc25e2e61b7f41b02576bc56b0eadd895cbb2 -- tests/test_stats.py" in script
+    assert "python3 -m pytest -rA -p no:cacheprovider tests/test_stats.py" in script
+    assert (folders[0] / "solution" / "gold.patch").read_text() == instance.patch
+    # hints only when asked
+    instance_hints = tmp_path / "hints.jsonl"
+    data = json.loads(INSTANCES.read_text().splitlines()[0])
+    instance_hints.write_text(json.dumps({**data, "hints_text": "look at mid"}) + "\n")
+    plain = import_instances(instance_hints, tmp_path / "plain", ImportOptions())
+    hinted = import_instances(instance_hints, tmp_path / "hinted", ImportOptions(hints=True))
+    assert "look at mid" not in (plain[0] / "instruction.md").read_text()
+    assert "look at mid" in (hinted[0] / "instruction.md").read_text()
+
+
+GRADING = SwebenchGrading(
+    instance_id="x",
+    repo="statkit/statkit",
+    fail_to_pass=("tests/t.py::test_new",),
+    pass_to_pass=("tests/t.py::test_old", "tests/t.py::test_skipped"),
+)
+
+
+def _log(tmp_path: Path, *lines: str) -> Path:
+    path = tmp_path / "test_output.txt"
+    path.write_text("=== short test summary info ===\n" + "\n".join(lines) + "\n")
+    return path
+
+
+def test_grading_is_swebench_resolution(tmp_path: Path) -> None:
+    resolved = grade(
+        GRADING,
+        _log(
+            tmp_path,
+            "PASSED tests/t.py::test_new",
+            "PASSED tests/t.py::test_old",
+            "SKIPPED tests/t.py::test_skipped",
+        ),
+    )
+    assert resolved.reward.value == 1.0 and resolved.report["resolution"] == "RESOLVED_FULL"
+    assert {c.requirement: c.status for c in resolved.checks} == {
+        "FAIL_TO_PASS tests/t.py::test_new": "pass",
+        "PASS_TO_PASS tests/t.py::test_old": "pass",
+        "PASS_TO_PASS tests/t.py::test_skipped": "pass",  # a skipped P2P is no regression
+    }
+    broke = grade(
+        GRADING,
+        _log(tmp_path, "PASSED tests/t.py::test_new", "FAILED tests/t.py::test_old - boom"),
+    )
+    assert broke.reward.value == 0.0 and broke.report["resolution"] == "RESOLVED_NO"
+    scores = {s.metric: s.value for s in broke.reward.scores}
+    assert scores["resolved"] == 0.0 and scores["fail_to_pass"] == 1.0
+    missing = grade(GRADING, tmp_path / "absent.txt")
+    assert missing.reward.value is None and "no test log" in missing.reward.problem
+
+
+def test_an_unknown_parser_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no log parser 'parse_log_nothing'"):
+        grade(GRADING.model_copy(update={"log_parser": "parse_log_nothing"}), _log(tmp_path))
+
+
+@pytest.fixture
+def example(tmp_path: Path) -> Path:
+    shutil.copytree(EXAMPLES / "swebench", tmp_path / "swebench")
+    shutil.copytree(EXAMPLES / "repos", tmp_path / "repos")
+    sweep = tmp_path / "swebench" / "sweep.yaml"
+    sweep.write_text(
+        sweep.read_text()
+        + f"store: sqlite:///{tmp_path}/runs.db\nevidence: {(tmp_path / 'evidence').as_uri()}\n"
+    )
+    return sweep
+
+
+def test_gold_resolves_nop_does_not_and_predictions_export(
+    docker_client: docker.DockerClient, ray_local: None, example: Path, tmp_path: Path
+) -> None:
+    cli = CliRunner()
+    out = cli.invoke(app, ["dataset", "validate", str(example)])
+    assert out.exit_code == 0, out.output
+    assert "2 valid, 0 broken" in out.output
+    out = cli.invoke(app, ["run", str(example), "--allow-failures"])
+    assert out.exit_code == 0, out.output
+    assert "verdicts {'pass': 2, 'fail': 2}" in out.output or "'fail': 2, 'pass': 2" in out.output
+
+    out = cli.invoke(app, ["dataset", "export-predictions", str(example), "--out", "x.jsonl"])
+    assert isinstance(out.exception, ConfigError) and "choose one" in str(out.exception)
+    preds = tmp_path / "preds.jsonl"
+    out = cli.invoke(
+        app, ["dataset", "export-predictions", str(example), "--out", str(preds), "--agent", "gold"]
+    )
+    assert out.exit_code == 0, out.output
+    rows = [json.loads(line) for line in preds.read_text().splitlines()]
+    assert {r["instance_id"] for r in rows} == {"statkit__statkit-1", "statkit__statkit-2"}
+    assert all(set(r) == {"instance_id", "model_name_or_path", "model_patch"} for r in rows)
+    gold = {i.instance_id: i.patch for i in read_instances(INSTANCES)}
+    for row in rows:  # the agent's diff is the gold patch's change, test files untouched
+        assert "tests/" not in row["model_patch"]
+        added = {ln for ln in row["model_patch"].splitlines() if ln.startswith("+ ")}
+        assert added and added <= set(gold[row["instance_id"]].splitlines())
+
+
+def test_a_missing_instance_image_is_blocked_naming_it(
+    docker_client: docker.DockerClient, ray_local: None, example: Path
+) -> None:
+    text = example.read_text()
+    example.write_text(
+        text.replace("image_map:\n", "image_map:\n  unused: x\n").replace(
+            '  "swebench/sweb.eval.x86_64.statkit_1776_statkit-*": hangar/base:bookworm\n', ""
+        )
+    )
+    out = CliRunner().invoke(app, ["dataset", "validate", str(example)])
+    assert out.exit_code == 1, out.output
+    assert "0 valid, 2 broken" in out.output
+    store = ResultsStore(f"sqlite:///{example.parent.parent}/runs.db")
+    reasons = {r.reason for r in store.results("validate-swebench-demo")}
+    image = "swebench/sweb.eval.x86_64.statkit_1776_statkit-1:latest"
+    assert any(r.startswith("image " + repr(image) + " is not on this node") for r in reasons)
