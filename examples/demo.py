@@ -31,12 +31,13 @@
    to lose by at least 15 points on citation validity. In a fresh copy under
    ./runs/knowledge each time (the trials resume from the store).
 
-6. `examples/harbor/`: a Harbor dataset of four tasks (the image built from each task's
+6. `examples/harbor/`: a Harbor dataset of five tasks (the image built from each task's
    Dockerfile is the fixture, its `FROM` mapped onto the base image's stock variant). It
    is validated first: the oracle (each task's solution/solve.sh) must pass and the nop
    agent must fail; `broken-tests` is broken on purpose (its tests check another file
    than the task names), so the sweep over the dataset leaves it out, and runs the
-   oracle and nop on the three valid tasks.
+   oracle and nop on the four valid tasks. `count-words`' verifier reaches one host, a
+   service the demo serves on 127.0.0.1:8799, through the audited egress proxy.
 
 Each execution trial clones the pinned revision, runs its agent in a docker sandbox with the
 network off, runs the hidden tests in the same sandbox wiped, is judged by the pinned host
@@ -69,6 +70,7 @@ from hangar.scheduler.sweep import Sweep, load_sweep
 from hangar.scores.render import render_text
 from hangar.scores.report import build_report
 from hangar.store import ResultsStore
+from hangar.testing.answers import EXAMPLE_ANSWERS, EXAMPLE_PORT, serve_answers
 from hangar.testing.scripted import Script, ScriptedServer
 
 HERE = Path(__file__).resolve().parent
@@ -189,6 +191,14 @@ def benchmark() -> bool:
 def harbor() -> bool:
     """Validate the Harbor dataset, then run its sweep without the broken task."""
     sweep = load_sweep(HERE / "harbor" / "sweep.yaml")
+    answers = serve_answers(EXAMPLE_ANSWERS, EXAMPLE_PORT)  # count-words' allowlisted host
+    try:
+        return _harbor(sweep)
+    finally:
+        answers.shutdown()
+
+
+def _harbor(sweep: Sweep) -> bool:
     console.rule(f"dataset {sweep.id}: oracle and nop on each of {len(sweep.tasks)} tasks")
     found = validate_dataset(
         sweep.id,

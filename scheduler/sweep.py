@@ -79,6 +79,17 @@ class RetryPolicy(BaseModel):
         return float(min(self.backoff_max_s, self.backoff_s * 2.0 ** max(0, attempt - 2)))
 
 
+class SweepNetwork(BaseModel):
+    """The sweep's network policy for image tasks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow_public: bool = False
+    """Give a phase that asks for a public network every named host (through the audited
+    egress proxy: raw IPs refused, each attempt recorded); off: the agent's runs with no
+    network and a verifier that needs one is blocked_setup."""
+
+
 class SweepFile(BaseModel):
     """A sweep file as written (paths relative to it)."""
 
@@ -119,6 +130,8 @@ class SweepFile(BaseModel):
     or a machine's own images."""
     reward_threshold: float | None = Field(default=None, ge=0, le=1)
     """The reward at or above which an image task's trial passes (default 1)."""
+    network: SweepNetwork = Field(default_factory=lambda: SweepNetwork())
+    """What networks image tasks may have beyond their allowlists."""
     repo_map: dict[str, str] = Field(default_factory=dict)
     """Repositories of image tasks rewritten: a URL or a SWE-bench ``owner/name`` -> a
     mirror's URL or a local path (relative to the sweep file)."""
@@ -352,6 +365,7 @@ def _tasks(path: Path, config: SweepFile) -> tuple[list[Task], list[UnloadableSc
     files = _scenario_files(base, config.scenarios)
     _check_sealed(files, base)
     options = {
+        "network": config.network.model_dump(),
         "image_map": config.image_map,
         "reward_threshold": config.reward_threshold,
         "repo_map": {

@@ -15,6 +15,7 @@ from hangar.agents import NOP, ORACLE, AgentSpec, CommandAgent
 from hangar.kinds.execution import KIND, single_trial
 from hangar.kinds.execution.harbor import load_task
 from hangar.results import TrialResult, Verdict
+from hangar.testing.answers import EXAMPLE_ANSWERS, EXAMPLE_PORT, serve_answers
 from hangar.trials import Arm, run_trial
 
 DATASET = Path(__file__).resolve().parents[2] / "examples" / "harbor" / "dataset"
@@ -184,22 +185,24 @@ def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(
     cli = CliRunner()
     out = cli.invoke(app, ["run", str(sweep)])
     assert out.exit_code == 0, out.output  # every task left out: none validated
-    assert out.output.count("is unvalidated: never validated") == 4
+    assert out.output.count("is unvalidated: never validated") == 5
+    answers = serve_answers(EXAMPLE_ANSWERS, EXAMPLE_PORT)  # count-words' verifier asks it
 
     out = cli.invoke(app, ["dataset", "validate", str(sweep)])
     assert out.exit_code == 1, out.output  # one broken
-    assert "3 valid, 1 broken, 0 not validated yet" in out.output
+    assert "4 valid, 1 broken, 0 not validated yet" in out.output
     assert "the oracle fails: reward 0 is below" in out.output
 
     out = cli.invoke(app, ["run", str(sweep), "--allow-failures"])
     assert out.exit_code == 0, out.output
     assert "left out: broken-tests is broken" in out.output
-    assert "6/6 final" in out.output
+    assert "8/8 final" in out.output
     out = cli.invoke(app, ["status", str(sweep)])
     assert "left out: broken-tests is broken" in out.output
 
     out = cli.invoke(app, ["run", str(sweep), "--allow-failures", "--include-unvalidated"])
-    assert "run anyway: broken-tests is broken" in out.output and "8/8 final" in out.output
+    assert "run anyway: broken-tests is broken" in out.output and "10/10 final" in out.output
+    answers.shutdown()
 
     out = cli.invoke(app, ["task", "check", str(tmp_path / "harbor" / "dataset")])
     assert out.exit_code == 0, out.output

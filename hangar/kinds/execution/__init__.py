@@ -103,6 +103,7 @@ class ExecutionKind(Kind):
             image_map=options.get("image_map") or {},
             threshold=options.get("reward_threshold"),
             repo_map=options.get("repo_map") or {},
+            allow_public=bool((options.get("network") or {}).get("allow_public")),
         )
 
     def agents(self, matrix: Matrix) -> list[AgentSpec]:

@@ -314,23 +314,22 @@ def _blocked(folder: Path, config: HarborConfig) -> list[str]:
         found.append("[environment] healthcheck: services in the environment are not supported")
     if not (folder / "tests" / "test.sh").is_file():
         found.append("tests/test.sh is missing: there is nothing to judge the task with")
-    verifier = _network(config.verifier, env)
-    if verifier.mode != "no-network":
-        found.append(
-            f"the verifier asks for a {verifier.mode} network, which this version does not "
-            "give (only no-network)"
-        )
-    agent = _network(config.agent, env)
-    if agent.mode == "allowlist":
-        found.append("the agent asks for an allowlist network, which this version does not give")
+    for phase in ("agent", "verifier"):
+        network = _network(getattr(config, phase), env)
+        if network.mode == "allowlist" and not network.allowed_hosts:
+            found.append(f"the {phase}'s allowlist network names no allowed_hosts")
     return found
 
 
 def _notes(config: HarborConfig) -> list[str]:
     """Fields read and ignored, or unknown (Harbor ignores unknown keys too)."""
     notes = []
-    if _network(config.agent, config.environment).mode == "public":
-        notes.append("the agent asked for a public network: it runs with none")
+    for phase in ("agent", "verifier"):
+        if _network(getattr(config, phase), config.environment).mode == "public":
+            notes.append(
+                f"the {phase} asks for a public network: it gets one (every named host, "
+                "through the audited egress proxy) only where the sweep allows it"
+            )
     tables: list[tuple[str, BaseModel]] = [
         ("", config),
         ("[task] ", config.task),

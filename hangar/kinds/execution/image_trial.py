@@ -18,9 +18,11 @@ first (a reward the agent wrote beforehand never counts), ``tests/`` is copied t
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -28,18 +30,21 @@ from hangar.agents import AgentRun, ReferenceAgent
 from hangar.errors import (
     ImageBuildError,
     ImageNotFound,
+    MissingPython,
     SandboxError,
     SandboxUnavailable,
     WorkspaceError,
 )
-from hangar.kinds.execution.imagetask import ImageSource, ImageTask
+from hangar.kinds.execution.imagetask import ImageSource, ImageTask, Network
 from hangar.kinds.execution.rewards import Reward, read_reward
-from hangar.kinds.execution.sandboxed import SandboxedTrial
+from hangar.kinds.execution.sandboxed import SandboxedTrial, free_port
 from hangar.kinds.execution.swebench import grade
+from hangar.models.tunnel import RelayTunnel
 from hangar.results import COUNTED_VERDICTS, CheckOutcome, Score, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, create_sandbox
 from hangar.sandbox.archive import copy_untrusted_tree, extract_untrusted
 from hangar.sandbox.base import ExecResult
+from hangar.sandbox.egress import EgressProxy, proxy_env
 from hangar.sandbox.task_images import ensure_task_image, image_settings
 from hangar.sandbox.workspace import MirrorCache, diff_against_tree, hand_over, make_workspace
 from hangar.trials.boundary import Outcome
@@ -49,6 +54,8 @@ from hangar.trials.spec import TrialSpec
 TESTS, SOLUTION, LOGS = "/tests", "/solution", "/logs"
 #: Bound on the folders read out of a sandbox (artifacts, logs).
 READ_LIMIT = 1 << 30
+#: The loopback port of the egress proxy inside a container.
+EGRESS_PORT = 3128
 
 
 class ImageTaskTrial(SandboxedTrial):
@@ -64,6 +71,8 @@ class ImageTaskTrial(SandboxedTrial):
         self.reward: Reward | None = None
         self.checks: tuple[CheckOutcome, ...] = ()
         self.sandbox_image = ""
+        self.egress: list[EgressProxy] = []
+        self.egress_tunnels: list[RelayTunnel] = []
 
     def localise(self, spec: TrialSpec) -> None:
         """Run from `spec`, the same trial with this node's copy of its task."""
@@ -90,9 +99,11 @@ class ImageTaskTrial(SandboxedTrial):
             self.give_workspace(sandbox)
             if self.relay is not None:
                 self.start_forwarder(sandbox)
+            self.agent_env = self.open_egress(sandbox, "agent", self.task.agent_network)
         self.deadline = time.monotonic() + self.limits.time_s
         with self.phase("agent"):
             self.run_agent(sandbox, self.remaining())
+            self.close_egress()
         with self.phase("hand_over"):
             box = self.hand_over(sandbox)
         with self.phase("final_diff"):
@@ -112,6 +123,13 @@ class ImageTaskTrial(SandboxedTrial):
         agent = self.spec.agent
         if isinstance(agent, ReferenceAgent) and agent.role != "nop" and not self.task.solution:
             problems.append(f"the {agent.role} needs the task's solution/solve.sh, which it lacks")
+        if self.task.verifier.network.hosts(self.task.allow_public) is None and (
+            self.task.verifier.network.mode == "public"
+        ):
+            problems.append(
+                "the verifier asks for a public network, which the sweep does not allow "
+                "(give it `network: {allow_public: true}`, or list the hosts it needs)"
+            )
         if self.spec.plugins:
             problems.append(
                 f"image tasks take no plugins (the arm selects {list(self.spec.plugins)})"
@@ -230,6 +248,43 @@ class ImageTaskTrial(SandboxedTrial):
             ttl_s=self.budget() + 900,
         )
 
+    # -- the network ----------------------------------------------------------------------
+
+    def open_egress(self, box: Sandbox, phase: str, network: Network) -> dict[str, str]:
+        """The egress proxy of `phase` joined to `box`, when its network is an allowlist
+        (or public, where the sweep allows it): the environment that points at it."""
+        hosts = network.hosts(self.task.allow_public)
+        if hosts is None:
+            return {}
+        proxy = EgressProxy(hosts, phase).start()
+        self.egress.append(proxy)
+        port = EGRESS_PORT if box.isolated else free_port()
+        try:
+            self.egress_tunnels.append(RelayTunnel.open(box, port, proxy.socket_path))
+        except MissingPython as exc:
+            raise Outcome(
+                Verdict.BLOCKED_SETUP,
+                f"image {box.spec.image!r} has no python3, which the egress proxy's forwarder "
+                "needs for an allowlist network: add python3 to the image",
+            ) from exc
+        return proxy_env(port)
+
+    def close_egress(self) -> None:
+        """Every open proxy stopped, its attempts written to the evidence."""
+        while self.egress_tunnels:
+            self.egress_tunnels.pop().close()
+        while self.egress:
+            proxy = self.egress.pop()
+            proxy.stop()
+            lines = "".join(json.dumps(a) + "\n" for a in proxy.attempts)
+            self.write(f"network/{proxy.phase}.jsonl", lines)
+
+    def tear_down(self, *, wait: bool) -> None:
+        """The proxies too."""
+        with suppress(Exception):
+            self.close_egress()
+        super().tear_down(wait=wait)
+
     # -- the agent ------------------------------------------------------------------------
 
     def run_agent(self, sandbox: Sandbox, budget: float) -> None:
@@ -256,7 +311,7 @@ class ImageTaskTrial(SandboxedTrial):
         res = sandbox.exec(
             ["bash", f"{SOLUTION}/{solution.script}"],
             timeout=budget,
-            env=solution.env,
+            env={**solution.env, **self.agent_env},
             on_output=self.trace.output,
         )
         self.write("agent/solve.json", _record(res))
@@ -338,12 +393,14 @@ class ImageTaskTrial(SandboxedTrial):
         verifier = self.task.verifier
         self.mkdirs(box, TESTS, f"{LOGS}/verifier")
         box.copy_in(self.task.local(verifier.tests), TESTS)
+        network = self.open_egress(box, "verifier", verifier.network)
         res = box.exec(
             ["bash", f"{TESTS}/{verifier.script}"],
             timeout=verifier.timeout_s,
-            env=verifier.env,
+            env={**verifier.env, **network},
             user=verifier.user,
         )
+        self.close_egress()
         self.write("verifier/test.json", _record(res))
         self.write("verifier/stdout.txt", res.stdout)
         self.write("verifier/stderr.txt", res.stderr)

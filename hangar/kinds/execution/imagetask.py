@@ -47,6 +47,14 @@ class Network(Strict):
     allowed_hosts: tuple[str, ...] = ()
     """Host names (``host`` or ``host:port``) an allowlist lets through."""
 
+    def hosts(self, allow_public: bool) -> tuple[str, ...] | None:
+        """What the egress proxy lets through in this phase (None: no network at all)."""
+        if self.mode == "allowlist":
+            return self.allowed_hosts
+        if self.mode == "public" and allow_public:
+            return ("*:*",)
+        return None
+
 
 class Artifact(Strict):
     """A path copied from the agent's sandbox into a separate verifier's, at ``target``."""
@@ -155,6 +163,9 @@ class ImageTask(Task):
     """Where the workspace is in the sandbox (default: the image's WORKDIR)."""
     grading: SwebenchGrading | None = None
     """How the test log is graded on the host (None: the reward file the script writes)."""
+    allow_public: bool = False
+    """A phase that asks for a public network gets one (every named host through the
+    egress proxy); without it the agent's runs with none and the verifier's is blocked."""
     image_map: dict[str, str] = Field(default_factory=dict)
     """Image references rewritten (``FROM`` lines and references; keys may be fnmatch
     patterns such as ``ubuntu:*``), from the sweep."""
@@ -194,10 +205,11 @@ class ImageTask(Task):
         image_map: dict[str, str],
         threshold: float | None,
         repo_map: dict[str, str] | None = None,
+        allow_public: bool = False,
     ) -> ImageTask:
         """The task with a sweep's image map, pass threshold and repository map (keys: a
         repository's URL, or a SWE-bench ``owner/name``), its digest recomputed."""
-        update: dict[str, object] = {"image_map": dict(image_map)}
+        update: dict[str, object] = {"image_map": dict(image_map), "allow_public": allow_public}
         if threshold is not None:
             update["threshold"] = threshold
         repos = repo_map or {}

@@ -64,6 +64,8 @@ class SandboxedTrial(TrialRun):
         self.closing: list[Future[Any]] = []
         self.deadline = time.monotonic() + limits.time_s
         self.cache = spec.cache_root or cache_dir()
+        #: More environment for a command agent (an egress proxy's, say).
+        self.agent_env: dict[str, str] = {}
 
     #: Whether the task text is already in the sandbox's HOME when a command agent starts.
     context_written = False
@@ -85,10 +87,10 @@ class SandboxedTrial(TrialRun):
     def run_agent(self, sandbox: Sandbox, budget: float) -> None:
         """Phase 7: the agent's turns, traced; the relay closes after them."""
         self.trace = TraceWriter(self.artifacts / "trace.jsonl")
-        env: dict[str, str] = {}
+        env: dict[str, str] = dict(self.agent_env)
         if self.relay is not None:
             self.relay.trace = self.trace
-            env = self.relay.agent_env(self.relay_port)
+            env.update(self.relay.agent_env(self.relay_port))
         try:
             if budget <= 0:
                 self.agent_run = AgentRun(reason="setup used the whole time budget")
@@ -141,7 +143,7 @@ class SandboxedTrial(TrialRun):
     def start_forwarder(self, sandbox: Sandbox) -> None:
         """Start the relay's forwarder in the sandbox; refuse an image that cannot run it."""
         assert self.relay is not None
-        self.relay_port = RELAY_PORT if sandbox.isolated else _free_port()
+        self.relay_port = RELAY_PORT if sandbox.isolated else free_port()
         try:
             self.tunnel = RelayTunnel.open(sandbox, self.relay_port, self.relay.socket_path)
         except MissingPython as exc:
@@ -235,7 +237,7 @@ class SandboxedTrial(TrialRun):
         self.disk.close()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

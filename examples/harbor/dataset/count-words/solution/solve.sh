@@ -1,0 +1,2 @@
+#!/bin/bash
+wc -w < /app/words.txt | tr -d ' ' > /app/count.txt
