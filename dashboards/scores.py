@@ -113,6 +113,14 @@ FROM per ORDER BY model, finished DESC""",
     ("model", "sweep_id", "finished", "trials", "passes", "pass_rate", "cost_usd"),
 )
 
+#: Tasks of datasets that validation found broken or could not validate: sweeps leave them
+#: out (no trial, no rate), so a dashboard names them apart.
+TASKS_LEFT_OUT = Sql(
+    """SELECT task_id, status, reason, sweep_id AS validated_by, updated_at
+FROM validations WHERE status <> 'valid' ORDER BY updated_at DESC, task_id""",
+    ("task_id", "status", "reason", "validated_by", "updated_at"),
+)
+
 #: Every score panel honours the metric variable too.
 SCORE_FILTER = f"{FILTER} AND metric IN ($metric) AND value IS NOT NULL"
 
@@ -247,6 +255,16 @@ def scores_dashboard() -> Dashboard:
                 "short",
             ),
             Panel(
+                "Tasks left out: broken or not validated",
+                "table",
+                (TASKS_LEFT_OUT,),
+                "Dataset tasks whose oracle fails, whose nop passes, whose image does not "
+                "build, or that are flaky (`hangar dataset validate`): sweeps leave them out, "
+                "so they are in no rate above.",
+                "",
+                width=24,
+            ),
+            Panel(
                 "Latest sweep per model",
                 "table",
                 (LATEST_SWEEP,),
@@ -270,4 +288,5 @@ ALL_QUERIES = {
     "latest_sweep": LATEST_SWEEP,
     "metric_by_group": METRIC_BY_GROUP,
     "metric_over_time": METRIC_OVER_TIME,
+    "tasks_left_out": TASKS_LEFT_OUT,
 }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -53,12 +53,25 @@ def report(
     built = build_report(sweep_id, results.results(sweep_id), margin=points / 100, roles=roles)
     if not built.groups:
         raise ConfigError(f"no results for sweep {sweep_id!r} in {results.safe_url}")
+    built.left_out = left_out_of(sweep, results)
     text = built.model_dump_json(indent=1) if fmt == "json" else renderers[fmt](built)
     if out is not None:
         out.write_text(text)
         console.print(f"wrote {out}")
     else:
         console.out(text, highlight=False)
+
+
+def left_out_of(sweep: str, results: Any) -> list[Any]:
+    """The tasks a sweep file leaves out (broken or unvalidated), for the report."""
+    from hangar.kinds.execution.validate import validated_tasks
+    from hangar.scheduler.sweep import load_sweep
+    from hangar.scores.report import LeftOut
+
+    if not Path(sweep).is_file():
+        return []
+    found = validated_tasks(load_sweep(Path(sweep)).tasks, results).left_out
+    return [LeftOut(scenario=v.task_id, status=v.status, reason=v.reason) for v in found]
 
 
 def suite_margin(sweep: str) -> float:

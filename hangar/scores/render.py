@@ -123,6 +123,11 @@ def render_text(report: Report, width: int = 160) -> str:
         console.print(
             f"[yellow]not run[/] {plain(b.scenario)} ({b.trials} trial(s)): {plain(b.reason)}"
         )
+    for t in report.left_out:
+        console.print(
+            f"[yellow]left out[/] {plain(t.scenario)} is {plain(t.status)}: {plain(t.reason)} "
+            "(no trial ran; in no rate)"
+        )
     for note in report.notes:
         console.print(f"[yellow]note:[/] {plain(note)}")
     return buf.getvalue()
@@ -180,6 +185,10 @@ def _md_lists(report: Report) -> list[str]:
         *_md_section(
             "Not run (blocked_setup)",
             [f"- {b.scenario} ({b.trials} trial(s)): {b.reason}" for b in report.blocked],
+        ),
+        *_md_section(
+            "Tasks left out (broken or not validated: no trial ran)",
+            [f"- {t.scenario} is {t.status}: {t.reason}" for t in report.left_out],
         ),
     ]
 
@@ -362,6 +371,9 @@ def render_html(report: Report) -> str:
     blocked = "".join(
         f"<li>{esc(b.scenario)} ({b.trials} trial(s)): {esc(b.reason)}</li>" for b in report.blocked
     )
+    left_out = "".join(
+        f"<li>{esc(t.scenario)} is {esc(t.status)}: {esc(t.reason)}</li>" for t in report.left_out
+    )
     notes = "".join(f'<p class="note">note: {esc(n)}</p>' for n in report.notes)
     head = "".join(f"<th>{esc(h)}</th>" for h in GROUP_HEAD)
     label_heads = "".join(f"<th>{esc(x)}</th>" for x in labels)
@@ -384,5 +396,7 @@ seeded paired bootstrap over scenarios for differences).</p>{notes}
 <table><tr><th>requirement</th><th>group</th><th>pass rate</th></tr>{reqs}</table>
 <h2>Voided trials</h2><ul>{voided or "<li>none</li>"}</ul>
 <h2>Not run (blocked_setup)</h2><ul>{blocked or "<li>none</li>"}</ul>
+<h2>Tasks left out (broken or not validated: no trial ran)</h2>
+<ul>{left_out or "<li>none</li>"}</ul>
 </body></html>
 """

@@ -139,6 +139,17 @@ class Blocked(BaseModel):
     """How many trials."""
 
 
+class LeftOut(BaseModel):
+    """A task the sweep left out before any trial: broken, or never validated."""
+
+    scenario: str
+    """Task id."""
+    status: str
+    """``broken`` or ``unvalidated``."""
+    reason: str
+    """Why (the validation's reason)."""
+
+
 class Report(BaseModel):
     """Everything `hangar report` shows (its JSON form, too)."""
 
@@ -165,6 +176,9 @@ class Report(BaseModel):
     """Trials voided by a canary."""
     blocked: list[Blocked] = Field(default_factory=list)
     """Trials that never ran (blocked_setup), by scenario."""
+    left_out: list[LeftOut] = Field(default_factory=list)
+    """Tasks the sweep left out before any trial (broken or unvalidated datasets' tasks):
+    no model's failure, and in no rate."""
     not_comparable: list[NotComparable] = Field(default_factory=list)
     """Trials of older scenario or agent versions, set aside."""
     notes: list[str] = Field(default_factory=list)

@@ -107,6 +107,18 @@ def live(ray_local: None, postgres_url: str) -> Iterator[Live]:
         SweepRunner(sweep, store, listener=unblock).run()
         time.sleep(8)  # a few more scrapes after the last trial
         results = list(store.results(SWEEP))
+        # a dataset's broken task, as `hangar dataset validate` records it
+        store.record_validations(
+            [
+                {
+                    "digest": "0" * 64,
+                    "task_id": "broken-tests",
+                    "status": "broken",
+                    "reason": "the oracle fails: reward 0",
+                    "sweep_id": "validate-demo",
+                }
+            ]
+        )
         yield Live(store, results, build_report(SWEEP, results), prom)
     finally:
         server.shutdown()

@@ -199,6 +199,9 @@ def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(
     assert "8/8 final" in out.output
     out = cli.invoke(app, ["status", str(sweep)])
     assert "left out: broken-tests is broken" in out.output
+    out = cli.invoke(app, ["report", str(sweep), "--format", "md"])
+    assert "- broken-tests is broken: the oracle fails" in out.output, out.output
+    assert "broken-tests" not in out.output.split("## Tasks left out")[0]
 
     out = cli.invoke(app, ["run", str(sweep), "--allow-failures", "--include-unvalidated"])
     assert "run anyway: broken-tests is broken" in out.output and "10/10 final" in out.output
