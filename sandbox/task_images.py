@@ -99,8 +99,11 @@ def ensure_task_image(
     mapped: Mapper = lambda ref: ref,
     timeout_s: float = 600,
     log: Path | None = None,
+    registry: str | None = None,
 ) -> ImageBuildOutcome:
     """The image of `context` (built unless this node has it; see the module docstring).
+    With a `registry` (``host:port/namespace``, for a cluster) a node first pulls what
+    another node pushed, and pushes what it built itself.
 
     Raises ImageBuildError with the log's tail when the build fails; the whole log is
     written to `log`.
@@ -114,10 +117,42 @@ def ensure_task_image(
     locks.mkdir(parents=True, exist_ok=True)
     with (locks / f"{tag.replace('/', '_').replace(':', '_')}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build per tag on the node at a time
-        existing = find_image(tag)
+        existing = find_image(tag) or (_pull(registry, tag) if registry else None)
         if existing is not None:
             return ImageBuildOutcome(tag=tag, image_id=existing, built=False, seconds=0.0)
-        return _build(tag, _tar_context(context, dockerfile, text), dockerfile, timeout_s, log)
+        built = _build(tag, _tar_context(context, dockerfile, text), dockerfile, timeout_s, log)
+        if registry:
+            _push(registry, tag)
+        return built
+
+
+def _pull(registry: str, tag: str) -> str | None:
+    """The image `tag` pulled from `registry` and tagged locally, or None if it has none."""
+    remote = f"{registry.rstrip('/')}/{tag}"
+    try:
+        image = docker_client().images.pull(remote)
+    except (docker.errors.NotFound, docker.errors.ImageNotFound):
+        return None
+    except docker.errors.APIError as exc:
+        if "not found" in str(exc).lower() or "unknown" in str(exc).lower():
+            return None
+        raise ImageBuildError(f"cannot pull {remote}: {exc}") from exc
+    image.tag(tag)
+    return str(image.id)
+
+
+def _push(registry: str, tag: str) -> None:
+    """Push the local image `tag` to `registry`, for the other nodes."""
+    remote = f"{registry.rstrip('/')}/{tag}"
+    repository, _, version = remote.rpartition(":")
+    client = docker_client()
+    client.images.get(tag).tag(remote)
+    try:
+        for event in client.api.push(repository, tag=version, stream=True, decode=True):
+            if "error" in event:
+                raise ImageBuildError(f"cannot push {remote}: {event['error']}")
+    except docker.errors.APIError as exc:
+        raise ImageBuildError(f"cannot push {remote}: {exc}") from exc
 
 
 def _build(

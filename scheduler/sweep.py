@@ -130,6 +130,9 @@ class SweepFile(BaseModel):
     or a machine's own images."""
     reward_threshold: float | None = Field(default=None, ge=0, le=1)
     """The reward at or above which an image task's trial passes (default 1)."""
+    registry: str | None = None
+    """Where the nodes of a cluster share the images they build for image tasks
+    (``host:port/namespace``): a node pulls what another pushed, and pushes what it built."""
     network: SweepNetwork = Field(default_factory=lambda: SweepNetwork())
     """What networks image tasks may have beyond their allowlists."""
     repo_map: dict[str, str] = Field(default_factory=dict)
@@ -365,6 +368,7 @@ def _tasks(path: Path, config: SweepFile) -> tuple[list[Task], list[UnloadableSc
     files = _scenario_files(base, config.scenarios)
     _check_sealed(files, base)
     options = {
+        "registry": config.registry,
         "network": config.network.model_dump(),
         "image_map": config.image_map,
         "reward_threshold": config.reward_threshold,

@@ -152,6 +152,7 @@ class ImageTaskTrial(SandboxedTrial):
                 mapped=self.task.mapped,
                 timeout_s=source.build_timeout_s,
                 log=self.artifacts / what / "build.log",
+                registry=self.task.registry,
             )
         except ImageBuildError as exc:
             raise Outcome(Verdict.BLOCKED_SETUP, f"{what}: {exc}") from exc

@@ -166,6 +166,9 @@ class ImageTask(Task):
     allow_public: bool = False
     """A phase that asks for a public network gets one (every named host through the
     egress proxy); without it the agent's runs with none and the verifier's is blocked."""
+    registry: str | None = None
+    """Where nodes share built images (``host:port/namespace``), from the sweep: each
+    node pulls what another built, and pushes what it builds (not part of the version)."""
     image_map: dict[str, str] = Field(default_factory=dict)
     """Image references rewritten (``FROM`` lines and references; keys may be fnmatch
     patterns such as ``ubuntu:*``), from the sweep."""
@@ -206,10 +209,15 @@ class ImageTask(Task):
         threshold: float | None,
         repo_map: dict[str, str] | None = None,
         allow_public: bool = False,
+        registry: str | None = None,
     ) -> ImageTask:
         """The task with a sweep's image map, pass threshold and repository map (keys: a
         repository's URL, or a SWE-bench ``owner/name``), its digest recomputed."""
-        update: dict[str, object] = {"image_map": dict(image_map), "allow_public": allow_public}
+        update: dict[str, object] = {
+            "image_map": dict(image_map),
+            "allow_public": allow_public,
+            "registry": registry,
+        }
         if threshold is not None:
             update["threshold"] = threshold
         repos = repo_map or {}
@@ -230,7 +238,9 @@ def image_task_digest(task: ImageTask) -> str:
     """sha256 of the task's settings, every byte of its folder, and its judging code."""
     here = Path(__file__).parent
     payload = {
-        "task": task.model_dump(mode="json", exclude={"digest", "path", "folder", "suite"}),
+        "task": task.model_dump(
+            mode="json", exclude={"digest", "path", "folder", "suite", "registry"}
+        ),
         "folder": tree_digest(task.folder),
         "judging": [[name, tree_digest(here / name)] for name in _JUDGING_CODE],
     }
