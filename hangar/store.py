@@ -330,6 +330,12 @@ class ResultsStore:
                 )
             )
 
+    def sweep_config(self, sweep_id: str) -> dict[str, Any] | None:
+        """The config the sweep last ran with (None: no such sweep)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(sweeps.c.config).where(sweeps.c.id == sweep_id)).first()
+            return None if row is None else dict(row.config or {})
+
     def sweep_ids(self) -> list[str]:
         """Every sweep in the store, newest first."""
         with self.engine.connect() as conn:

@@ -177,6 +177,9 @@ class Sweep(BaseModel):
     """The sweep's arms (of the kinds whose arms a sweep chooses: execution scenarios)."""
     unloadable: list[UnloadableScenario] = Field(default_factory=list)
     """Task files that could not be loaded (their trials are blocked_setup rows)."""
+    left_out: list[dict[str, str]] = Field(default_factory=list)
+    """Image tasks left out before any trial ({scenario, status, reason}: broken or not
+    validated), recorded with the sweep for reports and the viewer."""
 
     def matrix(self, evidence_url: str = "") -> Matrix:
         """What every kind expands its tasks with."""

@@ -85,7 +85,10 @@ def run(
         )
     store = ResultsStore(sweep.config.store)
     kept, left_out = validated_tasks(sweep.tasks, store, include_unvalidated=include_unvalidated)
-    sweep = sweep.model_copy(update={"tasks": kept})
+    listed = [{"scenario": v.task_id, "status": v.status, "reason": v.reason} for v in left_out]
+    sweep = sweep.model_copy(
+        update={"tasks": kept, "left_out": [] if include_unvalidated else listed}
+    )
     for v in left_out:
         how = "run anyway" if include_unvalidated else "left out"
         err_console.print(

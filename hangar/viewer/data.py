@@ -30,7 +30,7 @@ from sqlalchemy import and_, func, or_, select
 from hangar.errors import HangarError
 from hangar.results import TrialResult
 from hangar.sandbox.archive import extract_untrusted
-from hangar.scores.report import Report, build_report
+from hangar.scores.report import LeftOut, Report, build_report
 from hangar.store import ResultsStore, sweeps, trials
 from hangar.verifiers.bundle import BundleCheck, verify_bundle
 from hangar.verifiers.store import bundle_key, open_store, split_uri
@@ -296,6 +296,8 @@ class ReportCache:
             report = build_report(
                 sweep_id, self.catalog.store.results(sweep_id), margin=self.margin
             )
+            config = self.catalog.store.sweep_config(sweep_id) or {}
+            report.left_out = [LeftOut.model_validate(t) for t in config.get("left_out", [])]
             with self._lock:
                 self._cache[sweep_id] = CachedReport(report=report, state=state)
         finally:

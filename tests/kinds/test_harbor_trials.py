@@ -203,6 +203,8 @@ def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(
     assert "- broken-tests is broken: the oracle fails" in out.output, out.output
     assert "broken-tests" not in out.output.split("## Tasks left out")[0]
 
+    _viewer_shows_image_tasks(f"sqlite:///{tmp_path}/runs.db")
+
     out = cli.invoke(app, ["run", str(sweep), "--allow-failures", "--include-unvalidated"])
     assert "run anyway: broken-tests is broken" in out.output and "10/10 final" in out.output
     answers.shutdown()
@@ -213,3 +215,31 @@ def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(
     toml.write_text(toml.read_text() + "gpus = 1\n")
     out = cli.invoke(app, ["task", "check", str(toml.parent)])
     assert out.exit_code == 1 and "[environment] asks for GPUs" in out.output
+
+
+def _viewer_shows_image_tasks(store_url: str) -> None:
+    """The sweep page lists the task left out; an image task's trial page shows its test
+    script, its output and its reward."""
+    import time
+
+    from starlette.testclient import TestClient
+
+    from hangar.store import ResultsStore
+    from hangar.viewer.app import Viewer, make_app
+
+    store = ResultsStore(store_url)
+    with TestClient(make_app(Viewer(store, poll_s=0.2))) as client:
+        for _ in range(100):  # the report is built in the background
+            page = client.get("/sweeps/harbor-demo").text
+            if "Tasks left out" in page:
+                break
+            time.sleep(0.1)
+        assert "Tasks left out" in page and "broken-tests is broken" in page
+        hello = next(
+            r
+            for r in store.results("harbor-demo")
+            if r.scenario_id == "hello-file" and r.agent == "oracle"
+        )
+        trial = client.get(f"/trials/harbor-demo/{hello.trial_key}").text
+        assert "bash /tests/test.sh" in trial and "<h2>Reward</h2>" in trial
+        assert "+Hello, world!" in trial

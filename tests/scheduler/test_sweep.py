@@ -54,6 +54,8 @@ def test_trial_key_tracks_agent_and_arm_bytes(tmp_path: Path) -> None:
 
 def test_suite_folder_and_bad_scenarios(tmp_path: Path) -> None:
     path = sweep_file(tmp_path, scenarios=["ex/"])
+    # the examples' Harbor tasks are a folder's tasks too (tests/kinds); here, scenarios
+    shutil.rmtree(tmp_path / "ex" / "harbor")
     broken = tmp_path / "ex" / "broken.scenario.yaml"
     broken.write_text("id: broken\n")
     (tmp_path / "ex" / "garbled.scenario.yaml").write_text("id: [unclosed\n")

@@ -324,6 +324,8 @@ def _blocked(folder: Path, config: HarborConfig) -> list[str]:
 def _notes(config: HarborConfig) -> list[str]:
     """Fields read and ignored, or unknown (Harbor ignores unknown keys too)."""
     notes = []
+    if config.agent.setup_timeout_sec is not None:
+        notes.append("[agent] setup_timeout_sec: agents are installed in the image; ignored")
     for phase in ("agent", "verifier"):
         if _network(getattr(config, phase), config.environment).mode == "public":
             notes.append(

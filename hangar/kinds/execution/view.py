@@ -53,14 +53,44 @@ def commands(evidence: Path) -> list[dict[str, Any]]:
     return shown
 
 
+def test_script(evidence: Path) -> list[dict[str, Any]]:
+    """An image task's test script, as a command with its exit code and output."""
+    record = read_json(evidence / "verifier" / "test.json")
+    if not isinstance(record, dict):
+        return []
+    out, out_cut = text_of(evidence, "verifier/stdout.txt", TEXT_CAP)
+    err, err_cut = text_of(evidence, "verifier/stderr.txt", TEXT_CAP)
+    return [
+        {
+            "command": "bash /tests/test.sh",
+            "exit_code": record.get("returncode"),
+            "timed_out": record.get("timed_out", False),
+            "stdout": out,
+            "stderr": err,
+            "cut": out_cut + err_cut,
+            "stdout_file": "verifier/stdout.txt",
+            "stderr_file": "verifier/stderr.txt",
+        }
+    ]
+
+
 def section(evidence: Path | None) -> dict[str, Any]:
-    """The execution section of a trial page (empty without evidence)."""
+    """The execution section of a trial page (empty without evidence): a scenario's host
+    verifier output, or an image task's reward."""
     if evidence is None:
         return {}
     diff = diff_html(evidence)
+    verification = read_json(evidence / "verifier" / "verification.json")
+    reward = read_json(evidence / "verifier" / "reward.json")
     return {
         "diff": diff[0] if diff else "",
         "diff_cut": diff[1] if diff else 0,
-        "commands": commands(evidence),
-        "verification": read_json(evidence / "verifier" / "verification.json"),
+        "commands": commands(evidence) + test_script(evidence),
+        "verification": verification if verification is not None else reward,
+        "verification_title": "Host verifier" if verification is not None else "Reward",
+        "network": [
+            line
+            for phase in ("agent", "verifier")
+            for line in text_of(evidence, f"network/{phase}.jsonl", TEXT_CAP)[0].splitlines()
+        ],
     }
