@@ -99,8 +99,26 @@ def test_compose_tasks_and_tasks_without_tests_are_blocked(tmp_path: Path) -> No
 def test_a_public_agent_network_is_noted_and_unknown_fields_are_named(tmp_path: Path) -> None:
     task = load_task(make_task(tmp_path, '[agent]\nnetwork_mode = "public"\nfoo = 1\nbar = 2\n'))
     assert not task.blocked
-    assert any(n.startswith("the agent asks for a public network") for n in task.notes)
+    assert "the agent asks for a public network: here it has none" in task.notes
     assert "[agent] foo: unknown field, ignored" in task.notes
+
+
+@pytest.mark.parametrize(
+    ("toml", "mode", "refused"),
+    [
+        ("", "public", False),  # Harbor's default: public, not asked for in so many words
+        ('[verifier]\nnetwork_mode = "public"\n', "public", True),
+        ("[environment]\nallow_internet = true\n", "public", True),
+        ("[environment]\nallow_internet = false\n", "no-network", False),
+        ('[environment]\nnetwork_mode = "no-network"\n', "no-network", False),
+    ],
+)
+def test_a_verifier_s_network(tmp_path: Path, toml: str, mode: str, refused: bool) -> None:
+    network = load_task(make_task(tmp_path, toml)).verifier.network
+    assert (network.mode, network.refused) == (mode, refused)
+    # a public network is every named host through the proxy, only where the sweep allows
+    assert network.hosts(allow_public=True) == (("*:*",) if mode == "public" else None)
+    assert network.hosts(allow_public=False) is None
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import shutil
 import socket
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -176,3 +177,46 @@ def test_a_sandbox_reaches_only_its_allowlist(
     assert "other.invalid is not on the allowlist" in reasons
     assert reasons.count("is a raw IP address") == 2
     assert f"port {other_port} of localhost is not on the allowlist" in reasons
+
+
+def test_a_default_network_is_public_only_where_the_sweep_allows_it(
+    docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """A task that names no network has Harbor's default, public: its verifier gets every
+    named host through the proxy where the sweep allows it (`network.allow_public`), and
+    runs offline otherwise; raw addresses stay refused either way."""
+    from hangar.agents import ORACLE
+    from hangar.sandbox.task_images import stock_image
+
+    stock_image()
+    server = serve_answers({"/count": "9"})
+    port = server.server_address[1]
+    task_dir = tmp_path / "count-words"
+    shutil.copytree(DATASET / "count-words", task_dir)
+    toml = task_dir / "task.toml"
+    text = toml.read_text()
+    toml.write_text(text[: text.index("# The expected count")])  # no network named
+    script = task_dir / "tests" / "test.sh"
+    script.write_text(script.read_text().replace("localhost:8799", f"localhost:{port}"))
+    image_map = {"debian:*": "hangar/base:bookworm-stock"}
+
+    def trial(allow_public: bool) -> Any:
+        task = KIND.configure(
+            load_task(toml),
+            {"image_map": image_map, "network": {"allow_public": allow_public}},
+        )
+        assert task.verifier.network.mode == "public" and not task.verifier.network.refused
+        spec = single_trial(
+            task, ORACLE, Arm(name="control"), evidence_url=(tmp_path / "ev").as_uri()
+        ).model_copy(update={"work_root": tmp_path / "t", "cache_root": tmp_path / "cache"})
+        return run_trial(spec)
+
+    try:
+        offline, allowed = trial(False), trial(True)
+    finally:
+        server.shutdown()
+    assert offline.verdict is Verdict.FAIL, offline.reason  # no network: no expected count
+    assert allowed.verdict is Verdict.PASS, allowed.reason
+    with tarfile.open(allowed.evidence_uri.removeprefix("file://")) as tar:
+        log = tar.extractfile("network/verifier.jsonl").read().decode()  # type: ignore[union-attr]
+    assert json.loads(log.splitlines()[0])["host"] == "localhost"

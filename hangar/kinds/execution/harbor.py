@@ -242,12 +242,15 @@ def _size(value: str | None) -> int | None:
 
 def _network(phase: _Phase, env: _Environment) -> Network:
     """A phase's network: its own mode, else the environment's baseline (``allow_internet``
-    is the old spelling of public); unset is off."""
+    is the old spelling: true is public, false is no network); unset is Harbor's default,
+    public, as not declared (`Network.declared`)."""
     mode = phase.network_mode or env.network_mode
-    if mode is None and env.allow_internet:
-        mode = "public"
+    if mode is None and env.allow_internet is not None:
+        mode = "public" if env.allow_internet else "no-network"
     hosts = phase.allowed_hosts or env.allowed_hosts
-    return Network.model_validate({"mode": mode or "no-network", "allowed_hosts": hosts})
+    return Network.model_validate(
+        {"mode": mode or "public", "allowed_hosts": hosts, "declared": mode is not None}
+    )
 
 
 def _verifier(path: Path, config: HarborConfig) -> RewardVerifier:
@@ -326,12 +329,13 @@ def _notes(config: HarborConfig) -> list[str]:
     notes = []
     if config.agent.setup_timeout_sec is not None:
         notes.append("[agent] setup_timeout_sec: agents are installed in the image; ignored")
-    for phase in ("agent", "verifier"):
-        if _network(getattr(config, phase), config.environment).mode == "public":
-            notes.append(
-                f"the {phase} asks for a public network: it gets one (every named host, "
-                "through the audited egress proxy) only where the sweep allows it"
-            )
+    if _network(config.agent, config.environment).refused:
+        notes.append("the agent asks for a public network: here it has none")
+    if _network(config.verifier, config.environment).refused:
+        notes.append(
+            "the verifier asks for a public network: it gets one (every named host, "
+            "through the audited egress proxy) only where the sweep allows it"
+        )
     tables: list[tuple[str, BaseModel]] = [
         ("", config),
         ("[task] ", config.task),

@@ -99,7 +99,8 @@ class ImageTaskTrial(SandboxedTrial):
             self.give_workspace(sandbox)
             if self.relay is not None:
                 self.start_forwarder(sandbox)
-            self.agent_env = self.open_egress(sandbox, "agent", self.task.agent_network)
+            if self.task.agent_network.mode == "allowlist":  # the agent's only way out
+                self.agent_env = self.open_egress(sandbox, "agent", self.task.agent_network)
         self.deadline = time.monotonic() + self.limits.time_s
         with self.phase("agent"):
             self.run_agent(sandbox, self.remaining())
@@ -123,9 +124,7 @@ class ImageTaskTrial(SandboxedTrial):
         agent = self.spec.agent
         if isinstance(agent, ReferenceAgent) and agent.role != "nop" and not self.task.solution:
             problems.append(f"the {agent.role} needs the task's solution/solve.sh, which it lacks")
-        if self.task.verifier.network.hosts(self.task.allow_public) is None and (
-            self.task.verifier.network.mode == "public"
-        ):
+        if self.task.verifier.network.refused and not self.task.allow_public:
             problems.append(
                 "the verifier asks for a public network, which the sweep does not allow "
                 "(give it `network: {allow_public: true}`, or list the hosts it needs)"

@@ -46,6 +46,9 @@ class Network(Strict):
     """``no-network``, ``allowlist`` or ``public``."""
     allowed_hosts: tuple[str, ...] = ()
     """Host names (``host`` or ``host:port``) an allowlist lets through."""
+    declared: bool = True
+    """Whether the task named this mode; an unset network is Harbor's default (public),
+    which a verifier gets only where the sweep allows it and otherwise runs without."""
 
     def hosts(self, allow_public: bool) -> tuple[str, ...] | None:
         """What the egress proxy lets through in this phase (None: no network at all)."""
@@ -54,6 +57,11 @@ class Network(Strict):
         if self.mode == "public" and allow_public:
             return ("*:*",)
         return None
+
+    @property
+    def refused(self) -> bool:
+        """A public network the task asked for in so many words (refused unless allowed)."""
+        return self.mode == "public" and self.declared
 
 
 class Artifact(Strict):
