@@ -212,6 +212,7 @@ def _harbor(sweep: Sweep) -> bool:
         "hello-file": "valid",
         "fix-median": "valid",
         "count-lines": "valid",
+        "count-words": "valid",
         "broken-tests": "broken",
     }
     ok = {v.task_id: v.status for v in found} == want
