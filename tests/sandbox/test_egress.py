@@ -119,6 +119,7 @@ out = {
     "ipv6": fetch(f"http://[::1]:{PORT}/secret"),
     "dns": resolve("example.com"),
     "direct": connect("10.0.0.1", 80),
+    "apt": open("/etc/apt/apt.conf.d/99hangar-sandbox").read(),
 }
 open("/app/probe.json", "w").write(json.dumps(out))
 """
@@ -169,6 +170,10 @@ def test_a_sandbox_reaches_only_its_allowlist(
     for name in ("other_host", "raw_ip", "other_port", "ipv6"):
         assert probe[name] == "failed: HTTPError 403", (name, probe[name])
     assert probe["dns"].startswith("failed") and probe["direct"].startswith("failed")
+    # apt can work through the proxy: as root, with a cache of root's
+    assert (
+        'APT::Sandbox::User "root";\nDir::Cache::Archives "/var/cache/apt/hangar/";' in probe["apt"]
+    )
     by_target = {a.get("target", f"{a.get('host')}:{a.get('port')}"): a for a in attempts}
     assert by_target[f"localhost:{port}"]["allowed"] is True
     refused = [a for a in attempts if not a["allowed"]]

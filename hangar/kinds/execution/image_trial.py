@@ -56,6 +56,14 @@ TESTS, SOLUTION, LOGS = "/tests", "/solution", "/logs"
 READ_LIMIT = 1 << 30
 #: The loopback port of the egress proxy inside a container.
 EGRESS_PORT = 3128
+#: apt cannot drop to its ``_apt`` user in a sandbox without capabilities, nor write the
+#: cache folder that user owns: where a phase has a network, apt runs as root with a cache
+#: of root's (a task's ``apt-get install`` then works through the proxy).
+APT_IN_SANDBOX = (
+    "[ -d /etc/apt/apt.conf.d ] || exit 0; "
+    'printf \'APT::Sandbox::User "root";\\nDir::Cache::Archives "/var/cache/apt/hangar/";\\n\' '
+    "> /etc/apt/apt.conf.d/99hangar-sandbox && mkdir -p /var/cache/apt/hangar/partial"
+)
 
 
 class ImageTaskTrial(SandboxedTrial):
@@ -267,6 +275,7 @@ class ImageTaskTrial(SandboxedTrial):
                 f"image {box.spec.image!r} has no python3, which the egress proxy's forwarder "
                 "needs for an allowlist network: add python3 to the image",
             ) from exc
+        box.exec(["sh", "-c", APT_IN_SANDBOX], user="root")
         return proxy_env(port)
 
     def close_egress(self) -> None:
