@@ -51,7 +51,7 @@ def test_the_example_dataset_loads_with_each_field_mapped() -> None:
     median = tasks["fix-median"]
     assert median.limits.memory == 1024**3 and median.limits.disk == 512 * 1024**2
     separate = tasks["count-lines"].verifier
-    assert separate.mode == "separate"
+    assert separate.mode == "separate" and separate.cpus is None
     assert [(a.source, a.target) for a in separate.artifacts] == [
         ("/tmp/answer.json", "/tmp/answer.json")
     ]
@@ -84,6 +84,15 @@ def test_a_task_version_is_every_byte_of_its_folder_and_its_image_map(tmp_path: 
 def test_what_cannot_be_honoured_blocks_the_task(tmp_path: Path, toml: str, reason: str) -> None:
     task = load_task(make_task(tmp_path, toml))
     assert any(reason in b for b in task.blocked), task.blocked
+
+
+def test_a_separate_verifier_has_its_own_sizes(tmp_path: Path) -> None:
+    toml = (
+        '[verifier]\nenvironment_mode = "separate"\n'
+        "[verifier.environment]\ncpus = 2\nmemory_mb = 3072\n"
+    )
+    verifier = load_task(make_task(tmp_path, toml)).verifier
+    assert (verifier.cpus, verifier.memory) == (2, 3072 * 1024**2)
 
 
 def test_compose_tasks_and_tasks_without_tests_are_blocked(tmp_path: Path) -> None:

@@ -262,6 +262,12 @@ def _verifier(path: Path, config: HarborConfig) -> RewardVerifier:
         )
     image = None
     tests = path.parent / "tests"
+    sizes: dict[str, Any] = {}
+    if v.environment_mode == "separate" and v.environment is not None:
+        sizes = {
+            "cpus": v.environment.cpus,
+            "memory": v.environment.memory_mb * MiB if v.environment.memory_mb else None,
+        }
     if v.environment_mode == "separate":
         if v.environment is not None and v.environment.docker_image:
             image = ImageSource(reference=v.environment.docker_image)
@@ -280,6 +286,7 @@ def _verifier(path: Path, config: HarborConfig) -> RewardVerifier:
         image=image,
         artifacts=artifacts,
         network=network,
+        **sizes,
     )
 
 

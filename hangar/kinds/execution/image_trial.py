@@ -372,8 +372,8 @@ class ImageTaskTrial(SandboxedTrial):
             image=image,
             user=self.task.verifier.user,
             mounts=(Mount(source=self.logs, target=LOGS),),
-            cpus=self.limits.cpus,
-            memory=self.limits.memory,
+            cpus=self.task.verifier.cpus or self.limits.cpus,
+            memory=self.task.verifier.memory or self.limits.memory,
         )
         box = create_sandbox(self.spec.backend, spec, self.spec.backend_config)
         self.sandboxes.append(box)

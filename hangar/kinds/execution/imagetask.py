@@ -93,6 +93,10 @@ class RewardVerifier(Strict):
     """The separate verifier's image (default: the task's)."""
     artifacts: tuple[Artifact, ...] = ()
     """What a separate verifier gets from the agent's sandbox."""
+    cpus: float | None = Field(default=None, gt=0)
+    """A separate verifier's CPU cores (default: the task's)."""
+    memory: int | None = Field(default=None, gt=0)
+    """A separate verifier's memory in bytes (default: the task's)."""
     network: Network = Field(default_factory=Network)
     """The verifier's network."""
 
