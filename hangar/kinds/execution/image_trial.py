@@ -78,7 +78,6 @@ class ImageTaskTrial(SandboxedTrial):
         self.initial = self.folder / "workspace-initial"
         self.reward: Reward | None = None
         self.checks: tuple[CheckOutcome, ...] = ()
-        self.sandbox_image = ""
         self.egress: list[EgressProxy] = []
         self.egress_tunnels: list[RelayTunnel] = []
 
