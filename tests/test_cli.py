@@ -87,5 +87,24 @@ def test_trial_run_cli_local(tmp_path: Path) -> None:
         (tmp_path / "ev").as_uri(),
         "--json",
     )
-    assert missing.returncode == 1 and '"verdict": "blocked_setup"' in missing.stdout
-    assert "HANGAR_NO_SUCH_KEY" in missing.stdout
+    # refused before any trial, as `hangar run` refuses it
+    assert missing.returncode == 2 and not missing.stdout
+    assert "HANGAR_NO_SUCH_KEY" in missing.stderr and "no trial was run" in missing.stderr
+
+
+def test_trial_run_refuses_a_missing_model_key_before_any_trial(tmp_path: Path) -> None:
+    """As `hangar run` does (exit 2, no trial): the variable it looked for is named, and
+    for a --base-url server that needs no key, how to give it one."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    argv = [sys.executable, "-m", "hangar", "trial", "run", str(TINY), "--agent-command", "true"]
+    argv += ["--backend", "local", "--model", "gpt-4o-mini", "--evidence", tmp_path.as_uri()]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "needs its key in OPENAI_API_KEY" in proc.stderr and "--api-key-env" in proc.stderr
+    assert "no trial was run" in proc.stderr and not list(tmp_path.iterdir())
+    argv += ["--base-url", "http://127.0.0.1:9/v1", "--api-key-env", "MY_LOCAL_KEY"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2 and "needs its key in MY_LOCAL_KEY" in proc.stderr
+    assert "export MY_LOCAL_KEY=unused" in proc.stderr

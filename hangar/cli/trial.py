@@ -15,6 +15,26 @@ trial_app = typer.Typer(help="Run one trial end to end.")
 app.add_typer(trial_app, name="trial")
 
 
+def _refuse_missing_key(model: object) -> None:
+    """A model whose key is not here is refused before the trial (as `hangar run` does)."""
+    from hangar.models import ModelSpec, check_keys
+
+    assert isinstance(model, ModelSpec)
+    try:
+        check_keys([model])
+    except ConfigError:
+        env = model.key_env
+        hint = (
+            f" (a server at --base-url that needs no key takes any value: `export {env}=unused`)"
+            if model.base_url
+            else ""
+        )
+        raise ConfigError(
+            f"model {model.id!r} needs its key in {env}, which is not set here: set it, or "
+            f"name the variable that holds it with --api-key-env{hint}; no trial was run"
+        ) from None
+
+
 @trial_app.command("run")
 def trial_run(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
@@ -61,6 +81,7 @@ def trial_run(
 
     fields = {"id": model, "base_url": base_url, "api_key_env": api_key_env}
     model_spec = ModelSpec.model_validate({k: v for k, v in fields.items() if v is not None})
+    _refuse_missing_key(model_spec)
     result = run_trial(
         single_trial(
             loaded,
