@@ -18,6 +18,8 @@ runner = CliRunner()
 def test_version() -> None:
     result = runner.invoke(app, ["version"])
     assert result.exit_code == 0 and __version__ in result.stdout
+    flag = runner.invoke(app, ["--version"])
+    assert flag.exit_code == 0 and flag.stdout == f"hangar {__version__}\n"
 
 
 def test_help_lists_commands() -> None:

@@ -35,8 +35,19 @@ def _run_batch(batch: TaskBatch, *, address: str | None = None) -> BatchOutcome:
     return run_batch(batch, address=address)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"hangar {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _services(ctx: typer.Context) -> None:
+def _services(
+    ctx: typer.Context,
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print the version."
+    ),
+) -> None:
     """Give every command the services the kinds' own commands cannot import."""
     ctx.obj = Services(scheduler=_run_batch)
 
