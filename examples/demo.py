@@ -220,7 +220,7 @@ def _harbor(sweep: Sweep) -> bool:
     kept, left_out = validated_tasks(sweep.tasks, ResultsStore(sweep.config.store))
     for v in left_out:
         console.print(f"left out: {v.task_id} is {v.status}", highlight=False)
-    listed = [{"scenario": v.task_id, "status": v.status, "reason": v.reason} for v in left_out]
+    listed = [v.left_out() for v in left_out]
     sweep = sweep.model_copy(update={"tasks": kept, "left_out": listed})
     return run(sweep, {"oracle": "pass", "nop": "fail"}) and ok
 

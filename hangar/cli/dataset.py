@@ -42,7 +42,7 @@ def dataset_validate(
     from functools import partial
 
     from hangar.kinds.execution.imagetask import ImageTask
-    from hangar.kinds.execution.task_cli import parse_image_map
+    from hangar.kinds.execution.task_cli import parse_pairs
     from hangar.kinds.execution.validate import validate_dataset
     from hangar.scheduler.batch import run_batch
     from hangar.scheduler.sweep import load_sweep, load_task_folder
@@ -55,7 +55,7 @@ def dataset_validate(
         evidence = sweep.config.evidence
     else:
         name, evidence = dataset.resolve().name, None
-        tasks = load_task_folder(dataset, parse_image_map(image_map))
+        tasks = load_task_folder(dataset, parse_pairs(image_map, "--image-map"))
     images = [t for t in tasks if isinstance(t, ImageTask)]
     if not images:
         raise ConfigError(f"{dataset}: no image tasks (Harbor task folders) to validate")
@@ -83,16 +83,6 @@ def dataset_validate(
 
 import_app = typer.Typer(help="Import the field's datasets as task folders.")
 dataset_app.add_typer(import_app, name="import")
-
-
-def _pairs(values: list[str] | None, option: str) -> dict[str, str]:
-    found = {}
-    for value in values or []:
-        key, sep, target = value.partition("=")
-        if not sep or not key or not target:
-            raise typer.BadParameter(f"expected KEY=VALUE, got {value!r}", param_hint=option)
-        found[key] = target
-    return found
 
 
 @import_app.command("swebench")
@@ -127,10 +117,11 @@ def import_swebench(
     workspace in /testbed, the instance's image, test_patch and the tests after the agent,
     graded with swebench's own parser; the gold patch is the `gold` (oracle) agent."""
     from hangar.kinds.execution.swebench import ImportOptions, import_instances
+    from hangar.kinds.execution.task_cli import parse_pairs
 
     options = ImportOptions(
-        repositories=_pairs(repository, "--repository"),
-        images=_pairs(image, "--image"),
+        repositories=parse_pairs(repository, "--repository"),
+        images=parse_pairs(image, "--image"),
         namespace=namespace or None,
         tag=tag,
         hints=hints,

@@ -71,7 +71,7 @@ def left_out_of(sweep: str, results: Any) -> list[Any]:
     if not Path(sweep).is_file():
         return []
     found = validated_tasks(load_sweep(Path(sweep)).tasks, results).left_out
-    return [LeftOut(scenario=v.task_id, status=v.status, reason=v.reason) for v in found]
+    return [LeftOut.model_validate(v.left_out()) for v in found]
 
 
 def suite_margin(sweep: str) -> float:

@@ -85,7 +85,7 @@ def run(
         )
     store = ResultsStore(sweep.config.store)
     kept, left_out = validated_tasks(sweep.tasks, store, include_unvalidated=include_unvalidated)
-    listed = [{"scenario": v.task_id, "status": v.status, "reason": v.reason} for v in left_out]
+    listed = [v.left_out() for v in left_out]
     sweep = sweep.model_copy(
         update={"tasks": kept, "left_out": [] if include_unvalidated else listed}
     )

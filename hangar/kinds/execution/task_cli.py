@@ -14,14 +14,14 @@ from hangar.errors import HangarError
 app = typer.Typer(help="Check Harbor task directories (one task, or a dataset of them).")
 
 
-def parse_image_map(pairs: list[str] | None) -> dict[str, str]:
-    """``FROM=TO`` pairs as an image map (``ubuntu:*=hangar/base:bookworm-stock``)."""
+def parse_pairs(pairs: list[str] | None, option: str) -> dict[str, str]:
+    """``KEY=VALUE`` options as a mapping (``--image-map 'ubuntu:*=my/ubuntu:24.04'``)."""
     mapping = {}
     for pair in pairs or []:
-        source, sep, target = pair.partition("=")
-        if not sep or not source or not target:
-            raise typer.BadParameter(f"expected FROM=TO, got {pair!r}", param_hint="--image-map")
-        mapping[source] = target
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not value:
+            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint=option)
+        mapping[key] = value
     return mapping
 
 
@@ -42,7 +42,7 @@ def task_check(
     each one's digest; with --build, build their images too. Exit 1 if any is unusable."""
     from hangar.kinds.execution.harbor import load_task, task_files
 
-    mapping = parse_image_map(image_map)
+    mapping = parse_pairs(image_map, "--image-map")
     bad = 0
     for folder in paths:
         files = task_files(folder) if folder.is_dir() else []
