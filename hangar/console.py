@@ -3,6 +3,7 @@ a model given on the command line (an id or a mapping)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import yaml
@@ -14,6 +15,15 @@ from hangar.results import TrialResult
 # Soft wrap: a command to copy or a URI in a message is never broken across lines.
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
+
+
+def usd(x: float) -> str:
+    """Dollars to the cents, or to two significant digits below a dollar: $12.34, $0.25,
+    $0.0024 (never $0.00 for a cost that is not zero)."""
+    if x == 0 or abs(x) >= 1:
+        return f"${x:,.2f}"
+    digits = max(2, 1 - math.floor(math.log10(abs(x))))
+    return f"${x:.{digits}f}"
 
 
 def print_result(result: TrialResult) -> None:

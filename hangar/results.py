@@ -26,13 +26,17 @@ class Verdict(StrEnum):
     """The fixture was missing or broken, or prepare failed; no agent ran."""
     INFRA_ERROR = "infra_error"
     """The farm failed (sandbox, daemon); retried, reported, never counted as a fail."""
+    VERIFIER_ERROR = "verifier_error"
+    """The task's verifier crashed, hung or printed what cannot be read, where nothing of
+    the agent ran it: the task's problem. Retried like infra_error, never counted."""
     VOID = "void"
     """A canary leaked into the trace; the trial says nothing about the agent."""
 
     @property
     def final(self) -> bool:
-        """Whether a re-run would be pointless (everything but infra_error)."""
-        return self is not Verdict.INFRA_ERROR
+        """Whether a re-run would be pointless (everything but infra_error and
+        verifier_error, which a retry can mend)."""
+        return self not in (Verdict.INFRA_ERROR, Verdict.VERIFIER_ERROR)
 
 
 #: The verdicts that say something of the agent: only these are scored.

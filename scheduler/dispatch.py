@@ -16,7 +16,7 @@ import itertools
 from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Mapping
 
-from hangar.results import ProviderError, TrialResult, Verdict
+from hangar.results import ProviderError, TrialResult
 from hangar.scheduler.sweep import RetryPolicy
 from hangar.trials import TrialSpec
 
@@ -89,7 +89,7 @@ class Dispatch:
 
     def finished(self, spec: TrialSpec, result: TrialResult, now: float) -> bool:
         """`spec` came back with `result`; True when it is queued to be sent again (an
-        infra_error within the retry policy, after its backoff)."""
+        infra_error or verifier_error within the retry policy, after its backoff)."""
         self.in_flight -= 1
         self.per_model[spec.model] -= 1
         error = result.provider_error
@@ -105,7 +105,7 @@ class Dispatch:
     def will_retry(self, result: TrialResult) -> bool:
         """Whether a result is an attempt that is sent again (so not final)."""
         return (
-            result.verdict is Verdict.INFRA_ERROR
+            not result.verdict.final
             and result.attempt <= self.policy.infra_retries
             and result.model not in self.stopped
         )

@@ -40,7 +40,7 @@ from hangar.errors import ConfigError, RayUnavailable
 from hangar.logs import event
 from hangar.models import check_keys
 from hangar.paths import default_evidence_url
-from hangar.results import ProviderError, TrialResult, Verdict
+from hangar.results import COUNTED_VERDICTS, ProviderError, TrialResult, Verdict
 from hangar.scheduler.board import Snapshot, node_slots, open_board
 from hangar.scheduler.dispatch import Dispatch
 from hangar.scheduler.metrics import metric
@@ -167,9 +167,9 @@ class SweepTally:
     cost_usd: float = 0.0
     """Cost of this run's attempts."""
     retries: int = 0
-    """infra_error attempts sent again."""
+    """infra_error and verifier_error attempts sent again."""
     lost: int = 0
-    """Trials left with infra_error after their last attempt."""
+    """Trials left with infra_error or verifier_error after their last attempt."""
     interrupted: bool = False
     """Ctrl-C stopped the run before the end."""
     peak_in_flight: int = 0
@@ -196,11 +196,11 @@ class SweepTally:
     def exit_code(self, *, failures_ok: bool = False) -> int:
         """`hangar run`'s exit status (documented in the README): 0 when every trial
         passed; 1 when some failed and all reached a verdict; 3 when some are
-        blocked_setup, infra_error or void, or were not run; 130 after Ctrl-C. With
+        blocked_setup, infra_error, verifier_error or void, or were not run; 130 after Ctrl-C. With
         `failures_ok` (failures are results, as in a model comparison) a fail is 0."""
         if self.interrupted:
             return 130
-        unjudged = sum(self.verdicts[v] for v in ("blocked_setup", "infra_error", "void"))
+        unjudged = sum(n for v, n in self.verdicts.items() if v not in COUNTED_VERDICTS)
         if unjudged or self.not_run > 0:
             return 3
         if self.verdicts["fail"] and not failures_ok:
@@ -273,7 +273,7 @@ class SweepRunner:
         self.preflight = preflight(self.sweep, self.evidence_url, nodes)
         window = config.concurrency.max_in_flight or 2 * slots
         for verdict, _, _, n in self.store.counts(self.sweep.id):
-            if verdict != Verdict.INFRA_ERROR:
+            if Verdict(verdict).final:
                 self.tally.verdicts[verdict] += n
         ensure_reapers()
         self.dispatch = Dispatch(
@@ -515,6 +515,6 @@ class SweepRunner:
         if not retrying:
             self.tally.done += 1
             self.tally.verdicts[result.verdict.value] += 1
-            if result.verdict is Verdict.INFRA_ERROR:
+            if not result.verdict.final:
                 self.tally.lost += 1
         self.listener(self.tally, result)

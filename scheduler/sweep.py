@@ -61,12 +61,13 @@ class Concurrency(BaseModel):
 
 
 class RetryPolicy(BaseModel):
-    """Retries of infra_error trials (agent and verifier outcomes are never retried)."""
+    """Retries of infra_error and verifier_error trials (the agent's outcomes are never
+    retried)."""
 
     model_config = ConfigDict(extra="forbid")
 
     infra_retries: int = Field(default=2, ge=0)
-    """Extra attempts after an infra_error."""
+    """Extra attempts after an infra_error or a verifier_error."""
     backoff_s: float = Field(default=2.0, ge=0)
     """Wait before the first retry; doubles each time."""
     backoff_max_s: float = Field(default=60.0, ge=0)

@@ -253,6 +253,38 @@ def test_blocked_trials_are_listed() -> None:
     assert "not run" in render_text(report) and "Not run (blocked_setup)" in render_markdown(report)
 
 
+def test_a_group_that_never_ran_has_no_rate_and_says_why() -> None:
+    refused = "provider failure: the provider refused the key in OPENAI_API_KEY (401)"
+    rows = [
+        trial("sw", f"s{i}", "skill", 0, Verdict.INFRA_ERROR).model_copy(update={"reason": refused})
+        for i in range(2)
+    ]
+    rows += [trial("sw", "s0", "control", 0, Verdict.PASS)]
+    rows += [
+        trial("sw", "s1", "control", 0, Verdict.VERIFIER_ERROR).model_copy(
+            update={"reason": "host verifier crashed (exit 1): RuntimeError: boom"}
+        )
+    ]
+    report = build_report("sw", rows)
+    skill = next(g for g in report.groups if g.arm == "skill")
+    control = next(g for g in report.groups if g.arm == "control")
+    assert skill.trials == 0 and skill.pass_rate is None
+    assert [(u.verdict, u.trials, u.reason) for u in skill.uncounted] == [
+        ("infra_error", 2, refused)
+    ]
+    # a verifier's failure is in no rate: control passed 1 of 1 counted trial
+    assert control.trials == 1 and control.pass_rate is not None
+    assert control.pass_rate.estimate == 1.0
+    assert [u.verdict for u in control.uncounted] == ["verifier_error"]
+    text = render_text(report, width=240)
+    line = next(x for x in text.splitlines() if x.startswith("│ codex") and "skill" in x)
+    assert "n/a" in line and "0.0%" not in line
+    assert f"not counted codex · m1 · skill: infra_error x2: {refused}" in text
+    assert "verifier_error x1: host verifier crashed" in render_markdown(report)
+    page = render_html(report)
+    assert "n/a" in page and "RuntimeError: boom" in page
+
+
 def test_compare_leaves_out_what_is_not_comparable(tmp_path: Path) -> None:
     from hangar.scores.baseline import Thresholds, compare, snapshot
 

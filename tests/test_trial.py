@@ -272,7 +272,23 @@ def test_blocked_setup(run: Runner, edit: Callable[[Path], None], words: str) ->
 )
 def test_verification_rules(run: Runner, mutation: str, words: str) -> None:
     result = run(GOLD, edit=lambda f: set_verifier(f, mutation))
-    assert result.verdict is Verdict.FAIL and words in result.reason, result.reason
+    # A verifier that crashed, printed no Verification, or answered another request is
+    # the task's problem; a sound verification that finds fault is the agent's fail.
+    broken = mutation in VERIFIERS_FAULT
+    expected = Verdict.VERIFIER_ERROR if broken else Verdict.FAIL
+    assert result.verdict is expected and words in result.reason, result.reason
+
+
+VERIFIERS_FAULT = {
+    "missing_item",
+    "extra_item",
+    "duplicate_item",
+    "reworded_item",
+    "stale_trace",
+    "string_route",
+    "malformed",
+    "crash",
+}
 
 
 def test_the_rule_verifier_passes_gold_unmutated(run: Runner) -> None:
@@ -288,7 +304,7 @@ def test_hanging_verifier_is_cut_off(run: Runner) -> None:
 
     started = time.monotonic()
     result = run(GOLD, edit=hang)
-    assert result.verdict is Verdict.FAIL and "host verifier hung" in result.reason
+    assert result.verdict is Verdict.VERIFIER_ERROR and "host verifier hung" in result.reason
     assert time.monotonic() - started < 60
 
 
@@ -332,7 +348,10 @@ def test_symlinked_evidence_to_host_files_is_dropped(run: Runner) -> None:
         "ln -s /etc/passwd REPORT.md && ln -s / hostroot",
         edit=lambda f: set_verifier(f, "copy_report"),
     )
+    # the links are gone before the verifier runs, which crashes on the missing file; the
+    # agent's own record (its tests fail) still decides the trial
     assert result.verdict is Verdict.FAIL and "host verifier crashed" in result.reason
+    assert "verifier command failed" in result.reason
     removed = json.loads(bundle(result, "workspace-links-removed.json"))
     assert {r["path"] for r in removed} == {"REPORT.md", "hostroot"}
     assert "root:x:0:0" not in bundle(result, "verifier/host-stderr.txt")

@@ -22,7 +22,11 @@ rule holds; each broken rule adds its own reason, naming the rule:
   that the agent's code reaches into the test run (`hangar.verifiers.harness`,
   `hangar.verifiers.tampering`), fails scope whatever the host verifier found.
 
-A canary found in the trace makes the trial `void`, whatever else holds.
+A canary found in the trace makes the trial `void`, whatever else holds. A verifier
+that crashed, hung, printed what is not a Verification, or answered another request
+(another case or trace, a checklist not covered exactly once) makes it `verifier_error`
+(the task's problem, retried, never counted) unless the agent's own record fails it: a
+changed harness, an unfinished run, a failed verifier command.
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ class Judgement(BaseModel):
     """The admitted outcome of verification."""
 
     verdict: Verdict
-    """pass, fail or void."""
+    """pass, fail, void or verifier_error."""
     reason: str
     """Every rule that decided it, in words."""
     checks: tuple[CheckOutcome, ...] = ()
@@ -139,9 +143,9 @@ def judge(
             verdict=Verdict.VOID,
             reason=f"canary leaked into the trace: {', '.join(map(repr, canaries_found))}",
         )
-    verification, malformed = (None, verifier_error) if verifier_error else _parse(raw)
-    reasons: list[str] = [malformed] if malformed else []
+    verification, broken = (None, verifier_error) if verifier_error else _parse(raw)
     found: dict[str, Any] = {}
+    reasons: list[str] = []
     if verification is not None:
         found = {
             "checks": tuple(
@@ -151,12 +155,32 @@ def judge(
             "route": _outcome(verification.route),
             "scope": _outcome(verification.scope),
         }
-        reasons += _verification_problems(verification, case, trace_sha256, checklist, artifacts)
-    if harness:
-        reasons.append("failed scope: " + "; ".join(harness))
-        if "scope" in found:
-            evidence = (*found["scope"].evidence, HARNESS_FILE)
-            found["scope"] = FindingOutcome(status="fail", evidence=tuple(dict.fromkeys(evidence)))
+        off = _off_contract(verification, case, trace_sha256, checklist)
+        broken = "; ".join(off)
+        reasons += _finding_problems(verification.route, artifacts, "route")
+        reasons += _finding_problems(verification.scope, artifacts, "scope")
+        for c in verification.checks:
+            reasons += _finding_problems(c, artifacts, None, c.requirement)
+    agents = _agent_problems(harness, completed, incomplete_reason, commands)
+    if "scope" in found and harness:
+        evidence = (*found["scope"].evidence, HARNESS_FILE)
+        found["scope"] = FindingOutcome(status="fail", evidence=tuple(dict.fromkeys(evidence)))
+    if broken and not agents:
+        # Nothing the agent did decides the trial, and the verifier's answer cannot be
+        # read as one about it: the task's problem, never the agent's fail.
+        return Judgement(verdict=Verdict.VERIFIER_ERROR, reason=broken, **found)
+    reasons = ([broken] if broken else []) + reasons + agents
+    if reasons:
+        return Judgement(verdict=Verdict.FAIL, reason="; ".join(reasons), **found)
+    return Judgement(verdict=Verdict.PASS, reason=_pass_reason(found.get("checks", ())), **found)
+
+
+def _agent_problems(
+    harness: Sequence[str], completed: bool, incomplete_reason: str, commands: list[CommandRecord]
+) -> list[str]:
+    """What fails the trial on the agent's account, whatever the host verifier said: a
+    changed harness, a run that did not finish, a verifier command that failed."""
+    reasons = ["failed scope: " + "; ".join(harness)] if harness else []
     if not completed:
         why = f" ({incomplete_reason})" if incomplete_reason else ""
         reasons.append(f"incomplete run{why}: the agent did not finish, so the trial cannot pass")
@@ -164,18 +188,18 @@ def judge(
         if record.exit_code != 0 or record.timed_out:
             how = "timed out" if record.timed_out else f"exited {record.exit_code}"
             reasons.append(f"verifier command failed: {record.command!r} {how}")
-    if reasons:
-        return Judgement(verdict=Verdict.FAIL, reason="; ".join(reasons), **found)
-    return Judgement(verdict=Verdict.PASS, reason=_pass_reason(found.get("checks", ())), **found)
+    return reasons
 
 
 def _outcome(finding: Finding) -> FindingOutcome:
     return FindingOutcome(status=finding.status, evidence=tuple(finding.evidence))
 
 
-def _verification_problems(
-    v: Verification, case: str, trace_sha256: str, checklist: tuple[str, ...], artifacts: Path
+def _off_contract(
+    v: Verification, case: str, trace_sha256: str, checklist: tuple[str, ...]
 ) -> list[str]:
+    """Why a well-formed verification does not answer this trial's request (another
+    case, another trace, a checklist not covered exactly once): the verifier's fault."""
     problems: list[str] = []
     if v.case_id != case:
         problems.append(f"wrong case: the verification is for {v.case_id!r}, not {case!r}")
@@ -193,10 +217,6 @@ def _verification_problems(
     for item in dict.fromkeys(covered):
         if item not in checklist:
             problems.append(f"finding for a requirement not in the checklist: {item!r}")
-    for name, finding in (("route", v.route), ("scope", v.scope)):
-        problems += _finding_problems(finding, artifacts, name)
-    for c in v.checks:
-        problems += _finding_problems(c, artifacts, None, c.requirement)
     return problems
 
 

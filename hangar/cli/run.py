@@ -18,6 +18,7 @@ from hangar.cli._app import app, resolve_sweep
 from hangar.console import console, err_console
 from hangar.logs import LogFormat
 from hangar.logs import configure as configure_logs
+from hangar.results import Verdict
 
 if TYPE_CHECKING:
     from hangar.scheduler.driver import SweepTally
@@ -160,7 +161,8 @@ def _print_tally(tally: SweepTally, sweep: str, budget_usd: float | None) -> Non
         )
     if tally.lost:
         console.print(
-            f"{tally.lost} trial(s) still infra_error: run the sweep again to retry them",
+            f"{tally.lost} trial(s) still infra_error or verifier_error: run the sweep again "
+            "to retry them",
             highlight=False,
         )
 
@@ -206,7 +208,7 @@ def status(
             while True:
                 counts = results.counts(sweep_id)
                 live.update(_status_view(sweep_id, total, counts), refresh=True)
-                final = sum(n for v, *_, n in counts if v != "infra_error")
+                final = sum(n for v, *_, n in counts if Verdict(v).final)
                 if total is not None and final >= total:
                     return
                 time.sleep(interval)
@@ -214,7 +216,7 @@ def status(
             return
 
 
-_VERDICTS = ["pass", "fail", "blocked_setup", "infra_error", "void"]
+_VERDICTS = [v.value for v in Verdict]
 
 
 def _status_view(
@@ -233,11 +235,11 @@ def _status_view(
             str(sum(row.values())),
         )
     recorded = sum(n for *_, n in counts)
-    final = sum(n for v, *_, n in counts if v != "infra_error")
+    final = sum(n for v, *_, n in counts if Verdict(v).final)
     line = (
         f"{final} final"
         + (f" of {total} trials" if total else "")
-        + f"; {recorded - final} infra_error (retried on the next run)"
+        + f"; {recorded - final} infra_error or verifier_error (retried on the next run)"
     )
     return Group(table, Text(line))
 

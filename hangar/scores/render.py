@@ -14,10 +14,12 @@ from rich.console import Console
 from rich.markup import escape as plain
 from rich.table import Table
 
+from hangar.console import usd
+from hangar.results import Verdict
 from hangar.scores.comparisons import Comparison
-from hangar.scores.report import MetricSummary, Report
+from hangar.scores.report import Group, MetricSummary, Report
 
-VERDICTS = ("pass", "fail", "blocked_setup", "infra_error", "void")
+VERDICTS = tuple(v.value for v in Verdict)
 
 
 def _pct(x: float | None) -> str:
@@ -32,6 +34,21 @@ def _secs(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}s"
 
 
+def _rate(g: Group) -> str:
+    """A group's pass rate and interval; n/a when none of its trials counts."""
+    r = g.pass_rate
+    return "n/a" if r is None else f"{_pct(r.estimate)} [{_pct(r.low)}, {_pct(r.high)}]"
+
+
+def _uncounted(report: Report) -> list[str]:
+    """Per group, why its other trials are in no rate (one line per verdict and cause)."""
+    return [
+        f"{g.label}: {u.verdict} x{u.trials}: {u.reason}"
+        for g in report.groups
+        for u in g.uncounted
+    ]
+
+
 def _group_rows(report: Report) -> list[list[str]]:
     rows = []
     for g in report.groups:
@@ -42,7 +59,7 @@ def _group_rows(report: Report) -> list[list[str]]:
                 g.model,
                 g.arm,
                 str(g.trials),
-                f"{_pct(g.pass_rate.estimate)} [{_pct(g.pass_rate.low)}, {_pct(g.pass_rate.high)}]",
+                _rate(g),
                 k,
                 _usd(g.cost_usd),
                 _usd(g.cost_per_trial),
@@ -84,6 +101,8 @@ def render_text(report: Report, width: int = 160) -> str:
     for row in _group_rows(report):
         table.add_row(*map(plain, row))
     console.print(table)
+    for line in _uncounted(report):
+        console.print(f"[yellow]not counted[/] {plain(line)}", highlight=False)
     labels = [g.label for g in report.groups]
     matrix = Table("scenario", *map(plain, labels), title="pass matrix (passes/trials)")
     for s in report.scenarios:
@@ -215,6 +234,7 @@ def render_markdown(report: Report) -> str:
         "Only `pass` and `fail` count; other verdicts are shown apart.",
         "",
         *_md_section("Groups", [_md_table(GROUP_HEAD, _group_rows(report))]),
+        *_md_section("Not counted (in no rate)", [f"- {line}" for line in _uncounted(report)]),
         *_md_section("Pass matrix", [_md_table(["scenario", *labels], matrix)]),
     ]
     if requirements:
@@ -256,12 +276,18 @@ def svg_intervals(report: Report) -> str:
         )
     for i, g in enumerate(rows):
         y = 20 + 28 * i
+        label = (
+            f'<text x="{left - 6}" y="{y + 12}" font-size="11" text-anchor="end">'
+            f"{html.escape(g.label)}</text>"
+        )
+        if g.pass_rate is None:
+            out.append(f'{label}<text x="{left + 4}" y="{y + 12}" font-size="11">n/a</text>')
+            continue
         bar = width * g.pass_rate.estimate
         lo, hi = left + width * g.pass_rate.low, left + width * g.pass_rate.high
         color = _PALETTE[i % len(_PALETTE)]
         out.append(
-            f'<text x="{left - 6}" y="{y + 12}" font-size="11" text-anchor="end">'
-            f"{html.escape(g.label)}</text>"
+            f"{label}"
             f'<rect class="bar" x="{left}" y="{y}" width="{bar:.1f}" height="16" fill="{color}"/>'
             f'<line x1="{lo:.1f}" y1="{y + 8}" x2="{hi:.1f}" y2="{y + 8}" stroke="#111" '
             'stroke-width="2"/>'
@@ -273,27 +299,46 @@ def svg_intervals(report: Report) -> str:
 
 
 def svg_cost(report: Report) -> str:
-    """Cost per trial (x) against pass rate (y), one point per group."""
-    w, h, pad = 520, 320, 50
-    costs = [g.cost_per_trial or 0.0 for g in report.groups]
-    top = max(costs) or 1.0
-    axis = f"cost per trial (max ${max(costs):.4f})" if max(costs) else "no cost recorded"
+    """Cost per trial (x) against pass rate (y), one point per group with a rate; empty
+    when no group has a cost (a plot of zeros says nothing)."""
+    plotted = [(i, g) for i, g in enumerate(report.groups) if g.pass_rate is not None]
+    top = max((g.cost_per_trial or 0.0 for _, g in plotted), default=0.0)
+    if not top:
+        return ""
+    w, h, left, bottom, right = 640, 320, 60, 50, 20
+    plot_w, plot_h = w - left - right, h - bottom - 20
     out = [
         f'<svg id="plot-cost" width="{w}" height="{h}" xmlns="http://www.w3.org/2000/svg" '
         'role="img" aria-label="cost per trial against pass rate">',
-        f'<line x1="{pad}" y1="{h - pad}" x2="{w - 10}" y2="{h - pad}" stroke="#888"/>',
-        f'<line x1="{pad}" y1="10" x2="{pad}" y2="{h - pad}" stroke="#888"/>',
-        f'<text x="{w / 2}" y="{h - 12}" font-size="11" text-anchor="middle">{axis}</text>',
-        f'<text x="14" y="{h / 2}" font-size="11" transform="rotate(-90 14 {h / 2})" '
-        'text-anchor="middle">pass rate</text>',
+        f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="#888"/>',
+        f'<line x1="{left}" y1="20" x2="{left}" y2="{h - bottom}" stroke="#888"/>',
+        f'<text x="{left + plot_w / 2}" y="{h - 8}" font-size="11" text-anchor="middle">'
+        "cost per trial (USD)</text>",
+        f'<text x="14" y="{20 + plot_h / 2}" font-size="11" '
+        f'transform="rotate(-90 14 {20 + plot_h / 2})" text-anchor="middle">pass rate</text>',
     ]
-    for i, g in enumerate(report.groups):
-        x = pad + (w - pad - 20) * ((g.cost_per_trial or 0.0) / top)
-        y = (h - pad) - (h - pad - 20) * g.pass_rate.estimate
+    for tick in range(5):
+        x = left + plot_w * tick / 4
+        y = h - bottom - plot_h * tick / 4
+        out.append(
+            f'<line x1="{x:.1f}" y1="{h - bottom}" x2="{x:.1f}" y2="{h - bottom + 4}" '
+            f'stroke="#888"/><text x="{x:.1f}" y="{h - bottom + 16}" font-size="10" '
+            f'text-anchor="middle">{usd(top * tick / 4)}</text>'
+            f'<line x1="{left - 4}" y1="{y:.1f}" x2="{left}" y2="{y:.1f}" stroke="#888"/>'
+            f'<text x="{left - 6}" y="{y + 3:.1f}" font-size="10" text-anchor="end">'
+            f"{tick * 25}%</text>"
+        )
+    for i, g in plotted:
+        assert g.pass_rate is not None
+        x = left + plot_w * ((g.cost_per_trial or 0.0) / top)
+        y = (h - bottom) - plot_h * g.pass_rate.estimate
+        # labels to the left of points in the right half, so none runs off the plot
+        anchor, dx = ("end", -8) if x > left + plot_w / 2 else ("start", 8)
         out.append(
             f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="6" '
             f'fill="{_PALETTE[i % len(_PALETTE)]}"/>'
-            f'<text x="{x + 8:.1f}" y="{y - 8:.1f}" font-size="10">{html.escape(g.label)}</text>'
+            f'<text x="{x + dx:.1f}" y="{max(y - 8, 12):.1f}" font-size="10" '
+            f'text-anchor="{anchor}">{html.escape(g.label)}</text>'
         )
     out.append("</svg>")
     return "".join(out)
@@ -375,6 +420,9 @@ def render_html(report: Report) -> str:
         f"<li>{esc(t.scenario)} is {esc(t.status)}: {esc(t.reason)}</li>" for t in report.left_out
     )
     notes = "".join(f'<p class="note">note: {esc(n)}</p>' for n in report.notes)
+    cost = svg_cost(report)
+    cost_plot = f"<h2>Cost per trial against pass rate</h2>{cost}" if cost else ""
+    uncounted = "".join(f"<li>{esc(line)}</li>" for line in _uncounted(report))
     head = "".join(f"<th>{esc(h)}</th>" for h in GROUP_HEAD)
     label_heads = "".join(f"<th>{esc(x)}</th>" for x in labels)
     return f"""<!doctype html>
@@ -385,10 +433,11 @@ def render_html(report: Report) -> str:
 count in rates; other verdicts are shown apart. Intervals are 95% (Wilson for rates, a
 seeded paired bootstrap over scenarios for differences).</p>{notes}
 <h2>Groups</h2><table><tr>{head}</tr>{groups}</table>
+<h3>Not counted (in no rate)</h3><ul>{uncounted or "<li>none</li>"}</ul>
 <h2>Scores per metric</h2><table><tr><th>group</th><th>metric</th><th>n</th>
 <th>mean [95% CI]</th><th>unassessed</th></tr>{scores}</table>
 <h2>Pass rate with 95% interval</h2>{svg_intervals(report)}
-<h2>Cost per trial against pass rate</h2>{svg_cost(report)}
+{cost_plot}
 <h2>Comparisons</h2><ul>{comps or "<li>none</li>"}</ul>
 <h2>Per-scenario differences</h2>{svg_differences(report)}
 <h2>Pass matrix</h2><table><tr><th>scenario</th>{label_heads}</tr>{matrix}</table>

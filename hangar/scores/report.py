@@ -42,8 +42,8 @@ class Group(BaseModel):
     """Counted trials (pass + fail)."""
     passes: int
     """Passing trials."""
-    pass_rate: stats.Interval
-    """Pass rate with its 95% Wilson interval."""
+    pass_rate: stats.Interval | None
+    """Pass rate with its 95% Wilson interval (None: no counted trial, so no rate)."""
     clustered_se: float
     """Standard error of the pass rate clustered by scenario (0 with one scenario)."""
     pass_at_k: dict[int, float] = Field(default_factory=dict)
@@ -66,11 +66,25 @@ class Group(BaseModel):
     """95th percentile duration of counted trials."""
     metrics: list[MetricSummary] = Field(default_factory=list)
     """Every metric its trials were scored on."""
+    uncounted: list[Uncounted] = Field(default_factory=list)
+    """Why its other trials are in no rate (blocked_setup, infra_error, verifier_error,
+    void), by verdict and cause."""
 
     @property
     def label(self) -> str:
         """agent · model · arm."""
         return f"{self.agent} · {self.model} · {self.arm}"
+
+
+class Uncounted(BaseModel):
+    """A group's trials of one uncounted verdict and cause."""
+
+    verdict: str
+    """blocked_setup, infra_error, verifier_error or void."""
+    reason: str
+    """Why (the first such trial's reason)."""
+    trials: int
+    """How many trials."""
 
 
 class ScenarioRow(BaseModel):
@@ -224,7 +238,7 @@ def _group(key: tuple[str, str, str], rows: list[TrialResult], seed: int) -> tup
         arm=key[2],
         trials=len(counted),
         passes=passes,
-        pass_rate=stats.wilson(passes, len(counted)),
+        pass_rate=stats.wilson(passes, len(counted)) if counted else None,
         clustered_se=stats.clustered_se(per_scenario),
         pass_at_k=over_k("pass@k"),
         pass_hat_k=over_k("pass^k"),
@@ -241,8 +255,21 @@ def _group(key: tuple[str, str, str], rows: list[TrialResult], seed: int) -> tup
         duration_p50_s=median(durations) if durations else None,
         duration_p95_s=_percentile(durations, 0.95),
         metrics=_summaries(counted, seed),
+        uncounted=_uncounted(rows),
     )
     return group, per_scenario
+
+
+def _uncounted(rows: list[TrialResult]) -> list[Uncounted]:
+    """A group's trials in no rate, by verdict and the first words of their reason."""
+    causes: dict[tuple[str, str], list[TrialResult]] = defaultdict(list)
+    for r in rows:
+        if r.verdict not in COUNTED:
+            causes[(r.verdict.value, r.reason.split(": ", 1)[0])].append(r)
+    return [
+        Uncounted(verdict=verdict, reason=trials[0].reason, trials=len(trials))
+        for (verdict, _), trials in sorted(causes.items())
+    ]
 
 
 def _matrix(outcomes: dict[GroupKey3, Outcomes], labels: dict[GroupKey3, str]) -> list[ScenarioRow]:

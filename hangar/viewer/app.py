@@ -31,7 +31,9 @@ from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Respon
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from hangar.console import usd as money
 from hangar.errors import HangarError
+from hangar.results import Verdict
 from hangar.scores.render import svg_cost, svg_differences, svg_intervals
 from hangar.store import ResultsStore
 from hangar.trials.kind import REGISTRY, KindPage, ViewSettings, kind_of, kinds
@@ -80,8 +82,8 @@ def num(x: float | None, digits: int = 2) -> str:
 
 
 def usd(x: float | None) -> str:
-    """Dollars."""
-    return "-" if x is None else f"${x:.4f}"
+    """Dollars, to the significant digits of a small cost."""
+    return "-" if x is None else money(x)
 
 
 def _templates() -> ChoiceLoader:
@@ -116,6 +118,7 @@ class Viewer:
             lstrip_blocks=True,
         )
         self.env.filters.update(pct=pct, num=num, usd=usd)
+        self.env.globals["verdicts"] = [v.value for v in Verdict]
         # The newest sweeps' reports are built while the first page loads.
         self.reports.warm([r.id for r in self.catalog.sweeps(Filters(), 0, 5)[0]])
 

@@ -112,7 +112,7 @@ def test_a_reward_the_agent_wrote_never_counts(run: Runner, tasks: Path) -> None
     (tasks / "hello-file" / "tests" / "test.sh").write_text("#!/bin/bash\nexit 0\n")
     result = run("hello-file", forger)
     assert result.verdict is Verdict.FAIL
-    assert result.reason.startswith("verifier failure: the test script wrote neither")
+    assert result.reason.startswith("verifier failure in the agent's environment: the test")
     assert "pass" in scores(result) and "reward" not in scores(result)
 
 
@@ -122,6 +122,16 @@ def test_a_separate_verifier_sees_only_the_artifacts(run: Runner) -> None:
     result = run("count-lines", misplaced)
     assert result.verdict is Verdict.FAIL, result.reason
     assert "verifier/image.json" in evidence(result)
+
+
+def test_a_separate_verifier_that_writes_no_reward_is_the_tasks_problem(
+    run: Runner, tasks: Path
+) -> None:
+    (tasks / "count-lines" / "tests" / "test.sh").write_text("#!/bin/bash\nexit 2\n")
+    result = run("count-lines", ORACLE)
+    assert result.verdict is Verdict.VERIFIER_ERROR, result.reason
+    assert result.reason.startswith("verifier failure: the test script wrote neither")
+    assert "exit 2" in result.reason and not result.scores
 
 
 def test_a_root_agent_that_stops_its_sandbox_is_judged_on_what_it_left(run: Runner) -> None:

@@ -164,6 +164,50 @@ def test_infra_errors_give_up_after_the_policy(ray_local: None, tmp_path: Path) 
     assert max(r.attempt for r in store.results("drv", all_attempts=True)) == 4
 
 
+FLAKY_VERIFIER = """\
+import json, sys
+from pathlib import Path
+
+request = json.loads(Path(sys.argv[1]).read_text())
+marker = Path(MARKER)
+if not marker.exists():
+    marker.write_text("crashed once")
+    raise RuntimeError("the verifier fell over")
+art = Path(request["artifacts"])
+(art / "evidence").mkdir(exist_ok=True)
+(art / "evidence" / "ok.txt").write_text("ok")
+found = {"status": "pass", "evidence": ["evidence/ok.txt"]}
+print(json.dumps({"caseId": request["case"], "traceSha256": request["traceSha256"],
+                  "checks": [], "route": found, "scope": found}))
+"""
+
+
+def test_a_crashing_verifier_is_retried_and_never_the_agents_fail(
+    ray_local: None, tmp_path: Path
+) -> None:
+    import hashlib
+
+    folder = tmp_path / "flaky"
+    folder.mkdir()
+    script = FLAKY_VERIFIER.replace("MARKER", repr(str(tmp_path / "crashed.txt")))
+    (folder / "verify.py").write_text(script)
+    scenario = yaml.safe_load(TINY.read_text())
+    scenario["repository"] = str((TINY.parent / scenario["repository"]).resolve())
+    scenario.pop("plugins")
+    digest = "sha256:" + hashlib.sha256(script.encode()).hexdigest()
+    scenario["verifier"]["host"] = {"file": "verify.py", "sha256": digest}
+    (folder / "scenario.yaml").write_text(yaml.safe_dump(scenario))
+    path = write_sweep(tmp_path, scenarios=[str(folder / "scenario.yaml")], arms={"control": []})
+    tally, store = go(path)
+    attempts = [(r.attempt, r.verdict.value) for r in store.results("drv", all_attempts=True)]
+    rows = list(store.results("drv", all_attempts=True))
+    assert sorted(attempts) == [(1, "verifier_error"), (2, "pass")], rows[0].reason
+    first = min(store.results("drv", all_attempts=True), key=lambda r: r.attempt)
+    assert first.reason == "host verifier crashed (exit 1): RuntimeError: the verifier fell over"
+    assert tally.retries == 1 and tally.lost == 0 and tally.verdicts == {"pass": 1}
+    assert tally.exit_code() == 0
+
+
 def test_ctrl_c_stops_submitting_and_keeps_what_finished(ray_local: None, tmp_path: Path) -> None:
     path = write_sweep(tmp_path, repeats=4, concurrency={"sandbox_slots": 2, "max_in_flight": 2})
 

@@ -70,26 +70,26 @@ def test_a_sound_verification_passes(artifacts: Path) -> None:
 def test_missing_checklist_item(artifacts: Path) -> None:
     v = verification()
     v["checks"].pop(1)
-    assert run(artifacts, v) == (Verdict.FAIL, "checklist item not covered: 'odd lists work'")
+    assert run(artifacts, v) == (Verdict.VERIFIER_ERROR, "checklist item not covered: 'odd lists work'")
 
 
 def test_extra_checklist_item(artifacts: Path) -> None:
     v = verification()
     v["checks"].append({"requirement": "bonus", "status": "pass", "evidence": ["evidence/odd.txt"]})
     verdict, reason = run(artifacts, v)
-    assert verdict is Verdict.FAIL and "requirement not in the checklist: 'bonus'" in reason
+    assert verdict is Verdict.VERIFIER_ERROR and "requirement not in the checklist: 'bonus'" in reason
 
 
 def test_duplicate_checklist_item(artifacts: Path) -> None:
     v = verification()
     v["checks"].append(dict(v["checks"][0]))
     verdict, reason = run(artifacts, v)
-    assert verdict is Verdict.FAIL and "covered 2 times: 'even lists work'" in reason
+    assert verdict is Verdict.VERIFIER_ERROR and "covered 2 times: 'even lists work'" in reason
 
 
 def test_reworded_checklist_item(artifacts: Path) -> None:
     verdict, reason = run(artifacts, with_check(0, requirement="Even lists work"))
-    assert verdict is Verdict.FAIL
+    assert verdict is Verdict.VERIFIER_ERROR
     assert "not covered: 'even lists work'" in reason
     assert "not in the checklist: 'Even lists work'" in reason
 
@@ -135,7 +135,7 @@ def test_one_bad_path_among_good_ones(artifacts: Path) -> None:
 
 def test_stale_trace(artifacts: Path) -> None:
     verdict, reason = run(artifacts, verification(traceSha256="b" * 64))
-    assert verdict is Verdict.FAIL and reason.startswith("stale trace")
+    assert verdict is Verdict.VERIFIER_ERROR and reason.startswith("stale trace")
 
 
 def test_incomplete_run(artifacts: Path) -> None:
@@ -155,7 +155,7 @@ def test_failed_finding(artifacts: Path) -> None:
 
 def test_wrong_case(artifacts: Path) -> None:
     verdict, reason = run(artifacts, verification(caseId="other"))
-    assert verdict is Verdict.FAIL and "wrong case" in reason
+    assert verdict is Verdict.VERIFIER_ERROR and "wrong case" in reason
 
 
 @pytest.mark.parametrize("field", ["route", "scope"])
@@ -164,13 +164,13 @@ def test_route_and_scope_are_findings_never_strings(artifacts: Path, field: str)
     # the message shows the expected shape.
     for value in ("junit", "  ", None, ["pass"]):
         verdict, reason = run(artifacts, verification(**{field: value}))
-        assert verdict is Verdict.FAIL
+        assert verdict is Verdict.VERIFIER_ERROR
         assert reason.startswith(f"malformed verification: {field}: {field} must be a Finding")
         assert '{"status": "pass" | "fail" | "unassessed", "evidence": [' in reason
     v = verification()
     del v[field]
     verdict, reason = run(artifacts, v)
-    assert verdict is Verdict.FAIL and f"malformed verification: {field}" in reason
+    assert verdict is Verdict.VERIFIER_ERROR and f"malformed verification: {field}" in reason
 
 
 @pytest.mark.parametrize("field", ["route", "scope"])
@@ -190,7 +190,8 @@ def test_route_and_scope_are_admitted_like_checks(
     artifacts: Path, field: str, finding: dict[str, Any], words: str
 ) -> None:
     verdict, reason = run(artifacts, verification(**{field: finding}))
-    assert verdict is Verdict.FAIL and words.format(field=field) in reason, reason
+    expected = Verdict.VERIFIER_ERROR if words.startswith("malformed") else Verdict.FAIL
+    assert verdict is expected and words.format(field=field) in reason, reason
 
 
 def test_findings_reach_the_judgement(artifacts: Path) -> None:
@@ -213,12 +214,12 @@ def test_findings_reach_the_judgement(artifacts: Path) -> None:
 @pytest.mark.parametrize("raw", ["", "not json", "[1, 2]", '{"caseId": "case-1"}'])
 def test_malformed_output(artifacts: Path, raw: str) -> None:
     verdict, reason = run(artifacts, raw)
-    assert verdict is Verdict.FAIL and reason.startswith("malformed verification")
+    assert verdict is Verdict.VERIFIER_ERROR and reason.startswith("malformed verification")
 
 
 def test_bad_status_value(artifacts: Path) -> None:
     verdict, reason = run(artifacts, with_check(0, status="passed"))
-    assert verdict is Verdict.FAIL and "malformed verification: checks.0.status" in reason
+    assert verdict is Verdict.VERIFIER_ERROR and "malformed verification: checks.0.status" in reason
 
 
 @pytest.mark.parametrize(
@@ -227,7 +228,22 @@ def test_bad_status_value(artifacts: Path) -> None:
 def test_verifier_that_hung_or_crashed(artifacts: Path, error: str) -> None:
     # Even a well-formed output does not count when the verifier did not end well.
     verdict, reason = run(artifacts, verification(), verifier_error=error)
-    assert (verdict, reason) == (Verdict.FAIL, error)
+    assert (verdict, reason) == (Verdict.VERIFIER_ERROR, error)
+
+
+def test_a_broken_verifier_is_the_tasks_problem_unless_the_agent_failed_anyway(
+    artifacts: Path,
+) -> None:
+    # The verifier's failure alone is never the agent's fail...
+    crashed = "host verifier crashed (exit 1): RuntimeError: boom"
+    assert run(artifacts, "", verifier_error=crashed) == (Verdict.VERIFIER_ERROR, crashed)
+    # ...but what the agent's own record shows still fails it, with both reasons named.
+    cmd = CommandRecord(command="pytest", exit_code=1, stdout="", stderr="")
+    for kw in ({"completed": False}, {"commands": [cmd]}, {"harness": ["tests/conftest.py"]}):
+        verdict, reason = run(artifacts, "", verifier_error=crashed, **kw)
+        assert verdict is Verdict.FAIL and reason.startswith(crashed), kw
+    verdict, reason = run(artifacts, verification(caseId="other"), completed=False)
+    assert verdict is Verdict.FAIL and "wrong case" in reason and "incomplete run" in reason
 
 
 def test_failing_verifier_command(artifacts: Path) -> None:

@@ -14,6 +14,8 @@ gone and the verifier sees the file system the agent left (as Harbor's verifier 
 the verifier's from its own image. Either way ``/logs/verifier`` is emptied on the host
 first (a reward the agent wrote beforehand never counts), ``tests/`` is copied to
 ``/tests`` only then, and the reward is read on the host from what the script wrote.
+No reward is the agent's ``fail`` after ``shared`` (it could have broken the environment
+the tests ran in) and a ``verifier_error`` after ``separate`` (the task's problem).
 """
 
 from __future__ import annotations
@@ -423,9 +425,18 @@ class ImageTaskTrial(SandboxedTrial):
                 copy_untrusted_tree(source, self.artifacts / "logs" / name, limit=READ_LIMIT)
         self.reward = self.read_reward(self.artifacts / "logs" / "verifier")
         how = "timed out" if res.timed_out else f"exit {res.returncode}"
-        if self.reward.value is None:
-            self.verdict = Verdict.FAIL
+        if self.reward.value is None and self.task.verifier.mode == "separate":
+            # The verifier ran in its own sandbox: its failure is the task's, not the agent's.
+            self.verdict = Verdict.VERIFIER_ERROR
             self.reason = f"verifier failure: {self.reward.problem} ({verifier_tail(res, how)})"
+        elif self.reward.value is None:
+            # The tests ran in the environment the agent left, which the agent can break:
+            # a missing reward is counted against it (as the SWE-bench harness does).
+            self.verdict = Verdict.FAIL
+            self.reason = (
+                f"verifier failure in the agent's environment: {self.reward.problem} "
+                f"({verifier_tail(res, how)})"
+            )
         elif self.reward.value >= self.task.threshold:
             self.verdict, self.reason = Verdict.PASS, self.reward_words()
         else:
