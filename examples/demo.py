@@ -107,6 +107,9 @@ def run(sweep: Sweep, expected: dict[str, str] | None) -> bool:
 
 def main() -> int:
     """Run both example sweeps."""
+    # Every example's results in one store under ./runs (a sweep's are beside its file by
+    # default), so `hangar view` in this folder shows them all.
+    os.environ.setdefault("HANGAR_RUNS_DIR", str(Path("runs").resolve()))
     real = bool(os.environ.get("OPENAI_API_KEY"))
     if not real:
         # Before the first sweep starts Ray: its workers keep the environment they start with.

@@ -213,13 +213,29 @@ def _aware(value: datetime) -> datetime:
 class ResultsStore:
     """Reads and writes results; open one per process (the driver is the only writer)."""
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
+        """Open the store at `url` (default: the local one). With `create` False (every
+        command that only reads), a store that is not there is an error naming where it
+        was looked for, and nothing is created."""
         self.url = url or default_store_url()
+        if not create:
+            self._check_exists()
         try:
             self.engine = self._engine(self.url)
+            if not create and not inspect(self.engine).has_table("sweeps"):
+                raise StoreError(f"no store at {self.safe_url}: it holds no hangar results")
             self._migrate()
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open the results store {self.safe_url}: {exc}") from exc
+
+    def _check_exists(self) -> None:
+        """A missing SQLite file is refused before SQLite creates it."""
+        path = self.url.removeprefix("sqlite:///")
+        if self.url.startswith("sqlite:///") and path != ":memory:" and not Path(path).is_file():
+            raise StoreError(
+                f"no store at {path}: run a sweep first (`hangar run SWEEP`), or name the "
+                "store with --store or the sweep file whose results you want"
+            )
 
     @property
     def safe_url(self) -> str:

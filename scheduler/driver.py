@@ -313,7 +313,11 @@ class SweepRunner:
         blocked_setup rows of unloadable scenario files (no container, no model call;
         those recorded by an earlier run count as skipped). (final keys, last attempts)."""
         config = self.sweep.config
-        recorded = {**config.model_dump(mode="json"), "left_out": self.sweep.left_out}
+        recorded = {
+            **config.model_dump(mode="json"),
+            "left_out": self.sweep.left_out,
+            "margin": self.sweep.margin,
+        }
         self.store.ensure_sweep(self.sweep.id, recorded, self.sweep.size)
         self.tally.spent_before = self.store.cost(self.sweep.id)
         final, last_attempt = self.store.resume_state(self.sweep.id)

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -38,6 +39,7 @@ from hangar.agents import AgentSpec, load_agents, parse_agent
 from hangar.errors import ConfigError, HangarError
 from hangar.files import read_yaml
 from hangar.models import ModelSpec
+from hangar.paths import runs_dir
 from hangar.results import TrialResult, Verdict
 from hangar.sandbox.config import BackendConfig, DockerConfig
 from hangar.sealing import sealed_suite_of
@@ -116,9 +118,11 @@ class SweepFile(BaseModel):
     """Sandbox backend and its settings: ``docker``, or ``{kind: kubernetes, namespace:
     ..., runtime_class: gvisor}`` (see `hangar.sandbox.config`)."""
     store: str | None = None
-    """Results store URL (default: sqlite under the runs folder)."""
+    """Results store URL (default: sqlite in ``runs/`` beside the sweep file; a relative
+    sqlite path is read from the sweep file's folder)."""
     evidence: str | None = None
-    """Evidence store URL (default: file:// under the runs folder)."""
+    """Evidence store URL (default: file:// in ``runs/`` beside the sweep file; a relative
+    path is read from the sweep file's folder)."""
     evidence_endpoint: str | None = None
     """S3 endpoint URL (MinIO, Ceph, a local server); default from the AWS settings."""
     concurrency: Concurrency = Field(default_factory=Concurrency)
@@ -136,6 +140,10 @@ class SweepFile(BaseModel):
     (``host:port/namespace``): a node pulls what another pushed, and pushes what it built."""
     network: SweepNetwork = Field(default_factory=lambda: SweepNetwork())
     """What networks image tasks may have beyond their allowlists."""
+    margin: float | None = Field(default=None, gt=0, le=100)
+    """Points of a metric's range the comparisons' decision sentences are about (default:
+    the margin its decision suites declare, else 5); recorded with the results, so every
+    report of the sweep says the same sentence."""
     repo_map: dict[str, str] = Field(default_factory=dict)
     """Repositories of image tasks rewritten: a URL or a SWE-bench ``owner/name`` -> a
     mirror's URL or a local path (relative to the sweep file)."""
@@ -222,9 +230,14 @@ class Sweep(BaseModel):
         per += sum(self._per_task(kind_of(u.kind), None, matrix) for u in self.unloadable)
         return per * len(c.models) * c.repeats
 
-    def margins(self) -> list[float | None]:
-        """The margins (points) the sweep's tasks declare (decision suites do)."""
-        return [getattr(t, "margin", None) for t in self.tasks]
+    @property
+    def margin(self) -> float | None:
+        """The margin (points) of its comparisons: the sweep's own, else the one its
+        tasks declare (decision suites do) when they agree, else None (the default)."""
+        if self.config.margin is not None:
+            return self.config.margin
+        declared = {getattr(t, "margin", None) for t in self.tasks} - {None}
+        return declared.pop() if len(declared) == 1 else None
 
     def narrowed(self, pattern: str | None = None, repeats: int | None = None) -> Sweep:
         """Only the tasks whose id matches `pattern` (a regular expression, searched), and
@@ -360,7 +373,22 @@ def _sweep_file(path: Path) -> SweepFile:
         ) from None
     if not config.models:
         raise ConfigError(f"{path}: `models` is empty")
-    return config
+    return _located(config, path.parent)
+
+
+def _located(config: SweepFile, base: Path) -> SweepFile:
+    """The sweep's stores where its file is, as every other path in it: the defaults in
+    ``runs/`` beside it, relative paths read from its folder."""
+    runs = runs_dir(base)
+    store = config.store or f"sqlite:///{runs / 'hangar.db'}"
+    if store.startswith("sqlite:///") and store != "sqlite:///:memory:":
+        store = f"sqlite:///{base / store.removeprefix('sqlite:///')}"
+    evidence = config.evidence or (runs / "evidence").as_uri()
+    parsed = urlparse(evidence)
+    if parsed.scheme in ("", "file"):
+        local = unquote(parsed.netloc + parsed.path) if parsed.scheme else evidence
+        evidence = (base / local).resolve().as_uri()
+    return config.model_copy(update={"store": store, "evidence": evidence})
 
 
 def _tasks(path: Path, config: SweepFile) -> tuple[list[Task], list[UnloadableScenario]]:

@@ -29,9 +29,13 @@ def test_help_lists_commands() -> None:
         assert command in result.stdout
 
 
-def _hangar(*args: str) -> subprocess.CompletedProcess[str]:
+def _hangar(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "hangar", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "hangar", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
     )
 
 
@@ -110,3 +114,62 @@ def test_trial_run_refuses_a_missing_model_key_before_any_trial(tmp_path: Path) 
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2 and "needs its key in MY_LOCAL_KEY" in proc.stderr
     assert "export MY_LOCAL_KEY=unused" in proc.stderr
+
+
+def _sweep_beside_its_results(folder: Path) -> Path:
+    """A sweep file with no `store:` and, in runs/ beside it, the store of one run."""
+    from tests.test_report import trial
+
+    from hangar.results import Verdict
+    from hangar.store import ResultsStore
+
+    folder.mkdir()
+    sweep = folder / "sweep.yaml"
+    sweep.write_text(
+        f"id: here\nscenarios: [{TINY}]\nagents: {{ok: {{command: 'true'}}}}\n"
+        "models: [{id: m1, provider: none}]\nbackend: local\n"
+    )
+    store = ResultsStore(f"sqlite:///{folder / 'runs' / 'hangar.db'}")
+    store.ensure_sweep("here", {"id": "here"}, 1)
+    store.record([trial("here", "tiny", "control", 0, Verdict.PASS)])
+    return sweep
+
+
+def test_the_store_is_the_sweep_files_wherever_the_command_runs(tmp_path: Path) -> None:
+    sweep = _sweep_beside_its_results(tmp_path / "project")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    status = _hangar("status", str(sweep), cwd=elsewhere)
+    assert status.returncode == 0, status.stderr
+    assert "1 final" in status.stdout
+    report = _hangar("report", str(sweep), cwd=elsewhere)
+    assert report.returncode == 0 and "sweep here" in report.stdout
+    assert not (elsewhere / "runs").exists()  # nothing created where the command ran
+
+
+@pytest.mark.parametrize("command", [["status"], ["report"], ["export", "--out", "out.jsonl"]])
+def test_a_missing_sweep_or_store_is_one_error_everywhere(
+    tmp_path: Path, command: list[str]
+) -> None:
+    _sweep_beside_its_results(tmp_path / "project")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    # no store where the command runs: said, and none created
+    proc = _hangar(command[0], "nosuch", *command[1:], cwd=empty)
+    assert proc.returncode == 2 and "no store at" in proc.stderr, proc.stderr
+    assert not (empty / "runs").exists() and not (empty / "out.jsonl").exists()
+    # a store without that sweep: the same code, the sweeps it holds named
+    store = f"sqlite:///{tmp_path / 'project' / 'runs' / 'hangar.db'}"
+    proc = _hangar(command[0], "nosuch", *command[1:], "--store", store, cwd=empty)
+    assert proc.returncode == 2, proc.stderr
+    assert "no sweep 'nosuch' in" in proc.stderr and "its sweeps: here" in proc.stderr
+    assert not (empty / "out.jsonl").exists()
+    # a sweep file that is not there
+    proc = _hangar(command[0], "gone/sweep.yaml", *command[1:], cwd=empty)
+    assert proc.returncode == 2 and "file not found: gone/sweep.yaml" in proc.stderr
+
+
+def test_view_in_an_empty_folder_says_there_is_no_store(tmp_path: Path) -> None:
+    proc = _hangar("view", "--port", "0", cwd=tmp_path)
+    assert proc.returncode == 2 and "no store at" in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists()

@@ -388,6 +388,18 @@ def test_the_example_suite_on_ray_with_roles(ray_local: None, tmp_path: Path) ->
         "mean": 1.0,
     }
     assert correct["ci_low"] < 1.0 and correct["ci_high"] == 1.0
+    # The margin is the data's: the sweep named by its id, and the viewer, say the same.
+    roles = ["--baseline", "control", "--candidate", "skill"]
+    by_id = runner.invoke(
+        app, ["report", outcome["sweep"], "--store", f"sqlite:///{tmp_path}/r.db", *roles]
+    )
+    assert by_id.exit_code == 0, by_id.output
+    assert "lose by at least 15 points on correct" in by_id.output
+    from hangar.store import ResultsStore
+    from hangar.viewer.data import Catalog, ReportCache
+
+    cached = ReportCache(Catalog(ResultsStore(f"sqlite:///{tmp_path}/r.db"))).get(outcome["sweep"])
+    assert cached.report.margin == pytest.approx(0.15)
     strict = runner.invoke(
         app,
         ["report", str(sweep), "--baseline", "control", "--candidate", "skill", "--margin", "90"],

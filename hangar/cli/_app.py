@@ -15,7 +15,7 @@ import typer
 
 from hangar import __version__
 from hangar.console import console, err_console
-from hangar.errors import HangarError
+from hangar.errors import ConfigError, HangarError
 from hangar.store import ResultsStore
 from hangar.trials.batch import BatchOutcome, Services, TaskBatch
 from hangar.trials.kind import kinds
@@ -65,14 +65,33 @@ def version() -> None:
     console.print(f"hangar {__version__}")
 
 
-def resolve_sweep(sweep: str, store: str | None) -> tuple[str, int | None, ResultsStore]:
-    """SWEEP given as a sweep file or as an id: (sweep id, its size if known, the store)."""
+def resolve_sweep(
+    sweep: str, store: str | None, *, require: bool = True
+) -> tuple[str, int | None, ResultsStore]:
+    """SWEEP given as a sweep file or as an id: (sweep id, its size if known, the store).
+
+    For the commands that read results: the store is the sweep file's (or `store`) and
+    must exist (nothing is created), and the sweep must be in it; every such command
+    fails the same way, naming what it looked for and the sweeps the store holds (with
+    `require` False, a sweep not in the store yet is let through: `status --watch`)."""
     from hangar.scheduler.sweep import load_sweep
 
-    if Path(sweep).is_file():
-        loaded = load_sweep(Path(sweep))
-        return loaded.id, loaded.size, ResultsStore(store or loaded.config.store)
-    return sweep, None, ResultsStore(store)
+    path = Path(sweep)
+    size: int | None = None
+    if path.is_file():
+        loaded = load_sweep(path)
+        sweep_id, size, url = loaded.id, loaded.size, store or loaded.config.store
+    elif path.suffix in (".yaml", ".yml") or "/" in sweep:
+        raise ConfigError(f"file not found: {sweep} (give a sweep file or a sweep id)")
+    else:
+        sweep_id, url = sweep, store
+    results = ResultsStore(url, create=False)
+    if require and results.sweep_config(sweep_id) is None:
+        known = results.sweep_ids()
+        listed = f"its sweeps: {', '.join(known[:20])}" if known else "it holds no sweep yet"
+        more = f" (and {len(known) - 20} more: `hangar sweeps`)" if len(known) > 20 else ""
+        raise ConfigError(f"no sweep {sweep_id!r} in {results.safe_url}; {listed}{more}")
+    return sweep_id, size, results
 
 
 def main() -> None:

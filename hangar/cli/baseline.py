@@ -38,5 +38,5 @@ def baseline_list(store: StoreOption = None) -> None:
     from hangar.scores.baseline import baseline_names
     from hangar.store import ResultsStore
 
-    for name, sweep, created in baseline_names(ResultsStore(store)):
+    for name, sweep, created in baseline_names(ResultsStore(store, create=False)):
         console.print(f"{name}  sweep={sweep}  {created:%Y-%m-%d %H:%M}")

@@ -11,6 +11,7 @@ from rich.table import Table
 from hangar.cli._app import app, resolve_sweep
 from hangar.console import console, err_console
 from hangar.errors import ConfigError
+from hangar.scores.report import sweep_margin
 
 StoreOption = Annotated[
     str | None, typer.Option(help="Results store URL (default: the sweep's, or local).")
@@ -26,7 +27,7 @@ def report(
         float | None,
         typer.Option(
             help="Points of a metric's range a decision sentence is about (5 = 5 points); "
-            "default: the suite's (a decision suite's `margin`), else 5."
+            "default: the sweep's (its `margin`, or its decision suites'), else 5."
         ),
     ] = None,
     baseline: Annotated[
@@ -49,7 +50,7 @@ def report(
         raise ConfigError("give both --baseline and --candidate (or neither)")
     roles = (baseline, candidate) if baseline is not None and candidate is not None else None
     sweep_id, _, results = resolve_sweep(sweep, store)
-    points = margin if margin is not None else suite_margin(sweep)
+    points = margin if margin is not None else sweep_margin(_recorded(sweep, results, sweep_id))
     built = build_report(sweep_id, results.results(sweep_id), margin=points / 100, roles=roles)
     if not built.groups:
         raise ConfigError(f"no results for sweep {sweep_id!r} in {results.safe_url}")
@@ -74,14 +75,15 @@ def left_out_of(sweep: str, results: Any) -> list[Any]:
     return [LeftOut.model_validate(v.left_out()) for v in found]
 
 
-def suite_margin(sweep: str) -> float:
-    """The margin the sweep's suites declare (all the same), else 5 points."""
-    from hangar.scheduler.sweep import load_sweep
+def _recorded(sweep: str, results: Any, sweep_id: str) -> dict[str, Any]:
+    """The sweep's config as the store recorded it; a sweep file's margin stands in for a
+    store written before margins were recorded."""
+    config: dict[str, Any] = results.sweep_config(sweep_id) or {}
+    if "margin" not in config and Path(sweep).is_file():
+        from hangar.scheduler.sweep import load_sweep
 
-    if not Path(sweep).is_file():
-        return 5.0
-    margins = {m for m in load_sweep(Path(sweep)).margins() if m is not None}
-    return margins.pop() if len(margins) == 1 else 5.0
+        config["margin"] = load_sweep(Path(sweep)).margin
+    return config
 
 
 @app.command("export")

@@ -186,11 +186,7 @@ def status(
 
     from rich.live import Live
 
-    sweep_id, total, results = resolve_sweep(sweep, store)
-    if not results.counts(sweep_id) and total is None and not watch:
-        known = ", ".join(results.sweep_ids()[:10]) or "none"
-        err_console.print(f"no results for sweep {sweep_id!r} (sweeps in the store: {known})")
-        raise typer.Exit(1)
+    sweep_id, total, results = resolve_sweep(sweep, store, require=not watch)
     if not watch:
         console.print(_status_view(sweep_id, total, results.counts(sweep_id)))
         if Path(sweep).is_file():

@@ -9,10 +9,18 @@ import typer
 
 from hangar.cli._app import app
 from hangar.console import console, err_console
+from hangar.errors import ConfigError
 
 
 @app.command("view")
 def view(
+    sweep: Annotated[
+        Path | None,
+        typer.Argument(
+            help="A sweep file: open its results store (default: --store, else ./runs).",
+            metavar="[SWEEP]",
+        ),
+    ] = None,
     store: Annotated[
         str | None, typer.Option(help="Results store URL (default: the local one).")
     ] = None,
@@ -28,7 +36,10 @@ def view(
         str, typer.Option(help="Address to listen on (loopback by default).")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8470,
-    margin: Annotated[float, typer.Option(help="Comparisons' margin, in points.")] = 5,
+    margin: Annotated[
+        float | None,
+        typer.Option(help="Comparisons' margin, in points (default: each sweep's, else 5)."),
+    ] = None,
 ) -> None:
     """Browse sweeps, trials, transcripts, evidence and scores in a local web page."""
     import uvicorn
@@ -36,17 +47,23 @@ def view(
     from hangar.store import ResultsStore
     from hangar.viewer.app import Viewer, make_app
 
+    if sweep is not None and store is None:
+        from hangar.scheduler.sweep import load_sweep
+
+        if not sweep.is_file():
+            raise ConfigError(f"file not found: {sweep} (give a sweep file)")
+        store = load_sweep(sweep).config.store
     if host not in ("127.0.0.1", "localhost", "::1"):
         err_console.print(
             f"[yellow]listening on {host}: anyone who reaches it reads every trial's evidence[/]",
             highlight=False,
         )
     viewer = Viewer(
-        ResultsStore(store),
+        ResultsStore(store, create=False),
         endpoint=endpoint,
         evidence=evidence,
         knowledge=knowledge,
-        margin=margin / 100,
+        margin=None if margin is None else margin / 100,
     )
     console.print(f"hangar view on http://{host}:{port}/ (Ctrl-C stops it)", highlight=False)
     try:

@@ -199,6 +199,18 @@ class Report(BaseModel):
     """Caveats a reader should see (few scenarios, no counted trials...)."""
 
 
+#: Points of a metric's range a decision sentence is about, when the sweep names none.
+DEFAULT_MARGIN = 5.0
+
+
+def sweep_margin(config: dict[str, object] | None) -> float:
+    """The margin (points) a sweep ran with, as recorded in the store with its config (its
+    own `margin`, else its decision suites'), else `DEFAULT_MARGIN`: the same sentence
+    whichever way the sweep is named."""
+    recorded = (config or {}).get("margin")
+    return float(recorded) if isinstance(recorded, int | float) else DEFAULT_MARGIN
+
+
 def _percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None

@@ -102,7 +102,7 @@ class Viewer:
         endpoint: str | None = None,
         evidence: str | None = None,
         knowledge: list[Path] | None = None,
-        margin: float = 0.05,
+        margin: float | None = None,
         poll_s: float = 3.0,
     ) -> None:
         self.catalog = Catalog(store)

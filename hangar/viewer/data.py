@@ -30,7 +30,7 @@ from sqlalchemy import and_, func, or_, select
 from hangar.errors import HangarError
 from hangar.results import TrialResult
 from hangar.sandbox.archive import extract_untrusted
-from hangar.scores.report import LeftOut, Report, build_report
+from hangar.scores.report import LeftOut, Report, build_report, sweep_margin
 from hangar.store import ResultsStore, sweeps, trials
 from hangar.verifiers.bundle import BundleCheck, verify_bundle
 from hangar.verifiers.store import bundle_key, open_store, split_uri
@@ -283,9 +283,11 @@ class CachedReport(BaseModel):
 class ReportCache:
     """`hangar report`'s report per sweep, rebuilt in the background when it changes."""
 
-    def __init__(self, catalog: Catalog, margin: float = 0.05) -> None:
+    def __init__(self, catalog: Catalog, margin: float | None = None) -> None:
         self.catalog = catalog
         self.margin = margin
+        """The margin (a fraction of a metric's range) of every sweep's sentences; None:
+        each sweep's own, as recorded with it (`hangar report`'s, too)."""
         self._cache: dict[str, CachedReport] = {}
         self._building: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -293,10 +295,9 @@ class ReportCache:
     def _build(self, sweep_id: str) -> None:
         try:
             state = self.catalog.state(sweep_id)
-            report = build_report(
-                sweep_id, self.catalog.store.results(sweep_id), margin=self.margin
-            )
             config = self.catalog.store.sweep_config(sweep_id) or {}
+            margin = self.margin if self.margin is not None else sweep_margin(config) / 100
+            report = build_report(sweep_id, self.catalog.store.results(sweep_id), margin=margin)
             report.left_out = [LeftOut.model_validate(t) for t in config.get("left_out", [])]
             with self._lock:
                 self._cache[sweep_id] = CachedReport(report=report, state=state)
