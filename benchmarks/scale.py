@@ -54,12 +54,12 @@ def sleep_trial(
     import ray
 
     from hangar.results import Verdict
-    from hangar.scheduler.task import on_board
+    from hangar.scheduler.task import admitted
     from hangar.trials import result_of
 
     where = f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:12]}"
     started = datetime.now(UTC)
-    on_board(board, spec, where)
+    admitted(board, spec, where)
     time.sleep(TRIAL_S)
     return result_of(spec, Verdict.PASS, "slept", started, datetime.now(UTC))
 

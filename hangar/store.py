@@ -9,7 +9,7 @@ newer hangar is refused rather than misread.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -390,23 +390,22 @@ class ResultsStore:
             raise StoreError(f"cannot write results to {self.safe_url}: {exc}") from exc
         return len(rows)
 
-    def resume_state(self, sweep_id: str) -> tuple[set[str], dict[str, int]]:
-        """Trial keys with a final verdict, and the last attempt number of every key."""
+    def resume_state(
+        self, sweep_id: str, reopen: Collection[str] = ()
+    ) -> tuple[set[str], dict[str, int]]:
+        """Trial keys whose latest attempt is final, and the last attempt number of every
+        key; a latest attempt whose verdict is in `reopen` (``blocked_setup``: what
+        blocked it may have been mended) does not count as final."""
         final: set[str] = set()
         last: dict[str, int] = {}
+        latest = self._latest(sweep_id)
         with self.engine.connect() as conn:
             rows = conn.execute(
-                select(
-                    trials.c.trial_key,
-                    func.max(trials.c.attempt),
-                    func.max(func.cast(trials.c.final, Integer)),
-                )
-                .where(trials.c.sweep_id == sweep_id)
-                .group_by(trials.c.trial_key)
+                select(latest.c.trial_key, latest.c.attempt, latest.c.final, latest.c.verdict)
             )
-            for key, attempt, any_final in rows:
+            for key, attempt, is_final, verdict in rows:
                 last[key] = attempt
-                if any_final:
+                if is_final and verdict not in reopen:
                     final.add(key)
         return final, last
 

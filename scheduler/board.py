@@ -1,8 +1,9 @@
 """What runs where, live: a small Ray actor the trial tasks report to.
 
 The driver knows which trials it submitted, not which have a slot yet or on which node.
-Each trial task tells the sweep's `Board` when it starts and on which node (one
-fire-and-forget actor call: a lost one only makes the display stale); the driver reads
+Each trial task asks the sweep's `Board` to start, saying on which node (one actor call);
+after the first Ctrl-C the board says no (`stop`), so a trial Ray had queued for a slot
+never starts: only those already running finish. The driver reads
 the board every few seconds and keeps the entries of the trials still in flight, so a
 finished trial, or one killed with its node, leaves the display at once: no second call
 per trial. The `Snapshot` is what the progress display shows: per-node slot use and the
@@ -49,11 +50,20 @@ class Board:
 
     def __init__(self) -> None:
         self._running: dict[str, Running] = {}
+        self._stopping = False
 
-    def started(self, trial_key: str, label: str, node: str) -> None:
+    def start(self, trial_key: str, label: str, node: str) -> bool:
+        """Whether the trial may start now (not after `stop`); noted as running if so."""
+        if self._stopping:
+            return False
         self._running[trial_key] = Running(
             trial_key=trial_key, label=label, node=node, started=time.time()
         )
+        return True
+
+    def stop(self) -> None:
+        """No trial starts from now on (the first Ctrl-C)."""
+        self._stopping = True
 
     def running(self, in_flight: list[str]) -> list[Running]:
         """The trials of `in_flight` that started, longest-running first; the others'

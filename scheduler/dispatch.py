@@ -102,6 +102,11 @@ class Dispatch:
         heapq.heappush(self._retries, (ready_at, next(self._tiebreak), again))
         return True
 
+    def dropped(self, spec: TrialSpec) -> None:
+        """`spec` came back without running (the sweep is stopping)."""
+        self.in_flight -= 1
+        self.per_model[spec.model] -= 1
+
     def will_retry(self, result: TrialResult) -> bool:
         """Whether a result is an attempt that is sent again (so not final)."""
         return (

@@ -228,8 +228,12 @@ class SweepRunner:
         address: str | None = None,
         listener: Listener | None = None,
         poll_s: float = 0.5,
+        retry_blocked: bool = True,
     ) -> None:
         self.sweep = sweep
+        self.reopen = (Verdict.BLOCKED_SETUP.value,) if retry_blocked else ()
+        """Verdicts of earlier runs whose trials run again: blocked_setup by default (what
+        blocked them, a missing commit or image, may have been mended; admission is cheap)."""
         self.store = store
         self.address = address
         self.listener = listener or (lambda tally, result: None)
@@ -240,6 +244,8 @@ class SweepRunner:
         self.caps = config.concurrency.per_model
         self.tally = SweepTally(total=sweep.size)
         self._stop = 0
+        self._stopping = False
+        self._unloadable = 0
         self._board: Any = None
         self._board_read: Any = None
         self._board_at = 0.0
@@ -273,8 +279,10 @@ class SweepRunner:
         self.preflight = preflight(self.sweep, self.evidence_url, nodes)
         window = config.concurrency.max_in_flight or 2 * slots
         for verdict, _, _, n in self.store.counts(self.sweep.id):
-            if Verdict(verdict).final:
+            if Verdict(verdict).final and verdict not in self.reopen:
                 self.tally.verdicts[verdict] += n
+        if self.reopen and self._unloadable:  # unloadable files' rows stay blocked
+            self.tally.verdicts[Verdict.BLOCKED_SETUP.value] += self._unloadable
         ensure_reapers()
         self.dispatch = Dispatch(
             self.sweep.trials(self.evidence_url),
@@ -320,11 +328,13 @@ class SweepRunner:
         }
         self.store.ensure_sweep(self.sweep.id, recorded, self.sweep.size)
         self.tally.spent_before = self.store.cost(self.sweep.id)
-        final, last_attempt = self.store.resume_state(self.sweep.id)
+        final, last_attempt = self.store.resume_state(self.sweep.id, reopen=self.reopen)
+        # Unloadable files' rows are keyed on their bytes: mended, they are new trials.
         blocked = list(self.sweep.blocked_results())
-        new = [r for r in blocked if r.trial_key not in final]
+        new = [r for r in blocked if r.trial_key not in last_attempt]
         self.store.record(new)
-        final |= {r.trial_key for r in new}
+        final |= {r.trial_key for r in blocked}
+        self._unloadable = len(blocked)
         self.tally.done += len(new)
         self.tally.skipped += len(blocked) - len(new)
         return final, last_attempt
@@ -362,6 +372,10 @@ class SweepRunner:
         while True:
             if self._over_budget():
                 self.tally.budget_exhausted = True
+            if self._stop and not self._stopping:
+                # Trials Ray queued for a slot must not start now: the board refuses them.
+                self._board.stop.remote()
+                self._stopping = True
             while self._stop == 0 and not self.tally.budget_exhausted:
                 spec = dispatch.next(time.monotonic())
                 if spec is None:
@@ -374,8 +388,7 @@ class SweepRunner:
             if not in_flight and (dispatch.idle or self._stop or self.tally.budget_exhausted):
                 return
             if self._stop >= 2:
-                for ref in in_flight:
-                    ray.cancel(ref, force=True)
+                self._cancel(ray, in_flight)
                 return
             if not in_flight:
                 ready_at = dispatch.next_ready_at() or time.monotonic()
@@ -386,6 +399,23 @@ class SweepRunner:
                 ready, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
             self._finish(dispatch, [(ref, *in_flight.pop(ref)) for ref in ready])
             self._read_board(ray, [spec.trial_key for spec, _ in in_flight.values()])
+
+    def _cancel(self, ray: Any, in_flight: dict[Any, tuple[TrialSpec, float]]) -> None:
+        """The second Ctrl-C: cancel the running trials, each recorded as interrupted (an
+        infra_error, so the next run of the sweep runs it again)."""
+        from datetime import UTC, datetime
+
+        for ref in in_flight:
+            ray.cancel(ref, force=True)
+        lost = [
+            lost_result(
+                spec, "interrupted: cancelled by a second Ctrl-C", datetime.fromtimestamp(t, UTC)
+            )
+            for spec, t in in_flight.values()
+        ]
+        self.store.record(lost)
+        for result in lost:
+            self._count(result, retrying=False)
 
     def _log_end(self) -> None:
         t = self.tally
@@ -435,6 +465,9 @@ class SweepRunner:
         results = []
         for ref, spec, submitted in done:
             result = self._collect(ref, spec, submitted)
+            if result is None:  # never started (Ctrl-C): not run, the next run's to do
+                dispatch.dropped(spec)
+                continue
             results.append(result)
             was_stopped = spec.model in dispatch.stopped
             if dispatch.finished(spec, result, time.monotonic()):
@@ -455,14 +488,15 @@ class SweepRunner:
         budget = self.sweep.config.budget_usd
         return budget is not None and self.tally.spent_before + self.tally.cost_usd >= budget
 
-    def _collect(self, ref: Any, spec: TrialSpec, submitted: float) -> TrialResult:
+    def _collect(self, ref: Any, spec: TrialSpec, submitted: float) -> TrialResult | None:
+        """The trial's result (None: the board refused it a start, the sweep stopping)."""
         from datetime import UTC, datetime
 
         import ray
         from ray.exceptions import RayError
 
         try:
-            result: TrialResult = ray.get(ref)
+            result: TrialResult | None = ray.get(ref)
         except RayError as exc:
             # The task died for good (node or worker lost past its retries, cancelled), or
             # raised: the reason names the root error (a task's own exception, not Ray's

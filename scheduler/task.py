@@ -45,13 +45,13 @@ def fetch(shipment: Shipment) -> Callable[[], bytes]:
     return get
 
 
-def run_trial_task(spec: TrialSpec, shipped: Any = None, board: Any = None) -> TrialResult:
+def run_trial_task(spec: TrialSpec, shipped: Any = None, board: Any = None) -> TrialResult | None:
     """The Ray task: one trial attempt on whichever node has a slot for it.
 
     `shipped` is what the task's kind sent beside the spec (its `shipper`); the trial
     runs from the kind's copy of the task on this node (`localise`), never from the
     driver's paths. `board` (the sweep's `scheduler.board.Board` actor) is told where the
-    trial runs.
+    trial runs; None when the board refuses it (the sweep is stopping: it never started).
     """
     import ray
 
@@ -65,7 +65,9 @@ def run_trial_task(spec: TrialSpec, shipped: Any = None, board: Any = None) -> T
         return kind_of(spec.task.kind).localise(spec, shipped, fetch, cache)
 
     where = f"{node}/{node_id[:12]}"
-    on_board(board, spec, where)
+    if not admitted(board, spec, where):
+        gauge.set(0, tags={"node": node})
+        return None
     try:
         spec = spec.model_copy(update={"node": where})
         return run_trial(spec, wait_teardown=False, localise=localise)
@@ -73,9 +75,13 @@ def run_trial_task(spec: TrialSpec, shipped: Any = None, board: Any = None) -> T
         gauge.set(0, tags={"node": node})
 
 
-def on_board(board: Any, spec: TrialSpec, where: str) -> None:
-    """Tell the sweep's board (if any) that `spec` runs on node `where` from now; its end
-    is the driver's to see (one actor call per trial: they are not free)."""
-    if board is not None:
-        label = f"{spec.task.id} · {spec.agent.name} · {spec.model} · {spec.arm}"
-        board.started.remote(spec.trial_key, label, where)
+def admitted(board: Any, spec: TrialSpec, where: str) -> bool:
+    """Ask the sweep's board (if any) to start `spec` on node `where`: False once the
+    sweep is stopping. Its end is the driver's to see (one actor call per trial: they are
+    not free)."""
+    if board is None:
+        return True
+    import ray
+
+    label = f"{spec.task.id} · {spec.agent.name} · {spec.model} · {spec.arm}"
+    return bool(ray.get(board.start.remote(spec.trial_key, label, where)))

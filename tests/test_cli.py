@@ -118,10 +118,9 @@ def test_trial_run_refuses_a_missing_model_key_before_any_trial(tmp_path: Path) 
 
 def _sweep_beside_its_results(folder: Path) -> Path:
     """A sweep file with no `store:` and, in runs/ beside it, the store of one run."""
-    from tests.test_report import trial
-
     from hangar.results import Verdict
     from hangar.store import ResultsStore
+    from tests.test_report import trial
 
     folder.mkdir()
     sweep = folder / "sweep.yaml"
@@ -173,3 +172,49 @@ def test_view_in_an_empty_folder_says_there_is_no_store(tmp_path: Path) -> None:
     proc = _hangar("view", "--port", "0", cwd=tmp_path)
     assert proc.returncode == 2 and "no store at" in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def _help_pages(width: int) -> list[tuple[str, str]]:
+    """Every command's help as `hangar` prints it, at a terminal `width`."""
+    import typer
+    from typer import _click
+
+    from hangar.cli.help import conventional
+
+    pages: list[tuple[str, str]] = []
+
+    def walk(cmd: object, name: str, parent: object = None) -> None:
+        ctx = _click.Context(  # type: ignore[attr-defined]
+            cmd, info_name=name.split()[-1], parent=parent, terminal_width=width
+        )
+        pages.append((name, cmd.get_help(ctx)))  # type: ignore[attr-defined]
+        for sub_name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, f"{name} {sub_name}", ctx)
+
+    walk(conventional(typer.main.get_command(app)), "hangar")
+    return pages
+
+
+@pytest.mark.parametrize("width", [50, 80, 160])
+def test_help_reads_as_people_read_it_at_any_width(width: int) -> None:
+    import re
+
+    pages = _help_pages(width)
+    assert len(pages) > 40
+    for name, text in pages:
+        usage = text.splitlines()[0]
+        assert usage.startswith(f"Usage: {name} "), (name, usage)
+        assert not re.search(r"\{[a-z_]+\}", usage), (name, usage)  # no {sweep_file}
+        assert not re.search(r"<(str|bool|int|float|path|list\[|int range)", text), name
+        assert "`" not in text, name
+        for line in text.splitlines():
+            assert len(line) <= width, (name, line)
+    run = dict(pages)["hangar run"]
+    assert run.splitlines()[0] == "Usage: hangar run [OPTIONS] SWEEP"
+    assert "--repeat N " in run and "--json  " in run and "--json <" not in run
+
+
+def test_the_console_script_uses_the_conventional_help() -> None:
+    proc = _hangar("report", "--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("Usage: hangar report [OPTIONS] SWEEP")
+    assert "--format TEXT" in proc.stdout and "╭" not in proc.stdout

@@ -25,6 +25,7 @@ app = typer.Typer(
     help="A container-sandboxed execution farm for evaluating AI coding agents.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # Click's plain help: it wraps to any width (`hangar.cli.help`)
 )
 
 
@@ -97,8 +98,10 @@ def resolve_sweep(
 def main() -> None:
     """Entry point of the `hangar` console script."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from hangar.cli.help import conventional
+
     try:
-        app()
+        conventional(typer.main.get_command(app))(prog_name="hangar")
     except HangarError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         sys.exit(2)

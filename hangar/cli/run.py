@@ -63,12 +63,19 @@ def run(
             "not validated (left out by default: no model is charged for a broken task)."
         ),
     ] = False,
+    retry_blocked: Annotated[
+        bool,
+        typer.Option(
+            help="Run again the trials an earlier run found blocked_setup (a missing commit "
+            "or image may have been added since; checking costs no model call)."
+        ),
+    ] = True,
 ) -> None:
     """Run a sweep: new trials only, resuming where an earlier run stopped.
 
     Exit status: 0 every trial passed; 1 some failed; 3 some are blocked_setup,
-    infra_error or void, or were not run (budget, a refused key); 130 Ctrl-C; 2 a
-    configuration error.
+    infra_error, verifier_error or void, or were not run (budget, a refused key); 130
+    Ctrl-C; 2 a configuration error (or a missing file, store or sweep).
     """
     from rich.live import Live
 
@@ -111,7 +118,9 @@ def run(
     # Ray prints its own notices (a node died, a task is retried) on stdout; keep stdout
     # for hangar's output (the JSON of --json) and send them to stderr with the view.
     with display, contextlib.redirect_stdout(sys.stderr):
-        tally = SweepRunner(sweep, store, address=address, listener=listen).run()
+        tally = SweepRunner(
+            sweep, store, address=address, listener=listen, retry_blocked=retry_blocked
+        ).run()
     if as_json:
         console.print_json(json.dumps(_outcome(tally, sweep.id, store.safe_url, allow_failures)))
     else:

@@ -18,7 +18,7 @@ def view(
         Path | None,
         typer.Argument(
             help="A sweep file: open its results store (default: --store, else ./runs).",
-            metavar="[SWEEP]",
+            metavar="SWEEP",
         ),
     ] = None,
     store: Annotated[

@@ -225,6 +225,57 @@ def test_ctrl_c_stops_submitting_and_keeps_what_finished(ray_local: None, tmp_pa
     assert len(starts) == 8 and len(set(starts)) == 8, "a trial ran twice"
 
 
+def test_after_one_ctrl_c_no_queued_trial_starts(ray_local: None, tmp_path: Path) -> None:
+    # 2 slots, 6 in Ray at once: 4 wait for a slot when Ctrl-C comes, and must never start
+    path = write_sweep(tmp_path, repeats=4, concurrency={"sandbox_slots": 2, "max_in_flight": 6})
+
+    def interrupt(tally: SweepTally, result: TrialResult | None) -> None:
+        if result is not None and tally.done == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    tally, store = go(path, interrupt)
+    assert tally.interrupted
+    starts = [r for r in runs(tmp_path) if r[0] == "start"]
+    # the first, the one running beside it, and at most one that took the freed slot
+    # before the driver heard of the first result
+    assert 2 <= len(starts) <= 3, starts
+    recorded = list(store.results("drv"))
+    assert len(recorded) == len(starts) == tally.done  # each that started finished
+    assert tally.not_run == 8 - len(starts)
+    rest, _ = go(path)  # the rest run on the next run, none twice
+    assert rest.skipped == len(starts) and rest.done == 8 - len(starts)
+
+
+def test_a_second_ctrl_c_cancels_the_running_trials_as_interrupted(
+    ray_local: None, tmp_path: Path
+) -> None:
+    import threading
+    import time
+
+    path = write_sweep(tmp_path, agents={"slow": {"command": "sleep 20"}}, arms={"control": []})
+
+    def twice() -> None:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    def started(tally: SweepTally, result: TrialResult | None) -> None:
+        if tally.board.running:
+            (tmp_path / "started").touch()
+
+    threading.Thread(target=twice, daemon=True).start()
+    began = time.monotonic()
+    tally, store = go(path, started)
+    assert tally.interrupted and time.monotonic() - began < 20
+    (row,) = store.results("drv")
+    assert row.verdict is Verdict.INFRA_ERROR
+    assert row.reason == "interrupted: cancelled by a second Ctrl-C"
+    assert store.resume_state("drv")[0] == set()  # not final: the next run runs it again
+
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -367,6 +418,36 @@ def test_unloadable_scenarios_are_blocked_rows(ray_local: None, tmp_path: Path) 
     again, _ = go(path)  # recorded once: the next run skips it like any final trial
     assert again.skipped == 2 and again.done == 0 and again.exit_code() == 3
     assert len(list(store.results("drv", all_attempts=True))) == 2
+
+
+def test_a_blocked_trial_runs_again_once_what_blocked_it_is_mended(
+    ray_local: None, tmp_path: Path
+) -> None:
+    import shutil
+
+    folder = tmp_path / "later"
+    folder.mkdir()
+    scenario = yaml.safe_load(TINY.read_text())
+    bundle = (TINY.parent / scenario["repository"]).resolve()
+    scenario["repository"] = str(tmp_path / "repo.bundle")  # not there yet
+    scenario.pop("plugins")
+    (folder / "scenario.yaml").write_text(yaml.safe_dump(scenario))
+    path = write_sweep(tmp_path, scenarios=[str(folder / "scenario.yaml")], arms={"control": []})
+    tally, store = go(path)
+    assert tally.verdicts == {"blocked_setup": 1} and tally.exit_code() == 3
+    kept, _ = go_with(path, retry_blocked=False)  # the old behaviour, on request
+    assert kept.skipped == 1 and kept.verdicts == {"blocked_setup": 1}
+    shutil.copy(bundle, tmp_path / "repo.bundle")  # mended
+    again, store = go(path)
+    assert again.verdicts == {"pass": 1} and again.exit_code() == 0
+    attempts = [(r.attempt, r.verdict.value) for r in store.results("drv", all_attempts=True)]
+    assert sorted(attempts) == [(1, "blocked_setup"), (2, "pass")]
+
+
+def go_with(path: Path, **options: Any) -> tuple[SweepTally, ResultsStore]:
+    sweep = load_sweep(path)
+    store = ResultsStore(sweep.config.store)
+    return SweepRunner(sweep, store, poll_s=0.1, **options).run(), store
 
 
 def test_exit_codes(tmp_path: Path) -> None:

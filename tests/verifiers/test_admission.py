@@ -70,14 +70,19 @@ def test_a_sound_verification_passes(artifacts: Path) -> None:
 def test_missing_checklist_item(artifacts: Path) -> None:
     v = verification()
     v["checks"].pop(1)
-    assert run(artifacts, v) == (Verdict.VERIFIER_ERROR, "checklist item not covered: 'odd lists work'")
+    assert run(artifacts, v) == (
+        Verdict.VERIFIER_ERROR,
+        "checklist item not covered: 'odd lists work'",
+    )
 
 
 def test_extra_checklist_item(artifacts: Path) -> None:
     v = verification()
     v["checks"].append({"requirement": "bonus", "status": "pass", "evidence": ["evidence/odd.txt"]})
     verdict, reason = run(artifacts, v)
-    assert verdict is Verdict.VERIFIER_ERROR and "requirement not in the checklist: 'bonus'" in reason
+    assert (
+        verdict is Verdict.VERIFIER_ERROR and "requirement not in the checklist: 'bonus'" in reason
+    )
 
 
 def test_duplicate_checklist_item(artifacts: Path) -> None:
