@@ -44,11 +44,11 @@ from hangar.results import COUNTED_VERDICTS, ProviderError, TrialResult, Verdict
 from hangar.scheduler.board import Snapshot, node_slots, open_board
 from hangar.scheduler.dispatch import Dispatch
 from hangar.scheduler.metrics import metric
-from hangar.scheduler.preflight import preflight
+from hangar.scheduler.preflight import missing_images, preflight
 from hangar.scheduler.sweep import Sweep
 from hangar.scheduler.task import put, run_trial_task
 from hangar.store import ResultsStore
-from hangar.trials import Task, TrialSpec, lost_result
+from hangar.trials import Task, TrialSpec, lost_result, result_of
 from hangar.trials.kind import kind_of
 
 log = logging.getLogger(__name__)
@@ -283,6 +283,7 @@ class SweepRunner:
                 self.tally.verdicts[verdict] += n
         if self.reopen and self._unloadable:  # unloadable files' rows stay blocked
             self.tally.verdicts[Verdict.BLOCKED_SETUP.value] += self._unloadable
+        final |= self._block_missing_images(final, last_attempt)
         ensure_reapers()
         self.dispatch = Dispatch(
             self.sweep.trials(self.evidence_url),
@@ -338,6 +339,44 @@ class SweepRunner:
         self.tally.done += len(new)
         self.tally.skipped += len(blocked) - len(new)
         return final, last_attempt
+
+    def _block_missing_images(self, final: set[str], last_attempt: dict[str, int]) -> set[str]:
+        """Record as blocked_setup, without running them, the trials whose image some node
+        lacks (the preflight found it), naming the image and the scenarios; the others run.
+        Returns their keys."""
+        from datetime import UTC, datetime
+
+        missing = missing_images(self.preflight)
+        blocked: list[TrialResult] = []
+        users: dict[str, set[str]] = {}
+        now = datetime.now(UTC)
+        for spec in self.sweep.trials(self.evidence_url):
+            image = kind_of(spec.task.kind).image(spec.task)
+            if image not in missing or spec.trial_key in final:
+                continue
+            users.setdefault(image, set()).add(spec.task.id)
+            attempt = last_attempt.get(spec.trial_key, 0) + 1
+            reason = f"image {image} is missing: {missing[image]}"
+            blocked.append(
+                result_of(
+                    spec.model_copy(update={"attempt": attempt}),
+                    Verdict.BLOCKED_SETUP,
+                    reason,
+                    now,
+                    now,
+                )
+            )
+        for image, scenarios in users.items():
+            log.warning(
+                "image %s is missing, so the trials of %s are blocked_setup (the others run): %s",
+                image,
+                ", ".join(sorted(scenarios)),
+                missing[image],
+            )
+        self.store.record(blocked)
+        self.tally.done += len(blocked)
+        self.tally.verdicts[Verdict.BLOCKED_SETUP.value] += len(blocked)
+        return {r.trial_key for r in blocked}
 
     def _submitter(self, ray: Any) -> Callable[[TrialSpec], Any]:
         """The function that sends one trial to Ray (returns its object reference)."""

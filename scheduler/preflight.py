@@ -6,9 +6,11 @@ otherwise run every trial it is given to the end and record each as an ``infra_e
 it); `check_node` looks at what a trial there will use: the sandbox engine answers (with
 the sweep's backend settings: a docker runtime, a Kubernetes namespace), the sweep's
 images are there, the evidence store takes a write and gives it back, and the models'
-key variables are set (the model relay runs on the node). Any problem stops the sweep
-before any trial with one error that names each node and what to fix. The results store
-is the driver's alone and was reached before this runs.
+key variables are set (the model relay runs on the node). Any problem but an image stops
+the sweep before any trial with one error that names each node and what to fix. An image
+missing on a node blocks only the scenarios that use it (`missing_images`: the driver
+records their trials ``blocked_setup``, naming the image and the scenarios, and runs the
+rest). The results store is the driver's alone and was reached before this runs.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ class NodeReport(BaseModel):
     """Host name and Ray node id (as in results)."""
     problems: list[str]
     """Each problem with what to do; empty when the node is ready."""
+    images: dict[str, str] = {}
+    """Images missing on this node, and what to do about each."""
 
 
 def needs_of(sweep: Sweep, evidence_url: str) -> Needs:
@@ -71,6 +75,7 @@ def needs_of(sweep: Sweep, evidence_url: str) -> Needs:
 def check_node(needs: Needs, node: str) -> NodeReport:
     """The preflight of this node (runs there, in a Ray task)."""
     problems = []
+    images: dict[str, str] = {}
     if needs.backend is not None:
         cls = sandbox_class(needs.backend.kind)
         engine = cls.engine_problem(needs.backend)
@@ -83,7 +88,7 @@ def check_node(needs: Needs, node: str) -> NodeReport:
                 except HangarError as exc:
                     missing = str(exc)
                 if missing:
-                    problems.append(missing)
+                    images[image] = missing
     evidence = _evidence_problem(needs.evidence_url, node)
     if evidence:
         problems.append(evidence)
@@ -94,7 +99,7 @@ def check_node(needs: Needs, node: str) -> NodeReport:
                 "environment of `hangar cluster start` / `hangar cluster join` (or the "
                 "workers' Secret) and restart the node"
             )
-    return NodeReport(node=node, problems=problems)
+    return NodeReport(node=node, problems=problems, images=images)
 
 
 def _evidence_problem(url: str, node: str) -> str | None:
@@ -158,3 +163,16 @@ def preflight(sweep: Sweep, evidence_url: str, nodes: list[dict[str, Any]]) -> l
             "started:\n" + "\n".join(lines)
         )
     return reports
+
+
+def missing_images(reports: list[NodeReport]) -> dict[str, str]:
+    """Each image some node lacks, and what was found (the first node's words, and how
+    many nodes lack it)."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for r in reports:
+        for image, problem in r.images.items():
+            found.setdefault(image, []).append((r.node, problem))
+    return {
+        image: f"{where[0][1]} (on {len(where)} of {len(reports)} node(s))"
+        for image, where in found.items()
+    }

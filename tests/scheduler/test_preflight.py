@@ -88,7 +88,10 @@ def test_each_missing_thing_is_named_with_its_fix(
         ),
         "x/y",
     )
-    assert any("image 'hangar/absent:1' is not on the Docker engine" in p for p in missing.problems)
+    assert not any("absent" in p for p in missing.problems)  # it blocks only its scenarios
+    assert (
+        "image 'hangar/absent:1' is not on the Docker engine" in missing.images["hangar/absent:1"]
+    )
 
 
 @pytest.mark.ray
@@ -140,3 +143,47 @@ def test_nodes_without_credentials_stop_the_sweep_before_any_trial(
     assert "sk-driver-only" not in err and "Traceback" not in err
     assert not log.exists(), "an agent ran"
     assert list(ResultsStore(f"sqlite:///{tmp_path}/r.db").results("preflight")) == []
+
+
+@pytest.mark.ray
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_missing_image_blocks_only_the_scenarios_that_use_it(
+    ray_local: None, docker_client: object, tmp_path: Path
+) -> None:
+    from hangar.results import Verdict
+    from hangar.scheduler.driver import SweepRunner
+    from hangar.scheduler.sweep import load_sweep
+    from hangar.store import ResultsStore
+
+    scenario = yaml.safe_load(TINY.read_text())
+    scenario["repository"] = str((TINY.parent / scenario["repository"]).resolve())
+    scenario.pop("plugins")
+    for name, image in (("present", BASE_IMAGE), ("absent", "hangar/absent:1")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "scenario.yaml").write_text(
+            yaml.safe_dump({**scenario, "id": name, "image": image})
+        )
+    path = tmp_path / "sweep.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "id": "images",
+                "scenarios": [str(tmp_path / "present"), str(tmp_path / "absent")],
+                "agents": {"ok": {"command": "true"}},
+                "repeats": 2,
+                "store": f"sqlite:///{tmp_path}/r.db",
+                "evidence": (tmp_path / "ev").as_uri(),
+            }
+        )
+    )
+    sweep = load_sweep(path)
+    store = ResultsStore(sweep.config.store)
+    tally = SweepRunner(sweep, store, poll_s=0.1).run()
+    verdicts = {(r.scenario_id, r.verdict) for r in store.results("images")}
+    assert verdicts == {("present", Verdict.PASS), ("absent", Verdict.BLOCKED_SETUP)}
+    blocked = [r for r in store.results("images") if r.scenario_id == "absent"]
+    assert len(blocked) == 2 and "image hangar/absent:1 is missing" in blocked[0].reason
+    assert "hangar/absent:1' is not on the Docker engine" in blocked[0].reason
+    assert tally.verdicts == {"pass": 2, "blocked_setup": 2} and tally.exit_code() == 3
