@@ -73,10 +73,27 @@ def test_trial_run_cli_local(tmp_path: Path) -> None:
         "true",
         "--evidence",
         (tmp_path / "ev").as_uri(),
-        "--json",
+        "--store",
+        f"sqlite:///{tmp_path}/r.db",
     )
     assert proc.returncode == 0, proc.stderr
-    assert '"verdict": "pass"' in proc.stdout
+    assert "-> pass" in proc.stdout and "recorded as sweep adhoc-" in proc.stdout
+    # the trial is in the store, as a sweep of its own: the report shows it
+    sweep_id = proc.stdout.split("recorded as sweep ", 1)[1].split()[0]
+    report = _hangar(
+        "report", sweep_id, "--store", f"sqlite:///{tmp_path}/r.db", "--format", "json"
+    )
+    assert report.returncode == 0, report.stderr
+    assert '"passes": 1' in report.stdout
+    unrecorded = _hangar(
+        *("trial", "run", str(TINY), "--backend", "local", "--agent-command", "true"),
+        *("--evidence", (tmp_path / "ev").as_uri(), "--no-store", "--json"),
+    )
+    assert unrecorded.returncode == 0 and '"verdict": "pass"' in unrecorded.stdout
+    from hangar.store import ResultsStore
+
+    assert ResultsStore(f"sqlite:///{tmp_path}/r.db").sweep_ids() == [sweep_id]
+    assert not (TINY.parent / "runs").exists()
     missing = _hangar(
         "trial",
         "run",

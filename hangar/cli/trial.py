@@ -49,8 +49,19 @@ def trial_run(
         str, typer.Option(help="Arm: NAME or NAME=plugin1,plugin2 (control: none).")
     ] = "control",
     evidence: Annotated[
-        str | None, typer.Option(help="Evidence store URL (default file://./runs/evidence).")
+        str | None,
+        typer.Option(help="Evidence store URL (default: runs/evidence beside the scenario)."),
     ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(help="Results store URL (default: runs/hangar.db beside the scenario)."),
+    ] = None,
+    no_store: Annotated[
+        bool,
+        typer.Option(
+            "--no-store", help="Record nothing in a results store (the bundle is still kept)."
+        ),
+    ] = False,
     backend: Annotated[str, typer.Option(help="Sandbox backend: docker or local.")] = "docker",
     model: Annotated[str, typer.Option(help="Model id (none: the agent calls no model).")] = "none",
     base_url: Annotated[
@@ -61,7 +72,9 @@ def trial_run(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the TrialResult as JSON.")] = False,
 ) -> None:
-    """Run one trial and print its verdict, reason, timings and evidence bundle."""
+    """Run one trial and print its verdict, reason, timings and evidence bundle. The result
+    is recorded in the results store as a sweep of its own (unless --no-store), so
+    'hangar report' and 'hangar view' show it."""
     from hangar.agents import AgentSpec, CommandAgent, load_agents
     from hangar.kinds.execution import single_trial
     from hangar.kinds.execution.scenario import load_scenario
@@ -82,18 +95,32 @@ def trial_run(
     fields = {"id": model, "base_url": base_url, "api_key_env": api_key_env}
     model_spec = ModelSpec.model_validate({k: v for k, v in fields.items() if v is not None})
     _refuse_missing_key(model_spec)
-    result = run_trial(
-        single_trial(
-            loaded,
-            spec_agent,
-            Arm.parse(arm),
-            backend=backend,
-            evidence_url=evidence,
-            model=model_spec,
-        )
+    from hangar.paths import runs_dir
+    from hangar.store import ResultsStore
+
+    runs = runs_dir(scenario.resolve().parent)
+    results = None if no_store else ResultsStore(store or f"sqlite:///{runs / 'hangar.db'}")
+    spec = single_trial(
+        loaded,
+        spec_agent,
+        Arm.parse(arm),
+        backend=backend,
+        evidence_url=evidence or (runs / "evidence").as_uri(),
+        model=model_spec,
     )
+    result = run_trial(spec)
+    if results is not None:
+        config = {"id": spec.sweep, "scenarios": [str(scenario.resolve())], "trial_run": True}
+        results.ensure_sweep(spec.sweep, config, 1)
+        results.record([result])
     if as_json:
         console.print_json(result.model_dump_json())
-    else:
-        print_result(result)
+        raise typer.Exit(0 if result.verdict == "pass" else 1)
+    print_result(result)
+    if results is not None:
+        console.print(
+            f"  recorded as sweep {spec.sweep} in {results.safe_url}: "
+            f"hangar report {spec.sweep} --store {results.url}",
+            highlight=False,
+        )
     raise typer.Exit(0 if result.verdict == "pass" else 1)
