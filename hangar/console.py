@@ -4,10 +4,12 @@ a model given on the command line (an id or a mapping)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from hangar.errors import ConfigError
 from hangar.results import TrialResult
@@ -15,6 +17,17 @@ from hangar.results import TrialResult
 # Soft wrap: a command to copy or a URI in a message is never broken across lines.
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
+
+
+JsonFlag = Annotated[
+    bool, typer.Option("--json", help="Print JSON (the same as --format json where offered).")
+]
+"""The ``--json`` every command with machine-readable output takes."""
+
+
+def output_format(fmt: str, as_json: bool) -> str:
+    """The format asked for: ``json`` with --json, else --format's."""
+    return "json" if as_json else fmt
 
 
 def usd(x: float) -> str:
@@ -27,18 +40,20 @@ def usd(x: float) -> str:
 
 
 def print_result(result: TrialResult) -> None:
-    """A trial's verdict, reason, timings and bundle, for people."""
+    """A trial's verdict, reason, timings and bundle, for people (everything that came
+    from the trial escaped: it is never read as markup)."""
     colour = {"pass": "green", "fail": "red", "void": "magenta"}.get(result.verdict, "yellow")
     console.print(
-        f"[bold]{result.scenario_id}[/] agent={result.agent} arm={result.arm} -> "
-        f"[bold {colour}]{result.verdict.value}[/]",
+        f"[bold]{escape(result.scenario_id)}[/] agent={escape(result.agent)} "
+        f"arm={escape(result.arm)} -> [bold {colour}]{result.verdict.value}[/]",
         highlight=False,
     )
-    console.print(f"  reason: {result.reason}", highlight=False)
+    console.print(f"  reason: {escape(result.reason)}", highlight=False)
     phases = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
     console.print(f"  timings ({result.duration_s:.1f} s): {phases}", highlight=False)
     console.print(
-        f"  evidence: {result.evidence_uri} (sha256 {result.evidence_sha256})", highlight=False
+        f"  evidence: {escape(str(result.evidence_uri))} (sha256 {result.evidence_sha256})",
+        highlight=False,
     )
 
 

@@ -418,16 +418,17 @@ class ResultsStore:
             ).scalar_one()
         return float(total)
 
-    def counts(self, sweep_id: str) -> list[tuple[str, str, str, int]]:
-        """(verdict, model, arm, trials) of each trial's latest attempt."""
+    def counts(self, sweep_id: str) -> list[tuple[str, str, str, str, int]]:
+        """(verdict, agent, model, arm, trials) of each trial's latest attempt."""
         latest = self._latest(sweep_id)
+        cols = (latest.c.verdict, latest.c.agent, latest.c.model, latest.c.arm)
         with self.engine.connect() as conn:
             rows = conn.execute(
-                select(latest.c.verdict, latest.c.model, latest.c.arm, func.count())
-                .group_by(latest.c.verdict, latest.c.model, latest.c.arm)
-                .order_by(latest.c.model, latest.c.arm, latest.c.verdict)
+                select(*cols, func.count())
+                .group_by(*cols)
+                .order_by(latest.c.agent, latest.c.model, latest.c.arm, latest.c.verdict)
             )
-            return [(v, m, a, int(n)) for v, m, a, n in rows]
+            return [(v, g, m, a, int(n)) for v, g, m, a, n in rows]
 
     def _latest(self, sweep_id: str) -> Any:
         """Each trial key's latest attempt in the sweep, as a subquery."""
@@ -451,6 +452,18 @@ class ResultsStore:
         """The sweep's results (each trial's latest attempt unless `all_attempts`)."""
         source = trials if all_attempts else self._latest(sweep_id)
         yield from self._read(sweep_id, source, None)
+
+    def find_trials(self, prefix: str, sweep_id: str | None = None) -> list[tuple[str, str]]:
+        """(sweep, trial key) of the trials whose key starts with `prefix` (in `sweep_id`
+        only, when given), newest first."""
+        query = select(trials.c.sweep_id, trials.c.trial_key, func.max(trials.c.finished_at))
+        query = query.where(trials.c.trial_key.startswith(prefix, autoescape=True))
+        if sweep_id is not None:
+            query = query.where(trials.c.sweep_id == sweep_id)
+        query = query.group_by(trials.c.sweep_id, trials.c.trial_key)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query.order_by(func.max(trials.c.finished_at).desc())).all()
+        return [(r[0], r[1]) for r in rows]
 
     def results_of(self, sweep_id: str, trial_key: str) -> list[TrialResult]:
         """Every attempt of one trial, oldest first."""

@@ -268,7 +268,7 @@ class SweepRunner:
         # of a scenario or sample have other keys and do not count): do not start Ray.
         if all(spec.trial_key in final for spec in self.sweep.trials(self.evidence_url)):
             self.tally.skipped = self.sweep.size - self.tally.done
-            for verdict, _, _, n in self.store.counts(self.sweep.id):
+            for verdict, *_, n in self.store.counts(self.sweep.id):
                 self.tally.verdicts[verdict] += n
             return self.tally
         slots = connect(self.address, config.concurrency.sandbox_slots)
@@ -278,7 +278,7 @@ class SweepRunner:
         check_evidence_reachable(self.evidence_url, len(nodes))
         self.preflight = preflight(self.sweep, self.evidence_url, nodes)
         window = config.concurrency.max_in_flight or 2 * slots
-        for verdict, _, _, n in self.store.counts(self.sweep.id):
+        for verdict, *_, n in self.store.counts(self.sweep.id):
             if Verdict(verdict).final and verdict not in self.reopen:
                 self.tally.verdicts[verdict] += n
         if self.reopen and self._unloadable:  # unloadable files' rows stay blocked

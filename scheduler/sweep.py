@@ -207,6 +207,24 @@ class Sweep(BaseModel):
         """The tasks of the kind called `name`."""
         return [t for t in self.tasks if t.kind == name]
 
+    def breakdown(self) -> list[dict[str, Any]]:
+        """The size's terms: tasks of one kind with the same agents and arms (files that
+        did not load apart), so `size` = sum(tasks x agents x arms) x models x repeats."""
+        matrix = self.matrix()
+        terms: dict[tuple[str, int, int, bool], int] = {}
+        for kind, task in [(kind_of(t.kind), t) for t in self.tasks] + [
+            (kind_of(u.kind), None) for u in self.unloadable
+        ]:
+            arms = (
+                kind.arms(task, matrix) if task is not None else self._fallback_arms(kind, matrix)
+            )
+            key = (kind.title, len(kind.agents(matrix)), len(arms), task is None)
+            terms[key] = terms.get(key, 0) + 1
+        return [
+            {"tasks": n, "kind": title, "agents": agents, "arms": arms, "unloadable": bad}
+            for (title, agents, arms, bad), n in terms.items()
+        ]
+
     def _per_task(self, kind: Kind, task: Task | None, matrix: Matrix) -> int:
         """Trials of one task (or of an unloadable file of that kind) per model and repeat."""
         arms = kind.arms(task, matrix) if task is not None else self._fallback_arms(kind, matrix)

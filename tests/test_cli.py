@@ -235,3 +235,46 @@ def test_the_console_script_uses_the_conventional_help() -> None:
     proc = _hangar("report", "--help")
     assert proc.returncode == 0 and proc.stdout.startswith("Usage: hangar report [OPTIONS] SWEEP")
     assert "--format TEXT" in proc.stdout and "╭" not in proc.stdout
+
+
+def test_sweeps_status_and_trial_show_read_the_store(tmp_path: Path) -> None:
+    import json
+
+    import yaml
+
+    store = f"sqlite:///{tmp_path}/r.db"
+    scenario = yaml.safe_load(TINY.read_text())
+    scenario["repository"] = str((TINY.parent / scenario["repository"]).resolve())
+    scenario.pop("plugins")
+    scenario["verifier"]["commands"] = ["echo looking for DONE; test -f DONE"]
+    (tmp_path / "undone.yaml").write_text(yaml.safe_dump(scenario))
+    ran = _hangar(
+        *("trial", "run", str(tmp_path / "undone.yaml"), "--backend", "local"),
+        *("--agent-command", "true", "--store", store, "--json"),
+        *("--evidence", (tmp_path / "ev").as_uri()),
+    )
+    assert ran.returncode == 1, ran.stderr
+    result = json.loads(ran.stdout)
+    sweep, key = result["sweep"], result["trial_key"]
+    # the store's sweeps, as a table and as JSON
+    listed = _hangar("sweeps", "--store", store)
+    assert listed.returncode == 0 and sweep[:8] in listed.stdout and "0.0%" in listed.stdout
+    data = json.loads(_hangar("sweeps", "--store", store, "--json").stdout)
+    assert [s["id"] for s in data["sweeps"]] == [sweep] and data["sweeps"][0]["pass_rate"] == 0
+    # status: an agent column, and JSON the same way as everywhere
+    status = json.loads(_hangar("status", sweep, "--store", store, "--json").stdout)
+    assert status["counts"] == [
+        {"verdict": "fail", "agent": "command", "model": "none", "arm": "control", "trials": 1}
+    ]
+    assert "agent" in _hangar("status", sweep, "--store", store).stdout
+    report = _hangar("report", sweep, "--store", store, "--json")
+    assert json.loads(report.stdout)["groups"][0]["trials"] == 1
+    # one trial by the start of its key: reasons, checks, the failing command's output
+    shown = _hangar("trial", "show", key[:10], "--store", store)
+    assert shown.returncode == 0, shown.stderr
+    assert "-> fail" in shown.stdout and "- verifier command failed" in shown.stdout
+    assert "$ echo looking for DONE; test -f DONE (exited 1)\nlooking for DONE" in shown.stdout
+    as_json = json.loads(_hangar("trial", "show", key[:10], "--store", store, "--json").stdout)
+    assert as_json["verdict"] == "fail" and as_json["failures"][0]["what"].startswith("$ echo looking")
+    missing = _hangar("trial", "show", "ffffffffffff", "--store", store)
+    assert missing.returncode == 2 and "no trial whose key starts with" in missing.stderr

@@ -173,9 +173,9 @@ def test_resume_state_and_latest_attempt(store: ResultsStore) -> None:
     final, last = store.resume_state("sw")
     assert final == {"k1", "k3"} and last == {"k1": 2, "k2": 1, "k3": 1}
     assert sorted(store.counts("sw")) == [
-        ("fail", "m2", "control", 1),
-        ("infra_error", "m1", "control", 1),
-        ("pass", "m1", "control", 1),
+        ("fail", "gold", "m2", "control", 1),
+        ("infra_error", "gold", "m1", "control", 1),
+        ("pass", "gold", "m1", "control", 1),
     ]
     assert len(list(store.results("sw"))) == 3
     assert len(list(store.results("sw", all_attempts=True))) == 4

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from hangar.cli._app import app, resolve_sweep
-from hangar.console import console, err_console
+from hangar.console import JsonFlag, console, err_console, output_format
 from hangar.errors import ConfigError
 from hangar.scores.report import sweep_margin
 
@@ -22,6 +22,7 @@ StoreOption = Annotated[
 def report(
     sweep: Annotated[str, typer.Argument(help="Sweep file, or a sweep id in --store.")],
     fmt: Annotated[str, typer.Option("--format", help="text, md, html or json.")] = "text",
+    as_json: JsonFlag = False,
     out: Annotated[Path | None, typer.Option(help="Write to this file.")] = None,
     margin: Annotated[
         float | None,
@@ -43,6 +44,7 @@ def report(
     from hangar.scores.render import render_html, render_markdown, render_text
     from hangar.scores.report import build_report
 
+    fmt = output_format(fmt, as_json)
     renderers = {"text": render_text, "md": render_markdown, "html": render_html}
     if fmt not in (*renderers, "json"):
         raise ConfigError(f"unknown format {fmt!r}: use text, md, html or json")
@@ -111,6 +113,7 @@ def compare(
     scenario_drop: Annotated[float, typer.Option(help="Passing trials a scenario loses.")] = 1.0,
     requirement_drop: Annotated[float, typer.Option(help="Pass-rate drop of a requirement.")] = 0.5,
     fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    as_json: JsonFlag = False,
     store: StoreOption = None,
 ) -> None:
     """Flag regressions of a candidate sweep against a baseline.
@@ -134,7 +137,7 @@ def compare(
         ),
     )
     code = 1 if outcome.regressions else 3 if outcome.not_comparable else 0
-    if fmt == "json":
+    if output_format(fmt, as_json) == "json":
         console.out(outcome.model_dump_json(indent=1), highlight=False)
         raise typer.Exit(code)
     for item in outcome.not_comparable:

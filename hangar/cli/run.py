@@ -18,7 +18,7 @@ from hangar.cli._app import app, resolve_sweep
 from hangar.console import console, err_console
 from hangar.logs import LogFormat
 from hangar.logs import configure as configure_logs
-from hangar.results import Verdict
+from hangar.results import COUNTED_VERDICTS, Verdict
 
 if TYPE_CHECKING:
     from hangar.scheduler.driver import SweepTally
@@ -189,64 +189,98 @@ def status(
         ),
     ] = False,
     interval: Annotated[float, typer.Option(min=0.2, help="Seconds between redraws.")] = 2.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
 ) -> None:
-    """Counts by verdict, model and arm of a sweep's latest attempts."""
+    """Counts by verdict, agent, model and arm of a sweep's latest attempts."""
     import time
 
     from rich.live import Live
 
     sweep_id, total, results = resolve_sweep(sweep, store, require=not watch)
+    left_out = _left_out(sweep, results)
+    if as_json:
+        counts = results.counts(sweep_id)
+        console.print_json(json.dumps(_status_json(sweep_id, total, counts, left_out)))
+        return
     if not watch:
         console.print(_status_view(sweep_id, total, results.counts(sweep_id)))
-        if Path(sweep).is_file():
-            from hangar.kinds.execution.validate import validated_tasks
-            from hangar.scheduler.sweep import load_sweep
-
-            for v in validated_tasks(load_sweep(Path(sweep)).tasks, results).left_out:
-                console.print(
-                    f"left out: {escape(v.task_id)} is {v.status}: {escape(v.reason)}",
-                    highlight=False,
-                )
+        for task_id, status, reason in left_out:
+            console.print(
+                f"left out: {escape(task_id)} is {status}: {escape(reason)}", highlight=False
+            )
         return
     with Live(console=console, auto_refresh=False) as live:
         try:
             while True:
                 counts = results.counts(sweep_id)
                 live.update(_status_view(sweep_id, total, counts), refresh=True)
-                final = sum(n for v, *_, n in counts if Verdict(v).final)
-                if total is not None and final >= total:
+                if total is not None and _final(counts) >= total:
                     return
                 time.sleep(interval)
         except KeyboardInterrupt:
             return
 
 
-_VERDICTS = [v.value for v in Verdict]
+Counts = list[tuple[str, str, str, str, int]]
+"""(verdict, agent, model, arm, trials) of a sweep's latest attempts."""
 
 
-def _status_view(
-    sweep_id: str, total: int | None, counts: list[tuple[str, str, str, int]]
-) -> Group:
-    """The status table of a sweep's counts (verdict, model, arm, n) and its summary line."""
-    table = Table("model", "arm", *_VERDICTS, "trials", title=f"sweep {escape(sweep_id)}")
-    cells: dict[tuple[str, str], dict[str, int]] = {}
-    for verdict, model, arm, n in counts:
-        cells.setdefault((model, arm), {})[verdict] = n
-    for (model, arm), row in sorted(cells.items()):
+def _final(counts: Counts) -> int:
+    return sum(n for v, *_, n in counts if Verdict(v).final)
+
+
+def _left_out(sweep: str, results: Any) -> list[tuple[str, str, str]]:
+    """(task, status, reason) of each task a sweep file leaves out (broken, unvalidated)."""
+    if not Path(sweep).is_file():
+        return []
+    from hangar.kinds.execution.validate import validated_tasks
+    from hangar.scheduler.sweep import load_sweep
+
+    found = validated_tasks(load_sweep(Path(sweep)).tasks, results).left_out
+    return [(v.task_id, v.status, v.reason) for v in found]
+
+
+def _status_json(
+    sweep_id: str, total: int | None, counts: Counts, left_out: list[tuple[str, str, str]]
+) -> dict[str, Any]:
+    """What `hangar status --json` prints."""
+    return {
+        "sweep": sweep_id,
+        "total": total,
+        "final": _final(counts),
+        "recorded": sum(n for *_, n in counts),
+        "counts": [
+            {"verdict": v, "agent": g, "model": m, "arm": a, "trials": n}
+            for v, g, m, a, n in counts
+        ],
+        "left_out": [{"task": t, "status": s, "reason": r} for t, s, r in left_out],
+    }
+
+
+def _status_view(sweep_id: str, total: int | None, counts: Counts) -> Group:
+    """The status table of a sweep's counts and its summary line."""
+    seen = {v for v, *_ in counts}
+    verdicts = [v.value for v in Verdict if v.value in seen or v in COUNTED_VERDICTS]
+    table = Table("agent", "model", "arm", *verdicts, "trials", title=f"sweep {escape(sweep_id)}")
+    cells: dict[tuple[str, str, str], dict[str, int]] = {}
+    for verdict, agent, model, arm, n in counts:
+        cells.setdefault((agent, model, arm), {})[verdict] = n
+    for (agent, model, arm), row in sorted(cells.items()):
         table.add_row(
+            escape(agent),
             escape(model),
             escape(arm),
-            *(str(row.get(v, 0)) for v in _VERDICTS),
+            *(str(row.get(v, 0)) for v in verdicts),
             str(sum(row.values())),
         )
     recorded = sum(n for *_, n in counts)
-    final = sum(n for v, *_, n in counts if Verdict(v).final)
-    line = (
-        f"{final} final"
-        + (f" of {total} trials" if total else "")
-        + f"; {recorded - final} infra_error or verifier_error (retried on the next run)"
-    )
-    return Group(table, Text(line))
+    final = _final(counts)
+    parts = [f"{final} final" + (f" of {total} trials" if total else "")]
+    if recorded > final:
+        parts.append(f"{recorded - final} to retry (infra_error, verifier_error): run it again")
+    if total and total > recorded:
+        parts.append(f"{total - recorded} not run yet")
+    return Group(table, Text("; ".join(parts)))
 
 
 @app.command("gc")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from hangar.cli._app import app
-from hangar.console import console, print_result
+from hangar.console import JsonFlag, console, print_result
 from hangar.errors import ConfigError
 
 trial_app = typer.Typer(help="Run one trial end to end.")
@@ -124,3 +126,70 @@ def trial_run(
             highlight=False,
         )
     raise typer.Exit(0 if result.verdict == "pass" else 1)
+
+
+@trial_app.command("show")
+def trial_show(
+    key: Annotated[str, typer.Argument(help="The trial's key, or its first characters.")],
+    sweep: Annotated[str | None, typer.Option(help="Look only in this sweep (an id).")] = None,
+    store: Annotated[
+        str | None, typer.Option(help="Results store URL (default: the local one).")
+    ] = None,
+    attempt: Annotated[
+        int | None, typer.Option(min=1, help="Which attempt (default: the latest).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """One trial: its verdict, every reason, its checks and scores, and the output of
+    what failed, read from its evidence bundle (nothing to unpack)."""
+    from hangar.store import ResultsStore
+    from hangar.trials.kind import kind_of
+    from hangar.viewer.data import Evidence
+
+    results = ResultsStore(store, create=False)
+    found = results.find_trials(key, sweep)
+    if not found:
+        where = f"sweep {sweep!r}" if sweep else results.safe_url
+        raise ConfigError(f"no trial whose key starts with {key!r} in {where}")
+    if len(found) > 1:
+        listed = ", ".join(f"{k[:16]} ({s})" for s, k in found[:10])
+        raise ConfigError(f"{key!r} is the start of {len(found)} trials' keys: {listed}")
+    attempts = results.results_of(*found[0])
+    chosen = [r for r in attempts if attempt is None or r.attempt == attempt]
+    if not chosen:
+        raise ConfigError(f"trial {found[0][1][:16]} has no attempt {attempt}")
+    result = max(chosen, key=lambda r: r.attempt)
+    evidence = Evidence()
+    try:
+        bundle = evidence.bundle(result) if result.evidence_uri else None
+        failing = kind_of(result.kind).failures(bundle.folder) if bundle else []
+    finally:
+        evidence.close()
+    if as_json:
+        shown = json.loads(result.model_dump_json())
+        shown["failures"] = [f._asdict() for f in failing]
+        console.print_json(json.dumps(shown))
+        return
+    _print_trial(result, len(attempts), failing)
+
+
+def _print_trial(result: Any, attempts: int, failing: list[Any]) -> None:
+    """A trial for people; everything from the trial is escaped (it is hostile)."""
+    colour = {"pass": "green", "fail": "red", "void": "magenta"}.get(result.verdict, "yellow")
+    console.print(
+        f"[bold]{escape(result.scenario_id)}[/] · {escape(result.agent)} · "
+        f"{escape(result.model)} · {escape(result.arm)} · repeat {result.repeat} · attempt "
+        f"{result.attempt} of {attempts} -> [bold {colour}]{result.verdict.value}[/]",
+        highlight=False,
+    )
+    console.print(f"  sweep {escape(result.sweep)}, key {result.trial_key}", highlight=False)
+    for reason in result.reason.split("; "):
+        console.print(f"  - {escape(reason)}", highlight=False)
+    for check in result.checks:
+        console.print(f"  check {check.status}: {escape(check.requirement)}", highlight=False)
+    for score in result.scores:
+        console.print(f"  score {escape(score.metric)} = {score.value}", highlight=False)
+    for failure in failing:
+        console.print(f"[bold]{escape(failure.what)}[/]", highlight=False)
+        console.print(escape(failure.output) or "  (no output)", highlight=False)
+    console.print(f"  evidence: {escape(result.evidence_uri or 'none')}", highlight=False)

@@ -83,6 +83,15 @@ class KindPage(NamedTuple):
     built."""
 
 
+class Failure(NamedTuple):
+    """A failing step of a trial: a command and the end of what it printed."""
+
+    what: str
+    """The command (or step), in words, with how it ended."""
+    output: str
+    """The end of its output (stderr, then stdout)."""
+
+
 class Kind(ABC):
     """One kind of work (see the module docstring); each package's ``KIND`` subclasses it.
 
@@ -164,6 +173,11 @@ class Kind(ABC):
     def view(self, result: TrialResult, evidence: Path | None, settings: ViewSettings) -> Any:
         """The data of its section of a trial page (`evidence`: the bundle's folder)."""
         return {}
+
+    def failures(self, evidence: Path) -> list[Failure]:
+        """What failed, with its output, from a trial's evidence (the bundle's folder):
+        shown first by `hangar trial show` and the trial page."""
+        return []
 
 
 def kind_of(name: str) -> Kind:

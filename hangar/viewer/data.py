@@ -59,6 +59,12 @@ class SweepRow(BaseModel):
     kinds: list[str]
     cost_usd: float
 
+    @property
+    def pass_rate(self) -> float | None:
+        """Passes over counted trials (None: none counted)."""
+        counted = self.verdicts.get("pass", 0) + self.verdicts.get("fail", 0)
+        return self.verdicts.get("pass", 0) / counted if counted else None
+
 
 class Filters(BaseModel):
     """The sweeps page's filters (empty: no filter)."""

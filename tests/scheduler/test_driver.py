@@ -77,10 +77,10 @@ def test_sweep_runs_then_resumes_without_rerunning(ray_local: None, tmp_path: Pa
     assert tally.verdicts == {"pass": 4, "fail": 4}
     assert len(runs(tmp_path)) == 8
     assert sorted(store.counts("drv")) == [
-        ("fail", "m1", "control", 2),
-        ("fail", "m1", "noted", 2),
-        ("pass", "m1", "control", 2),
-        ("pass", "m1", "noted", 2),
+        ("fail", "bad", "m1", "control", 2),
+        ("fail", "bad", "m1", "noted", 2),
+        ("pass", "ok", "m1", "control", 2),
+        ("pass", "ok", "m1", "noted", 2),
     ]
     again, _ = go(path)
     assert again.skipped == 8 and again.done == 0
@@ -412,8 +412,8 @@ def test_unloadable_scenarios_are_blocked_rows(ray_local: None, tmp_path: Path) 
         blocked.scenario_id == "broken" and "broken.scenario.yaml does not load" in blocked.reason
     )
     assert sorted(store.counts("drv")) == [
-        ("blocked_setup", "m1", "control", 1),
-        ("pass", "m1", "control", 1),
+        ("blocked_setup", "ok", "m1", "control", 1),
+        ("pass", "ok", "m1", "control", 1),
     ]
     again, _ = go(path)  # recorded once: the next run skips it like any final trial
     assert again.skipped == 2 and again.done == 0 and again.exit_code() == 3

@@ -13,6 +13,7 @@ from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
 from pygments.lexers import DiffLexer  # type: ignore[import-untyped]
 
 from hangar.files import read_json, text_of
+from hangar.trials.kind import Failure
 
 #: The most of a diff highlighted on the page (the whole file is one click away).
 DIFF_CAP = 512 * 1024
@@ -72,6 +73,24 @@ def test_script(evidence: Path) -> list[dict[str, Any]]:
             "stderr_file": "verifier/stderr.txt",
         }
     ]
+
+
+#: Lines of a failing command's output `failures` keeps (its end: where errors are).
+FAILURE_LINES = 40
+
+
+def failures(evidence: Path) -> list[Failure]:
+    """The verifier commands (or the test script) that failed, each with the end of its
+    output."""
+    found = []
+    for c in commands(evidence) + test_script(evidence):
+        if c["exit_code"] == 0 and not c["timed_out"]:
+            continue
+        how = "timed out" if c["timed_out"] else f"exited {c['exit_code']}"
+        text = "\n".join(part for part in (c["stderr"].rstrip(), c["stdout"].rstrip()) if part)
+        tail = text.splitlines()[-FAILURE_LINES:]
+        found.append(Failure(what=f"$ {c['command']} ({how})", output="\n".join(tail)))
+    return found
 
 
 def section(evidence: Path | None) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape as esc
 from rich.panel import Panel
 
-from hangar.console import console, err_console
+from hangar.console import JsonFlag, console, err_console, output_format
 from hangar.errors import ConfigError
 from hangar.trials.batch import runner_from
 
@@ -174,11 +174,13 @@ def knowledge_score(
     margin: Annotated[float, typer.Option(help="The rule's points.")] = 15,
     seed: Annotated[int, typer.Option(help="The bootstrap's seed.")] = 0,
     fmt: Fmt = "text",
+    as_json: JsonFlag = False,
     out: Annotated[Path | None, typer.Option(help="Write the report here.")] = None,
 ) -> None:
     """Score arms on a sealed suite: correctness and citation validity with Wilson
     intervals, citation counts, kappa, meta; with --baseline and --candidate the paired
     difference and the rule. Exit 3 when the suite is void."""
+    fmt = output_format(fmt, as_json)
     from hangar.kinds.knowledge.custody import sealed_suite
     from hangar.kinds.knowledge.render import render
     from hangar.kinds.knowledge.report import build_gold_set_report
@@ -223,9 +225,11 @@ def knowledge_compare(
     margin: Annotated[float, typer.Option(help="Points it may lose by (0: any loss).")] = 0,
     seed: Annotated[int, typer.Option(help="The bootstrap's seed.")] = 0,
     fmt: Fmt = "text",
+    as_json: JsonFlag = False,
 ) -> None:
     """The regression gate: the candidate against a kept baseline, per metric. Exit 1 when
     the candidate is shown to lose, 3 when the suite is void."""
+    fmt = output_format(fmt, as_json)
     from hangar.kinds.knowledge.custody import sealed_suite, void_record
     from hangar.kinds.knowledge.report import arm_report, gate, kept
 

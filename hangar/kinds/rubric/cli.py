@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.markup import escape as esc
 from rich.table import Table
 
-from hangar.console import console, err_console, model_arg
+from hangar.console import JsonFlag, console, err_console, model_arg, output_format
 from hangar.errors import ConfigError
 from hangar.trials.batch import runner_from
 
@@ -70,10 +70,12 @@ def benchmark_run(
     ] = None,
     address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
     fmt: Format = "text",
+    as_json: JsonFlag = False,
 ) -> None:
     """Run a benchmark folder: each sample a rubric trial on Ray (resumable), then the
     report (YAML, JSON, HTML, history.yaml). Exit 0 fine, 1 a regression, 3 not comparable
     or samples without a score, 130 interrupted."""
+    fmt = output_format(fmt, as_json)
     from hangar.kinds.rubric.ci import load_ci
     from hangar.kinds.rubric.run import run_benchmark
 
@@ -224,9 +226,11 @@ def benchmark_check(
     folder: Folder,
     strict: Annotated[bool, typer.Option(help="Warnings fail the check too.")] = False,
     fmt: Format = "text",
+    as_json: JsonFlag = False,
 ) -> None:
     """Check a benchmark folder against the dataset guidelines (sizes, difficulty
     mix, domains, duplicates, references, human scores, splits). Exit 1 on an error."""
+    fmt = output_format(fmt, as_json)
     from hangar.kinds.rubric.dataset_check import check_folder
 
     report = check_folder(folder.resolve())
@@ -279,9 +283,11 @@ def benchmark_compare(
     before: Annotated[Path, typer.Argument(help="A report (reports/RUN.yaml or .json).")],
     after: Annotated[Path, typer.Argument(help="Another report of the same benchmark.")],
     fmt: Format = "text",
+    as_json: JsonFlag = False,
 ) -> None:
     """Two runs side by side per phase and dimension (two models, two skill versions).
     Runs scored by different judges are refused (exit 3): their scores do not compare."""
+    fmt = output_format(fmt, as_json)
     from hangar.kinds.rubric.report import compare_reports, not_comparable, read_report
 
     a, b = read_report(before), read_report(after)
