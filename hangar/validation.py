@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import re
-from typing import Annotated
+from typing import Annotated, Any, get_args
 
 import yaml
-from pydantic import AfterValidator, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -47,23 +48,72 @@ def yaml_line(text: str, loc: tuple[int | str, ...]) -> int | None:
 
 
 def validation_message(
-    where: str, what: str, exc: ValidationError, text: str = "", root: tuple[str, ...] = ()
+    where: str,
+    what: str,
+    exc: ValidationError,
+    text: str = "",
+    root: tuple[str, ...] = (),
+    model: type[BaseModel] | None = None,
 ) -> str:
     """A pydantic error as lines naming the file (or place), each field (and its line,
     given the file's `text`), and the fix; `root` is where in the file the validated
-    mapping sits (``benchmark_run.config``)."""
+    mapping sits (``benchmark_run.config``). Given the `model` validated, an unknown
+    field is told the nearest known one."""
     lines = [f"{where}: not a valid {what}"]
     for err in exc.errors():
         loc = (*root, *err["loc"])
+        kind, msg = err["type"], err["msg"].removeprefix("Value error, ")
+        if kind == "union_tag_invalid":
+            ctx = err.get("ctx", {})
+            loc = (*loc, ctx.get("discriminator", "kind").strip("'"))
+            msg = _bad_tag(str(ctx.get("tag", "")), str(ctx.get("expected_tags", "")))
         field = ".".join(str(p) for p in loc if p not in UNION_TAGS) or "(top level)"
         if text and (line := yaml_line(text, loc)) is not None:
             field += f"` (line {line})"
         else:
             field += "`"
-        kind, msg = err["type"], err["msg"].removeprefix("Value error, ")
         if kind == "extra_forbidden":
-            msg = "unknown field (check its spelling against the README)"
+            near = _nearest(str(err["loc"][-1]), _known_fields(model, err["loc"][:-1]))
+            msg = f"unknown field ({f'did you mean `{near}`?' if near else 'check its spelling'})"
         elif kind == "missing":
             msg = "required field is missing"
+            if loc and loc[-1] == "sha256":
+                msg += " (`hangar scenario pin FILE` writes the script's pin)"
         lines.append(f"  field `{field}: {msg}")
     return "\n".join(lines)
+
+
+def _bad_tag(tag: str, expected: str) -> str:
+    """A discriminated union's unknown tag, in words."""
+    choices = [t.strip().strip("'") for t in expected.split(",") if t.strip()]
+    near = _nearest(tag, choices)
+    hint = f" (did you mean {near!r}?)" if near else ""
+    return f"unknown value {tag!r}{hint}: use one of {', '.join(choices)}"
+
+
+def _nearest(word: str, known: list[str]) -> str | None:
+    """The known name closest to `word` (a misspelling, a missing plural), if any."""
+    found = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _known_fields(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> list[str]:
+    """The field names of the model at `loc` inside `model` (empty when unknown)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or current is None:
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        current = _model_in(field.annotation) if field is not None else None
+    return list(getattr(current, "model_fields", {})) if current is not None else []
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model an annotation holds (itself, or inside a list, dict, Optional)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in reversed(get_args(annotation)):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

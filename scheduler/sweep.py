@@ -387,7 +387,9 @@ def _sweep_file(path: Path) -> SweepFile:
         config = SweepFile.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(
-            validation_message(str(path), "sweep", exc, path.read_text(errors="replace"))
+            validation_message(
+                str(path), "sweep", exc, path.read_text(errors="replace"), model=SweepFile
+            )
         ) from None
     if not config.models:
         raise ConfigError(f"{path}: `models` is empty")

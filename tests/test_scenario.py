@@ -12,6 +12,7 @@ from hangar.cli import app
 from hangar.errors import ConfigError
 from hangar.kinds.execution.scenario import load_registry, load_scenario, repin
 
+runner = CliRunner()
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "median"
 
 
@@ -129,4 +130,43 @@ def test_unquoted_numeric_revision_says_to_quote(scenario_dir: Path) -> None:
     path = scenario_dir / "scenario.yaml"
     path.write_text(path.read_text().replace("1a6dc25e2e61b7f41b02576bc56b0eadd895cbb2", "1" * 40))
     with pytest.raises(ConfigError, match="quote it in YAML"):
+        load_scenario(path)
+
+
+def test_scenario_pin_writes_missing_pins(scenario_dir: Path) -> None:
+    import re
+
+    path = scenario_dir / "scenario.yaml"
+    pinned = load_scenario(path).digest
+    text = path.read_text()
+    # a block-style prepare and a flow-style host verifier, both without a pin
+    text = re.sub(r'\n  sha256: "sha256:[0-9a-f]+"', "", text, count=1)
+    text = re.sub(
+        r'  host:\n    file: verify.py\n    sha256: "sha256:[0-9a-f]+"\n',
+        "  host: {file: verify.py}  # the pin is written here\n",
+        text,
+    )
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"required field is missing \(`hangar scenario pin"):
+        load_scenario(path)
+    result = runner.invoke(app, ["scenario", "pin", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "prepare.py" in result.output and "verify.py" in result.output
+    after = path.read_text()
+    assert "# the pin is written here" in after and "{file: verify.py, sha256:" in after
+    assert load_scenario(path).digest == pinned  # the same pins as before
+    assert runner.invoke(app, ["scenario", "pin", str(path)]).output.endswith("pins are current\n")
+
+
+def test_a_wrong_pin_says_how_to_repin_and_fields_are_spelled_for_you(
+    scenario_dir: Path,
+) -> None:
+    from hangar.kinds.execution.admission import static_fixture_problems
+
+    path = scenario_dir / "scenario.yaml"
+    (scenario_dir / "verify.py").write_text("print('edited')\n")
+    problems = static_fixture_problems(load_scenario(path), ())
+    assert any("re-pin it: `hangar scenario pin SCENARIO`" in p for p in problems), problems
+    path.write_text(path.read_text().replace("limits:", "limts:"))
+    with pytest.raises(ConfigError, match=r"field `limts` \(line \d+\): unknown field \(did you"):
         load_scenario(path)

@@ -59,7 +59,8 @@ def pinned_script_problem(path: Path, pinned: PinnedFile, role: str) -> str | No
     if actual != pinned.sha256:
         return (
             f"{role} script {pinned.file} does not match its pin: the file is {actual}, "
-            f"the scenario pins {pinned.sha256} (re-pin it only if the change is intended)"
+            f"the scenario pins {pinned.sha256} (if the change is intended and reviewed, "
+            "re-pin it: `hangar scenario pin SCENARIO`)"
         )
     return None
 

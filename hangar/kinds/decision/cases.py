@@ -171,7 +171,13 @@ def load_decision_suite(path: Path, data: Any | None = None) -> list[LoadedCase]
         suite = DecisionSuite.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(
-            validation_message(str(path), "decision suite", exc, path.read_text(errors="replace"))
+            validation_message(
+                str(path),
+                "decision suite",
+                exc,
+                path.read_text(errors="replace"),
+                model=DecisionSuite,
+            )
         ) from None
     case_set = hashlib.sha256(path.read_bytes()).hexdigest()
     grader = choice.digest()

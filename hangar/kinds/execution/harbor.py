@@ -147,7 +147,9 @@ def read_config(path: Path) -> HarborConfig:
     try:
         return HarborConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(validation_message(str(path), "Harbor task", exc)) from None
+        raise ConfigError(
+            validation_message(str(path), "Harbor task", exc, model=HarborConfig)
+        ) from None
 
 
 def load_task(path: Path) -> ImageTask:

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+import yaml
 from pydantic import (
     ConfigDict,
     Field,
@@ -177,7 +178,9 @@ def parse_scenario(path: Path, data: Any) -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(validation_message(str(path), "scenario", exc, _text(path))) from None
+        raise ConfigError(
+            validation_message(str(path), "scenario", exc, _text(path), model=Scenario)
+        ) from None
 
 
 def _text(path: Path) -> str:
@@ -255,23 +258,72 @@ def scenario_digest(path: Path, scenario: Scenario) -> str:
 
 
 def repin(path: Path) -> list[tuple[str, str, str]]:
-    """Rewrite the scenario's script pins to the scripts' current sha256, in place.
+    """Rewrite the scenario's script pins to the scripts' current sha256, in place, and
+    write the pins that are missing (a ``prepare`` or ``verifier.host`` with a ``file``
+    and no ``sha256``).
 
-    Only the ``sha256:`` strings change, so comments and layout stay. Returns
-    (script, old pin, new pin) for each pin that changed.
+    Only the ``sha256:`` strings change or are added, so comments and layout stay.
+    Returns (script, old pin or '', new pin) for each pin written.
     """
+    text, added = _missing_pins(path, path.read_text(encoding="utf-8"))
+    if added:
+        path.write_text(text, encoding="utf-8")
     scenario = parse_scenario(path, read_yaml(path))
     pins = [p for p in (scenario.prepare, scenario.verifier.host) if isinstance(p, PinnedFile)]
-    text = path.read_text(encoding="utf-8")
     changed = []
     for pinned in pins:
-        script = path.parent / pinned.file
-        if not script.is_file():
-            raise ConfigError(f"{path}: cannot pin {pinned.file}: no such file")
-        actual = file_sha256(script)
+        actual = file_sha256(path.parent / pinned.file)
         if actual != pinned.sha256:
             text = text.replace(pinned.sha256, actual)
             changed.append((pinned.file, pinned.sha256, actual))
     if changed:
         path.write_text(text, encoding="utf-8")
-    return changed
+    return added + changed
+
+
+def _missing_pins(path: Path, text: str) -> tuple[str, list[tuple[str, str, str]]]:
+    """`text` with a ``sha256`` written into each script mapping that names a ``file``
+    without one (flow or block style kept), and (script, '', pin) for each."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return text, []  # parse_scenario says what is wrong
+    spots = []
+    for node in _script_nodes(root):
+        keys = {k.value: v for k, v in node.value}
+        file = keys.get("file")
+        if file is None or "sha256" in keys or not isinstance(file, yaml.ScalarNode):
+            continue
+        script = path.parent / file.value
+        if not script.is_file():
+            raise ConfigError(
+                f"{path}: cannot pin {file.value}: no such file (looked for {script})"
+            )
+        spots.append((node, file, file_sha256(script)))
+    added = []
+    for node, file, pin in sorted(spots, key=lambda s: -s[0].end_mark.index):
+        if node.flow_style:
+            at = node.end_mark.index - 1  # before the closing brace
+            text = f'{text[:at].rstrip()}, sha256: "{pin}"{text[at:]}'
+        else:
+            at = (
+                text.index("\n", file.end_mark.index) + 1
+                if "\n" in text[file.end_mark.index :]
+                else len(text)
+            )
+            indent = " " * node.start_mark.column
+            text = f'{text[:at]}{indent}sha256: "{pin}"\n{text[at:]}'
+        added.append((file.value, "", pin))
+    return text, added
+
+
+def _script_nodes(root: Any) -> list[Any]:
+    """The YAML mappings of ``prepare`` and ``verifier.host``."""
+    if not isinstance(root, yaml.MappingNode):
+        return []
+    top = {k.value: v for k, v in root.value}
+    found = [top.get("prepare")]
+    verifier = top.get("verifier")
+    if isinstance(verifier, yaml.MappingNode):
+        found.append({k.value: v for k, v in verifier.value}.get("host"))
+    return [n for n in found if isinstance(n, yaml.MappingNode)]

@@ -151,7 +151,9 @@ def read_jsonl(path: Path, model: type[M]) -> list[M]:
         try:
             items.append(model.model_validate(data))
         except ValidationError as exc:
-            message = validation_message(f"{path}, line {number}", model.__name__.lower(), exc)
+            message = validation_message(
+                f"{path}, line {number}", model.__name__.lower(), exc, model=model
+            )
             raise ConfigError(message) from None
     return items
 

@@ -338,7 +338,7 @@ def load(path: Path, model: type[M], what: str) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         text = path.read_text(errors="replace")
-        raise ConfigError(validation_message(str(path), what, exc, text)) from None
+        raise ConfigError(validation_message(str(path), what, exc, text, model=model)) from None
 
 
 def load_config(folder: Path) -> Config:
