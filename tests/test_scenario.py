@@ -170,3 +170,20 @@ def test_a_wrong_pin_says_how_to_repin_and_fields_are_spelled_for_you(
     path.write_text(path.read_text().replace("limits:", "limts:"))
     with pytest.raises(ConfigError, match=r"field `limts` \(line \d+\): unknown field \(did you"):
         load_scenario(path)
+
+
+@pytest.mark.parametrize("source", ["../outside.md", "/etc/passwd", "linked.md"])
+def test_a_source_outside_the_scenarios_folder_is_refused_unless_allowed(
+    scenario_dir: Path, source: str
+) -> None:
+    outside = scenario_dir.parent / "outside.md"
+    outside.write_text("a skill shared by a suite")
+    (scenario_dir / "linked.md").symlink_to(outside)
+    path = scenario_dir / "scenario.yaml"
+    text = path.read_text()
+    plugin = f"plugins:\n  - {{name: shared, source: {source}, target: SKILL.md}}\n"
+    path.write_text(plugin + text)
+    with pytest.raises(ConfigError, match=r"plugin:shared: .* leaves the scenario's folder"):
+        load_scenario(path)
+    path.write_text(plugin + "sources_outside: true\n" + text)
+    assert load_scenario(path).scenario.plugins[0].source == source

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Literal
 
 import yaml
@@ -103,6 +103,10 @@ class Scenario(Strict):
     then runs in a fresh sandbox rather than in the agent's, wiped."""
     canaries: tuple[str, ...] = ()
     """Strings that must never appear in a trace; one that does voids the trial."""
+    sources_outside: bool = False
+    """Let plugin sources, verifier files and scripts lie outside the scenario's folder
+    (a skill a suite's scenarios share: ``../skills/review``). Off, each is a relative
+    path that stays inside it, symlinks resolved, as every target stays in the workspace."""
 
     @field_validator("revision", mode="before")
     @classmethod
@@ -195,7 +199,22 @@ def load_scenario(path: Path) -> LoadedScenario:
     """Load, validate and digest one scenario file."""
     path = path.resolve()
     scenario = parse_scenario(path, read_yaml(path))
+    if not scenario.sources_outside:
+        _check_sources(path, scenario)
     return LoadedScenario(path=path, scenario=scenario, digest=scenario_digest(path, scenario))
+
+
+def _check_sources(path: Path, scenario: Scenario) -> None:
+    """Every file the scenario references stays inside its folder (see `sources_outside`)."""
+    folder = path.parent
+    for role, rel in referenced_files(scenario):
+        pure = PurePosixPath(rel)
+        inside = (folder / rel).resolve().is_relative_to(folder)
+        if pure.is_absolute() or ".." in pure.parts or not inside:
+            raise ConfigError(
+                f"{path}: {role}: {rel!r} leaves the scenario's folder {folder}: give a path "
+                "inside it, or set `sources_outside: true` to allow files from elsewhere"
+            )
 
 
 def load_registry(paths: list[Path]) -> dict[str, LoadedScenario]:
