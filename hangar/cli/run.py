@@ -91,6 +91,7 @@ def run(
         err_console.print(
             f"[yellow]blocked_setup:[/] {bad.path} does not load: {bad.error}", highlight=False
         )
+    _warn_unpriced(sweep.config.models)
     store = ResultsStore(sweep.config.store)
     kept, left_out = validated_tasks(sweep.tasks, store, include_unvalidated=include_unvalidated)
     listed = [v.left_out() for v in left_out]
@@ -109,7 +110,8 @@ def run(
     def listen(tally: SweepTally, result: object) -> None:
         view.update(tally)
 
-    quiet = as_json or log_format == LogFormat.json
+    # The live view only on a terminal: elsewhere (a log, CI) its frames would be noise.
+    quiet = as_json or log_format == LogFormat.json or not err_console.is_terminal
     display = (
         contextlib.nullcontext()
         if quiet
@@ -124,7 +126,7 @@ def run(
     if as_json:
         console.print_json(json.dumps(_outcome(tally, sweep.id, store.safe_url, allow_failures)))
     else:
-        _print_tally(tally, sweep.id, sweep.config.budget_usd)
+        _print_tally(tally, sweep.id, sweep.config.budget_usd, sweep_file)
     for model, error in tally.stopped_models.items():
         err_console.print(
             f"[bold red]error:[/] stopped model {model}: {error.message}. Set a valid key in "
@@ -132,6 +134,19 @@ def run(
             highlight=False,
         )
     raise typer.Exit(tally.exit_code(failures_ok=allow_failures))
+
+
+def _warn_unpriced(models: list[Any]) -> None:
+    """Say before the run which models have no price (their cost would read as $0)."""
+    from hangar.models.pricing import has_price
+
+    for m in models:
+        if m.provider != "none" and not has_price(m.id, m.price_provider or m.provider, m.price):
+            err_console.print(
+                f"[yellow]no price for model {escape(m.id)}:[/] its cost is recorded as 0 "
+                "(set `price: {input: USD, output: USD}` per 1M tokens in the sweep)",
+                highlight=False,
+            )
 
 
 def _outcome(tally: SweepTally, sweep: str, store: str, failures_ok: bool) -> dict[str, Any]:
@@ -154,18 +169,37 @@ def _outcome(tally: SweepTally, sweep: str, store: str, failures_ok: bool) -> di
     }
 
 
-def _print_tally(tally: SweepTally, sweep: str, budget_usd: float | None) -> None:
-    """How a run ended, for people."""
+#: How each verdict reads at the end of a run.
+_OUTCOMES = {
+    "pass": "passed",
+    "fail": "failed",
+    "blocked_setup": "blocked before the agent ran (blocked_setup)",
+    "infra_error": "hit a farm error (infra_error)",
+    "verifier_error": "met a broken verifier (verifier_error)",
+    "void": "voided by a leaked canary",
+}
+
+
+def _print_tally(tally: SweepTally, sweep: str, budget_usd: float | None, path: Path) -> None:
+    """How a run ended, for people: a sentence per outcome, the cost, where to look."""
+    from hangar.console import usd
+
+    earlier = f" ({tally.skipped} from earlier runs)" if tally.skipped else ""
     console.print(
-        f"{sweep}: {tally.finished}/{tally.total} final ({tally.skipped} from earlier runs), "
-        f"verdicts {dict(tally.verdicts)}, ${tally.cost_usd:.2f}",
+        f"{escape(sweep)}: {tally.finished} of {tally.total} trials final{earlier}; "
+        f"this run cost {usd(tally.cost_usd)}.",
         highlight=False,
     )
+    for verdict, words in _OUTCOMES.items():
+        if n := tally.verdicts.get(verdict, 0):
+            console.print(f"  {n} {words}", highlight=False)
+    if tally.not_run > 0:
+        console.print(f"  {tally.not_run} not run yet: run the sweep again", highlight=False)
     if tally.budget_exhausted and budget_usd is not None:
         spent = tally.spent_before + tally.cost_usd
         console.print(
-            f"budget of ${budget_usd:.2f} spent (${spent:.2f} so far): stopped "
-            f"scheduling new trials; {tally.total - tally.finished} not run",
+            f"budget of {usd(budget_usd)} spent ({usd(spent)} so far): stopped scheduling new "
+            f"trials; {tally.total - tally.finished} not run",
             highlight=False,
         )
     if tally.lost:
@@ -174,6 +208,10 @@ def _print_tally(tally: SweepTally, sweep: str, budget_usd: float | None) -> Non
             "to retry them",
             highlight=False,
         )
+    console.print(
+        f"Look further: hangar report {path}  ·  hangar view {path}  ·  hangar status {path}",
+        highlight=False,
+    )
 
 
 @app.command("status")

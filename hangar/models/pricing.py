@@ -72,3 +72,9 @@ def cost_of(usage: Usage, model: str, provider: str | None, price: Price | None)
             )
         return usage
     return usage.model_copy(update={"cost_usd": cost})
+
+
+def has_price(model: str, provider: str | None, price: Price | None) -> bool:
+    """Whether calls of `model` get a cost: its own `price`, or the table knows it."""
+    probe = Usage(input_tokens=1_000, output_tokens=1_000)
+    return price is not None or library_cost(probe, model, provider) is not None

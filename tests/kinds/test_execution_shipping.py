@@ -88,3 +88,23 @@ def test_a_repository_by_url_is_not_shipped(tmp_path: Path) -> None:
             "verifier: {host: {builtin: junit}}\n"
         )
         assert local_repository(load_scenario(scenario)) is None
+
+
+def test_a_missing_revision_on_a_worker_names_the_users_repository(tmp_path: Path) -> None:
+    from hangar.kinds.execution.admission import fixture_problems
+
+    driver = tmp_path / "driver"
+    shutil.copytree(ROOT / "examples" / "median", driver / "median")
+    shutil.copytree(ROOT / "examples" / "repos", driver / "repos")
+    path = driver / "median" / "scenario.yaml"
+    path.write_text(path.read_text().replace(REVISION, "a" * 40))
+    loaded = load_scenario(path)
+    repository = pack_repository(local_repository(loaded) or path)
+    shipped = unpack_scenario(loaded, pack_scenario(loaded), tmp_path / "cache", repository)
+    problems = fixture_problems(
+        shipped, (), mirrors=MirrorCache(tmp_path / "mirrors"), image_problem=lambda image: None
+    )
+    users = str((driver / "repos" / "statkit.bundle").resolve())
+    assert any(f"is not in repository {users} (shipped to this node as" in p for p in problems), (
+        problems
+    )

@@ -56,7 +56,9 @@ def fixture_problems(
     url, revision = loaded.repository_url(), loaded.scenario.revision
     try:
         if not mirrors.has_revision(url, revision):
-            problems.append(f"revision {revision} is not in repository {url}")
+            where = loaded.repository_name()
+            copy = f" (shipped to this node as {url})" if where != url else ""
+            problems.append(f"revision {revision} is not in repository {where}{copy}")
     except WorkspaceError as exc:
         problems.append(f"repository: {exc}")
     return problems

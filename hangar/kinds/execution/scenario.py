@@ -154,6 +154,9 @@ class LoadedScenario(Task):
     """The suite it belongs to in a sweep (its sealed suite's or suite folder's name)."""
     kind: Literal["execution"] = "execution"
     """The kind of trial a scenario is."""
+    origin: str = ""
+    """The repository as the driver knew it, on a worker whose copy is a shipped bundle
+    ('' elsewhere): the one messages name."""
 
     @property
     def id(self) -> str:
@@ -173,6 +176,10 @@ class LoadedScenario(Task):
         """The repository as git understands it (relative paths made absolute)."""
         repo = self.scenario.repository
         return repo if "://" in repo or repo.startswith("git@") else str(self.local(repo))
+
+    def repository_name(self) -> str:
+        """The repository as its user named it (never a worker's shipped copy)."""
+        return self.origin or self.repository_url()
 
 
 def parse_scenario(path: Path, data: Any) -> Scenario:
@@ -266,8 +273,11 @@ def judging_digest(scenario: Scenario) -> str:
 def scenario_digest(path: Path, scenario: Scenario) -> str:
     """The scenario's digest (see the module docstring)."""
     folder = path.resolve().parent
+    dumped = scenario.model_dump(mode="json")
+    if not dumped["sources_outside"]:  # added later: at its default, digests stay as they were
+        del dumped["sources_outside"]
     payload = {
-        "scenario": scenario.model_dump(mode="json"),
+        "scenario": dumped,
         "judging": judging_digest(scenario),
         "files": [
             [role, rel, tree_digest(folder / rel)] for role, rel in referenced_files(scenario)

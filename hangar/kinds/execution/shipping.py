@@ -185,4 +185,5 @@ def unpack_scenario(
                 part.write(_bytes(data))
             Path(part.name).replace(bundle)  # whole or not at all
         update["scenario"] = loaded.scenario.model_copy(update={"repository": str(bundle)})
+        update["origin"] = loaded.repository_name()
     return loaded.model_copy(update=update)

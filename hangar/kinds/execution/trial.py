@@ -317,7 +317,8 @@ class ExecutionTrial(SandboxedTrial):
         ``damage``); a diff that cannot be taken is the agent's outcome, never the farm's."""
         url, revision = self.loaded.repository_url(), self.scenario.revision
         if not self.mirrors.has_revision(url, revision):  # the node's cache, not the agent
-            raise Outcome(Verdict.INFRA_ERROR, f"the mirror of {url} lost {revision}")
+            name = self.loaded.repository_name()
+            raise Outcome(Verdict.INFRA_ERROR, f"the mirror of {name} lost {revision}")
         damage = git_damage(self.workspace)
         state: dict[str, Any] = {**agent_view, "pinned": revision}
         try:
