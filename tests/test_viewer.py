@@ -242,7 +242,8 @@ def test_the_sweep_page_shows_the_reports_numbers(farm: Farm, page: Any, tmp_pat
                     assert f"{m['mean'] * 100:.1f}% [{m['ci_low'] * 100:.1f}%" in row
         sentences = page.locator("td.sentence").all_inner_texts()
         assert sentences == [c["sentence"] for c in report["comparisons"]]
-    assert "skill is shown to beat control by at least 5 points on correct" in sentences
+    # the decision suite's margin (15 points), as `hangar report` says it
+    assert "skill is shown to beat control by at least 15 points on correct" in sentences
     shot = tmp_path / "sweep.png"
     page.screenshot(path=str(shot), full_page=True)
     from PIL import Image
@@ -266,6 +267,39 @@ def test_an_execution_trial(farm: Farm, page: Any) -> None:
     with page.expect_download() as download:
         page.click("text=download bundle.tar.gz")
     assert download.value.suggested_filename == "bundle.tar.gz"
+    assert page.errors == []
+
+
+def test_a_failed_trial_says_why_first(farm: Farm, page: Any, tmp_path: Path) -> None:
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.goto(trial_link(farm, farm.ids["execution"], agent="noop"))
+    assert page.inner_text("#verdict") == "fail"
+    reasons = page.locator("#reason li").all_inner_texts()
+    assert any(r.startswith("verifier command failed") for r in reasons)
+    # the failing command and the end of its output come before everything else
+    failing = page.inner_text("#failing")
+    assert "$ python3 -m pytest" in failing and "assert 3 == 2.5" in failing
+    order = page.evaluate(
+        "[...document.querySelectorAll('main > section, main > h2, main > details')]"
+        ".map(e => e.id || e.textContent.trim())"
+    )
+    assert order.index("failing") < order.index("task") < order.index("timings")
+    # the task as the agent read it, the user's repository (never a worker's copy), the image
+    task = page.inner_text("#task")
+    assert "median() returns the wrong value" in task
+    assert str(EXAMPLES / "repos" / "statkit.bundle") in task and ".cache" not in task
+    assert "hangar/base:bookworm" in task and "1a6dc25e2e61b7f41b02576bc56b0eadd895cbb2" in task
+    assert page.locator("#judge").count() == 0  # no judge for execution trials
+    assert not page.locator("#timings").evaluate("d => d.open")  # timings folded
+    page.click("#agent-settings summary")
+    assert '"kind": "command"' in page.inner_text("#agent-settings")
+    # previous and next trials of the sweep
+    here = page.url
+    page.click("#next" if page.locator("#next").count() else "#previous")
+    assert page.url != here and page.locator("#verdict").count() == 1
+    shot = tmp_path / "trial.png"
+    page.goto(here)
+    page.screenshot(path=str(shot), full_page=True)
     assert page.errors == []
 
 

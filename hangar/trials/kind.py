@@ -92,6 +92,15 @@ class Failure(NamedTuple):
     """The end of its output (stderr, then stdout)."""
 
 
+class About(NamedTuple):
+    """What a trial was asked to do, for the top of its page."""
+
+    text: str
+    """The task as the agent read it ('' when the evidence does not hold it)."""
+    facts: list[tuple[str, str]]
+    """(label, value): the repository and revision, the image, the task's source."""
+
+
 class Kind(ABC):
     """One kind of work (see the module docstring); each package's ``KIND`` subclasses it.
 
@@ -110,6 +119,8 @@ class Kind(ABC):
     view_template: str | None = None
     #: What the viewer says of a trial of this kind that has no score yet.
     unscored_note: str = ""
+    #: Its trials are scored by an LLM judge (their pages show the judge's usage).
+    judged: bool = False
     #: Pages of its own in the viewer.
     pages: tuple[KindPage, ...] = ()
     #: Its own command groups: (name, the module whose ``app`` is its Typer group).
@@ -118,6 +129,7 @@ class Kind(ABC):
     @property
     def templates(self) -> Path:
         """The kind's own viewer templates (its package's ``templates`` folder)."""
+
         module = sys.modules[type(self).__module__]
         return Path(str(module.__file__)).parent / "templates"
 
@@ -173,6 +185,10 @@ class Kind(ABC):
     def view(self, result: TrialResult, evidence: Path | None, settings: ViewSettings) -> Any:
         """The data of its section of a trial page (`evidence`: the bundle's folder)."""
         return {}
+
+    def about(self, evidence: Path) -> About:
+        """The task the trial ran, from its evidence (the bundle's folder)."""
+        return About(text="", facts=[])
 
     def failures(self, evidence: Path) -> list[Failure]:
         """What failed, with its output, from a trial's evidence (the bundle's folder):

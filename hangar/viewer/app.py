@@ -36,7 +36,7 @@ from hangar.errors import HangarError
 from hangar.results import Verdict
 from hangar.scores.render import svg_cost, svg_differences, svg_intervals
 from hangar.store import ResultsStore
-from hangar.trials.kind import REGISTRY, KindPage, ViewSettings, kind_of, kinds
+from hangar.trials.kind import REGISTRY, About, KindPage, ViewSettings, kind_of, kinds
 from hangar.viewer.data import (
     PAGE,
     Catalog,
@@ -207,14 +207,23 @@ class Viewer:
         if bundle is not None and (bundle.folder / "trace.jsonl").is_file():
             transcript = read_transcript(bundle.folder / "trace.jsonl")
         section, template, note = {}, None, ""
+        about, failing, judged = About(text="", facts=[]), [], False
         if result.kind in REGISTRY:  # a store may hold kinds this hangar does not know
             kind = kind_of(result.kind)
             section = kind.view(result, bundle.folder if bundle else None, self.settings)
-            template, note = kind.view_template, kind.unscored_note
+            template, note, judged = kind.view_template, kind.unscored_note, kind.judged
+            if bundle is not None:
+                about, failing = kind.about(bundle.folder), kind.failures(bundle.folder)
+        before, after = self.catalog.neighbours(sweep_id, key)
         return self.page(
             "trial.html",
             r=result,
             sweep=sweep_id,
+            about=about,
+            failing=failing,
+            judged=judged or bool(result.judge_usage.input_tokens),
+            before=before,
+            after=after,
             attempts=self.catalog.attempts(sweep_id, key),
             bundle=bundle,
             problem=problem,

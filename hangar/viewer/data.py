@@ -272,6 +272,18 @@ class Catalog:
         ]
         return max(found, key=lambda r: r.attempt) if found else None
 
+    def neighbours(self, sweep_id: str, key: str) -> tuple[str | None, str | None]:
+        """The trials before and after `key` in its sweep, ordered by scenario, agent,
+        model, arm and repeat (None at either end)."""
+        latest = self._latest(sweep_id)
+        order = (latest.c.scenario_id, latest.c.agent, latest.c.model, latest.c.arm, latest.c.repeat)
+        with self.store.engine.connect() as conn:
+            keys = [r[0] for r in conn.execute(select(latest.c.trial_key).order_by(*order))]
+        if key not in keys:
+            return None, None
+        i = keys.index(key)
+        return (keys[i - 1] if i > 0 else None), (keys[i + 1] if i + 1 < len(keys) else None)
+
     def attempts(self, sweep_id: str, key: str) -> list[int]:
         """Every attempt of a trial."""
         return sorted(r.attempt for r in self.store.results_of(sweep_id, key))

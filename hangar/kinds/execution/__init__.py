@@ -22,7 +22,7 @@ from hangar.models import ModelSpec
 from hangar.results import TrialResult
 from hangar.sandbox.config import BackendConfig
 from hangar.trials.boundary import TrialRun
-from hangar.trials.kind import Failure, Fetch, Kind, Matrix, Put, ViewSettings
+from hangar.trials.kind import About, Failure, Fetch, Kind, Matrix, Put, ViewSettings
 from hangar.trials.spec import Arm, Task, TrialSpec, new_spec
 
 
@@ -188,6 +188,12 @@ class ExecutionKind(Kind):
         from hangar.kinds.execution.view import section
 
         return section(evidence)
+
+    def about(self, evidence: Path) -> About:
+        """The task text, repository, revision and image the trial ran."""
+        from hangar.kinds.execution.view import about
+
+        return about(evidence)
 
     def failures(self, evidence: Path) -> list[Failure]:
         """The failing verifier commands (or test script), each with its output's end."""

@@ -91,6 +91,7 @@ class ImageTaskTrial(SandboxedTrial):
     def run(self) -> None:
         """Walk the phases (see the module docstring)."""
         self.write("task.json", self.task.model_dump(mode="json", exclude={"instruction"}))
+        self.write("instruction.md", self.task.instruction)
         self.write("trial.json", self.spec.model_dump(mode="json", exclude={"task"}))
         with self.phase("admission"):
             self.admit()

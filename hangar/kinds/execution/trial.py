@@ -156,6 +156,7 @@ class ExecutionTrial(SandboxedTrial):
                 "id": self.scenario.id,
                 "digest": self.loaded.digest,
                 "path": str(self.loaded.path),
+                "origin": self.loaded.repository_name(),
                 "scenario": self.scenario.model_dump(mode="json"),
             },
         )

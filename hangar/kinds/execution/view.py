@@ -13,7 +13,7 @@ from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
 from pygments.lexers import DiffLexer  # type: ignore[import-untyped]
 
 from hangar.files import read_json, text_of
-from hangar.trials.kind import Failure
+from hangar.trials.kind import About, Failure
 
 #: The most of a diff highlighted on the page (the whole file is one click away).
 DIFF_CAP = 512 * 1024
@@ -77,6 +77,32 @@ def test_script(evidence: Path) -> list[dict[str, Any]]:
 
 #: Lines of a failing command's output `failures` keeps (its end: where errors are).
 FAILURE_LINES = 40
+
+
+def about(evidence: Path) -> About:
+    """A scenario's task text, repository, revision and image; an image task's
+    instruction, image and source."""
+    loaded = read_json(evidence / "scenario.json")
+    if isinstance(loaded, dict) and isinstance(loaded.get("scenario"), dict):
+        scenario = loaded["scenario"]
+        repository = loaded.get("origin") or scenario.get("repository", "")
+        facts = [("repository", str(repository)), ("revision", str(scenario.get("revision", "")))]
+        facts.append(("image", str(scenario.get("image", ""))))
+        return About(text=str(scenario.get("context", "")), facts=facts)
+    task = read_json(evidence / "task.json")
+    if not isinstance(task, dict):
+        return About(text="", facts=[])
+    image = read_json(evidence / "image.json")
+    facts = [
+        ("task", str(task.get("title") or task.get("name", ""))),
+        ("format", str(task.get("format", ""))),
+    ]
+    if isinstance(image, dict):
+        facts.append(("image", str(image.get("reference", ""))))
+    if task.get("revision"):
+        facts.append(("revision", str(task["revision"])))
+    text, _ = text_of(evidence, "instruction.md", TEXT_CAP)
+    return About(text=text, facts=[(k, v) for k, v in facts if v])
 
 
 def failures(evidence: Path) -> list[Failure]:

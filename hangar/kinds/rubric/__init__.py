@@ -48,6 +48,7 @@ class RubricKind(Kind):
     """Benchmark samples (see the module docstring)."""
 
     name = "rubric"
+    judged = True
     title = "benchmark samples"
     view_template = "rubric/view.html"
     cli = (("benchmark", "hangar.kinds.rubric.cli"),)
