@@ -215,7 +215,10 @@ def test_the_sweeps_page_lists_every_run_and_filters(farm: Farm, page: Any) -> N
     text = page.inner_text("#sweeps")
     for sweep in farm.ids.values():
         assert sweep in text
-    page.fill("input[name=model]", "scripted-searcher")
+    # filters are choices of what the store holds, not free text
+    models = page.locator("select[name=model] option").all_inner_texts()
+    assert "scripted-searcher" in models and "none" in models
+    page.select_option("select[name=model]", "scripted-searcher")
     page.click("button[type=submit]")
     page.wait_for_load_state()
     assert page.locator("tr.sweep-row").count() == 1
@@ -300,6 +303,62 @@ def test_a_failed_trial_says_why_first(farm: Farm, page: Any, tmp_path: Path) ->
     shot = tmp_path / "trial.png"
     page.goto(here)
     page.screenshot(path=str(shot), full_page=True)
+    assert page.errors == []
+
+
+def test_the_sweep_pages_sort_filter_by_choice_and_fit_1400_px(
+    farm: Farm, page: Any, tmp_path: Path
+) -> None:
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.goto(farm.base + "/")
+    heads = page.locator("#sweeps th").all_inner_texts()
+    assert "pass rate" in heads
+    rates = page.locator("#sweeps td.rate").all_inner_texts()
+    assert all(r == "n/a" or r.endswith("%") for r in rates) and len(rates) == 4
+    for name in ("since", "until"):  # a placeholder that does not read as a value
+        assert page.get_attribute(f"input[name={name}]", "placeholder") == "YYYY-MM-DD"
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+    # sort by pass rate, both ways
+    page.click("#sweeps th:has-text('pass rate')")
+    up = [
+        float(v)
+        for v in page.locator("#sweeps td.rate").evaluate_all(
+            "cells => cells.map(c => c.dataset.value).filter(v => v !== '')"
+        )
+    ]
+    assert up == sorted(up)
+    page.click("#sweeps th:has-text('pass rate')")
+    down = [
+        float(v)
+        for v in page.locator("#sweeps td.rate").evaluate_all(
+            "cells => cells.map(c => c.dataset.value).filter(v => v !== '')"
+        )
+    ]
+    assert down == sorted(up, reverse=True)
+    # a sweep: the trial filters are choices; the groups sort; nothing scrolls sideways
+    sweep = farm.ids["execution"]
+    page.goto(f"{farm.base}/sweeps/{sweep}")
+    agents = page.locator("select[name=agent] option").all_inner_texts()
+    assert {"gold", "noop"} <= set(agents)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+    assert page.locator("#plot-cost").count() == 0  # no cost recorded: no cost plot
+    page.click("#groups th:has-text('trials')")
+    page.select_option("select[name=agent]", "noop")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_load_state()
+    assert set(page.locator("#trial-list tr.trial td:nth-child(3)").all_inner_texts()) == {"noop"}
+    page.screenshot(path=str(tmp_path / "sweep.png"), full_page=True)
+    # two agents' attempts at the same task, side by side
+    page.goto(trial_link(farm, sweep, agent="noop"))
+    page.click("#siblings summary")
+    page.click("#siblings a:has-text('gold')")
+    sides = page.locator("#versus .side")
+    assert sides.count() == 2
+    left, right = sides.nth(0).inner_text(), sides.nth(1).inner_text()
+    assert "noop" in left and "fail" in left and "No change to the workspace" in left
+    assert "gold" in right and "pass" in right and "statkit/stats.py" in right
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+    page.screenshot(path=str(tmp_path / "versus.png"), full_page=True)
     assert page.errors == []
 
 

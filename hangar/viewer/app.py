@@ -138,7 +138,13 @@ class Viewer:
             return self.page("error.html", 400, message=f"bad filter: {exc}")
         self.reports.warm([r.id for r in rows[:5]])
         return self.page(
-            "sweeps.html", rows=rows, total=total, page=page, filters=filters, per_page=50
+            "sweeps.html",
+            rows=rows,
+            total=total,
+            page=page,
+            filters=filters,
+            per_page=50,
+            choices=self.catalog.choices(),
         )
 
     async def sweep(self, request: Request) -> Response:
@@ -172,6 +178,7 @@ class Viewer:
             "page": page,
             "per_page": PAGE,
             "filters": filters,
+            "choices": self.catalog.choices(sweep_id),
             "poll_s": self.poll_s,
             "plots": {
                 "intervals": svg_intervals(report) if report.groups else "",
@@ -224,6 +231,7 @@ class Viewer:
             judged=judged or bool(result.judge_usage.input_tokens),
             before=before,
             after=after,
+            siblings=self.catalog.siblings(sweep_id, key),
             attempts=self.catalog.attempts(sweep_id, key),
             bundle=bundle,
             problem=problem,
@@ -233,6 +241,26 @@ class Viewer:
             unscored_note=note,
             timeline=timeline(result.timings),
         )
+
+    async def versus(self, request: Request) -> Response:
+        """Two trials of one task side by side: verdicts, reasons, what failed, diffs."""
+        sweep_id = request.path_params["sweep"]
+        sides = []
+        for key in (request.path_params["key"], request.path_params["other"]):
+            result = self.catalog.trial(sweep_id, key)
+            if result is None:
+                return self.page("error.html", 404, message=f"no trial {key} in sweep {sweep_id}")
+            side: dict[str, Any] = {"r": result, "section": {}, "failing": [], "problem": ""}
+            try:
+                bundle = self.evidence.bundle(result)
+            except (HangarError, OSError) as exc:
+                bundle, side["problem"] = None, f"the evidence could not be read: {exc}"
+            if bundle is not None and result.kind in REGISTRY:
+                kind = kind_of(result.kind)
+                side["section"] = kind.view(result, bundle.folder, self.settings)
+                side["failing"] = kind.failures(bundle.folder)
+            sides.append(side)
+        return self.page("versus.html", sweep=sweep_id, sides=sides)
 
     def _bundle_of(self, request: Request) -> tuple[Any, Any]:
         p = request.path_params
@@ -399,6 +427,7 @@ def make_app(viewer: Viewer) -> Starlette:
         Route("/sweeps/{sweep}/part/{part}", v.sweep_part),
         Route("/api/sweeps/{sweep}/state", v.state),
         Route("/trials/{sweep}/{key}", v.trial),
+        Route("/trials/{sweep}/{key}/versus/{other}", v.versus),
         Route("/trials/{sweep}/{key}/{attempt:int}/file", v.file),
         Route("/trials/{sweep}/{key}/{attempt:int}/raw", v.raw),
         Route("/trials/{sweep}/{key}/{attempt:int}/bundle", v.bundle),

@@ -272,6 +272,41 @@ class Catalog:
         ]
         return max(found, key=lambda r: r.attempt) if found else None
 
+    def choices(self, sweep_id: str | None = None) -> dict[str, list[str]]:
+        """The values the filters offer: every suite, model, agent, arm and scenario seen
+        (in one sweep, or in the whole store)."""
+        found: dict[str, list[str]] = {}
+        with self.store.engine.connect() as conn:
+            for name in ("suite", "model", "agent", "arm", "scenario_id"):
+                column = getattr(trials.c, name)
+                query = select(column).distinct().order_by(column)
+                if sweep_id is not None:
+                    query = query.where(trials.c.sweep_id == sweep_id)
+                found[name] = [v for (v,) in conn.execute(query) if v]
+        return found
+
+    def siblings(self, sweep_id: str, key: str) -> list[dict[str, Any]]:
+        """The other trials of the same task in the sweep (another agent, model, arm or
+        repeat), for a side-by-side look."""
+        latest = self._latest(sweep_id)
+        with self.store.engine.connect() as conn:
+            scenario = conn.execute(
+                select(latest.c.scenario_id).where(latest.c.trial_key == key)
+            ).scalar()
+            rows = conn.execute(
+                select(
+                    latest.c.trial_key,
+                    latest.c.agent,
+                    latest.c.model,
+                    latest.c.arm,
+                    latest.c.repeat,
+                    latest.c.verdict,
+                )
+                .where(latest.c.scenario_id == scenario, latest.c.trial_key != key)
+                .order_by(latest.c.agent, latest.c.model, latest.c.arm, latest.c.repeat)
+            ).all()
+        return [dict(r._mapping) for r in rows]
+
     def neighbours(self, sweep_id: str, key: str) -> tuple[str | None, str | None]:
         """The trials before and after `key` in its sweep, ordered by scenario, agent,
         model, arm and repeat (None at either end)."""
