@@ -431,10 +431,14 @@ def test_hostile_evidence_is_shown_never_run(farm: Farm, page: Any) -> None:
 
 
 def test_a_tampered_bundle_is_named(farm: Farm, page: Any) -> None:
-    result = next(r for r in farm.store.results(farm.ids["execution"]) if r.agent == "noop")
+    # a trial no other test opens (the viewer keeps a bundle it has checked once)
+    sweep = farm.ids["decision"]
+    result = next(
+        r for r in farm.store.results(sweep) if r.arm == "skill" and r.evidence_uri is not None
+    )
     path = Path(str(result.evidence_uri).removeprefix("file://"))
     path.write_bytes(path.read_bytes() + b"tampered")
-    page.goto(f"{farm.base}/trials/{farm.ids['execution']}/{result.trial_key}")
+    page.goto(f"{farm.base}/trials/{sweep}/{result.trial_key}")
     check = page.inner_text("#bundle-check")
     assert "does not match" in check and "the result recorded" in check
 

@@ -87,7 +87,7 @@ def resolve_sweep(
     else:
         sweep_id, url = sweep, store
     results = ResultsStore(url, create=False)
-    if require and results.sweep_config(sweep_id) is None:
+    if require and results.sweep_config(sweep_id) is None and not results.counts(sweep_id):
         known = results.sweep_ids()
         listed = f"its sweeps: {', '.join(known[:20])}" if known else "it holds no sweep yet"
         more = f" (and {len(known) - 20} more: `hangar sweeps`)" if len(known) > 20 else ""
