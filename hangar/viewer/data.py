@@ -311,7 +311,8 @@ class Catalog:
         """The trials before and after `key` in its sweep, ordered by scenario, agent,
         model, arm and repeat (None at either end)."""
         latest = self._latest(sweep_id)
-        order = (latest.c.scenario_id, latest.c.agent, latest.c.model, latest.c.arm, latest.c.repeat)
+        c = latest.c
+        order = (c.scenario_id, c.agent, c.model, c.arm, c.repeat)
         with self.store.engine.connect() as conn:
             keys = [r[0] for r in conn.execute(select(latest.c.trial_key).order_by(*order))]
         if key not in keys:
