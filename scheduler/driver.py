@@ -373,9 +373,10 @@ class SweepRunner:
                 ", ".join(sorted(scenarios)),
                 missing[image],
             )
-        self.store.record(blocked)
-        self.tally.done += len(blocked)
-        self.tally.verdicts[Verdict.BLOCKED_SETUP.value] += len(blocked)
+        if blocked:
+            self.store.record(blocked)
+            self.tally.done += len(blocked)
+            self.tally.verdicts[Verdict.BLOCKED_SETUP.value] += len(blocked)
         return {r.trial_key for r in blocked}
 
     def _submitter(self, ray: Any) -> Callable[[TrialSpec], Any]:

@@ -234,7 +234,7 @@ def status(
 
     from rich.live import Live
 
-    sweep_id, total, results = resolve_sweep(sweep, store, require=not watch)
+    sweep_id, total, results = _resolve_or_wait(sweep, store, watch, interval)
     left_out = _left_out(sweep, results)
     if as_json:
         counts = results.counts(sweep_id)
@@ -257,6 +257,28 @@ def status(
                 time.sleep(interval)
         except KeyboardInterrupt:
             return
+
+
+def _resolve_or_wait(
+    sweep: str, store: str | None, watch: bool, interval: float
+) -> tuple[str, int | None, Any]:
+    """The sweep and its store; with `watch`, a store not there yet is waited for (the
+    sweep is about to start), never created."""
+    import time
+
+    from hangar.errors import StoreError
+
+    said = False
+    while True:
+        try:
+            return resolve_sweep(sweep, store, require=not watch)
+        except StoreError as exc:
+            if not watch:
+                raise
+            if not said:
+                err_console.print(f"waiting for the sweep to start ({exc})", highlight=False)
+                said = True
+            time.sleep(interval)
 
 
 Counts = list[tuple[str, str, str, str, int]]

@@ -16,6 +16,7 @@ import socket
 import tempfile
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -49,7 +50,10 @@ class TrialRun:
     def __init__(self, spec: TrialSpec) -> None:
         self.spec = spec
         work_root = spec.work_root or cache_dir() / "trials"
-        self.folder = work_root / f"{spec.trial_key[:20]}-{spec.attempt}"
+        # Unique to this run of the attempt: one killed before its teardown (a second
+        # Ctrl-C, a lost node) may have left its folder and disk behind, and another sweep
+        # may run the same trial key on this node at the same time.
+        self.folder = work_root / f"{spec.trial_key[:20]}-{spec.attempt}-{uuid.uuid4().hex[:8]}"
         self.artifacts = self.folder / "artifacts"
         self.timings: dict[str, float] = {}
         self.verdict, self.reason = Verdict.INFRA_ERROR, "the trial did not finish"

@@ -206,7 +206,7 @@ def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(
     out = cli.invoke(app, ["run", str(sweep), "--allow-failures"])
     assert out.exit_code == 0, out.output
     assert "left out: broken-tests is broken" in out.output
-    assert "8/8 final" in out.output
+    assert "8 of 8 trials final" in out.output
     out = cli.invoke(app, ["status", str(sweep)])
     assert "left out: broken-tests is broken" in out.output
     out = cli.invoke(app, ["report", str(sweep), "--format", "md"])
@@ -216,7 +216,9 @@ def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(
     _viewer_shows_image_tasks(f"sqlite:///{tmp_path}/runs.db")
 
     out = cli.invoke(app, ["run", str(sweep), "--allow-failures", "--include-unvalidated"])
-    assert "run anyway: broken-tests is broken" in out.output and "10/10 final" in out.output
+    assert (
+        "run anyway: broken-tests is broken" in out.output and "10 of 10 trials final" in out.output
+    )
     answers.shutdown()
 
     out = cli.invoke(app, ["task", "check", str(tmp_path / "harbor" / "dataset")])

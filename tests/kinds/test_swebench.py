@@ -176,7 +176,7 @@ def test_gold_resolves_nop_does_not_and_predictions_export(
     assert "2 valid, 0 broken" in out.output
     out = cli.invoke(app, ["run", str(example), "--allow-failures"])
     assert out.exit_code == 0, out.output
-    assert "verdicts {'pass': 2, 'fail': 2}" in out.output or "'fail': 2, 'pass': 2" in out.output
+    assert "4 of 4 trials final" in out.output and "  2 passed\n  2 failed" in out.output
 
     out = cli.invoke(app, ["dataset", "export-predictions", str(example), "--out", "x.jsonl"])
     assert isinstance(out.exception, ConfigError) and "choose one" in str(out.exception)

@@ -125,7 +125,7 @@ def test_log_format_json_is_one_record_per_line(tmp_path: Path) -> None:
         assert t["level"] == "info" and t["ts"].endswith("+00:00")
         assert t["node"] and t["evidence"].startswith("file://") and not t["retrying"]
     assert records[-1]["verdicts"] == {"fail": 2} and records[-1]["done"] == 2
-    assert proc.stdout.strip().startswith("ops: 2/2 final")
+    assert proc.stdout.startswith("ops: 2 of 2 trials final; this run cost $0.00.\n  2 failed\n")
 
 
 def test_status_watch_follows_a_sweep_to_its_end(tmp_path: Path) -> None:
