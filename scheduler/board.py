@@ -74,10 +74,16 @@ class Board:
 
 
 def open_board(ray: Any, name: str) -> Any:
-    """A new board actor for one sweep run (no CPU, on the driver's node)."""
+    """A new board actor for one sweep run (no CPU), pinned to the driver's node: a worker
+    node that dies must not take the board with it."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     return (
         ray.remote(Board)
-        .options(name=name, namespace="hangar", num_cpus=0, get_if_exists=True)
+        .options(
+            name=name, namespace="hangar", num_cpus=0, get_if_exists=True, scheduling_strategy=here
+        )
         .remote()
     )
 

@@ -149,7 +149,8 @@ def test_worker_node_killed_mid_sweep(
     orphans = {c.id for c in docker_client.containers.list(all=True, filters=worker_label)}
     assert orphans, "the kill left no orphan: it did not hit a running trial"
     out, err = driver.communicate(timeout=600)
-    assert driver.returncode == 0, err[-3000:]
+    reasons = sorted({r.reason for r in store.results("nodes") if r.verdict != "pass"})
+    assert driver.returncode == 0, "\n".join(reasons) + out[-2000:] + err[-2000:]
     try:
         outcome = json.loads(out)
     except ValueError:

@@ -227,7 +227,11 @@ def test_ctrl_c_stops_submitting_and_keeps_what_finished(ray_local: None, tmp_pa
 
 def test_after_one_ctrl_c_no_queued_trial_starts(ray_local: None, tmp_path: Path) -> None:
     # 2 slots, 6 in Ray at once: 4 wait for a slot when Ctrl-C comes, and must never start
-    path = write_sweep(tmp_path, repeats=4, concurrency={"sandbox_slots": 2, "max_in_flight": 6})
+    log = tmp_path / "run.log"
+    slow = {"ok": {"command": f"echo start m1 $(pwd) $(date +%s.%N) >> {log}; sleep 3"}}
+    path = write_sweep(
+        tmp_path, agents=slow, repeats=4, concurrency={"sandbox_slots": 2, "max_in_flight": 6}
+    )
 
     def interrupt(tally: SweepTally, result: TrialResult | None) -> None:
         if result is not None and tally.done == 1:
@@ -236,8 +240,8 @@ def test_after_one_ctrl_c_no_queued_trial_starts(ray_local: None, tmp_path: Path
     tally, store = go(path, interrupt)
     assert tally.interrupted
     starts = [r for r in runs(tmp_path) if r[0] == "start"]
-    # the first, the one running beside it, and at most one that took the freed slot
-    # before the driver heard of the first result
+    # the first, the one running beside it (3 s each: it is still running), and at most
+    # one that took the first one's slot before the driver heard of its result
     assert 2 <= len(starts) <= 3, starts
     recorded = list(store.results("drv"))
     assert len(recorded) == len(starts) == tally.done  # each that started finished
