@@ -22,6 +22,25 @@ def _check_name(value: str) -> str:
 #: letters, digits, '_', '.', '-'.
 Name = Annotated[str, AfterValidator(_check_name)]
 
+_CASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")
+
+
+def _check_case_id(value: str) -> str:
+    parts = value.split("/")
+    if not _CASE_ID.match(value) or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(
+            "expected letters, digits, '_', '.', '-', ':' and '/' (no empty, '.' or '..' "
+            f"part between slashes), got {value!r}"
+        )
+    return value
+
+
+#: A case id as suites write them (``tdd:bug-report-first-step``, ``session-c/resume``):
+#: a Name that may also hold ':' and '/'. No file name is made of one (evidence files of
+#: a trial are named by what they hold; bundles by the trial key).
+CaseId = Annotated[str, AfterValidator(_check_case_id)]
+
+
 #: Union tags of discriminated unions, left out of field paths in messages.
 UNION_TAGS = {"builtin-verifier", "pinned-file"}
 

@@ -154,6 +154,20 @@ def test_malformed_cases_are_refused(tmp_path: Path, case: dict[str, Any], words
         load_decision_suite(path)
 
 
+@pytest.mark.parametrize("good", ["tdd:bug-report-first-step", "session-c/resume:after-crash"])
+@pytest.mark.parametrize("bad", ["/tdd", "a//b", "a/../b", "a/./b", "tdd: x", ":tdd"])
+def test_case_ids_follow_the_suites_convention(tmp_path: Path, good: str, bad: str) -> None:
+    path = suite_file(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["cases"][0]["id"] = good
+    path.write_text(yaml.safe_dump(data))
+    assert load_decision_suite(path)[0].case.id == good
+    data["cases"][0]["id"] = bad
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="no empty, '.' or '..' part between slashes"):
+        load_decision_suite(path)
+
+
 def test_duplicate_case_ids_are_refused(tmp_path: Path) -> None:
     path = suite_file(tmp_path)
     data = yaml.safe_load(path.read_text())
@@ -346,7 +360,7 @@ def test_the_example_suite_on_ray_with_roles(ray_local: None, tmp_path: Path) ->
     sweep.write_text(yaml.safe_dump(data))
     try:
         part = runner.invoke(
-            app, ["run", str(sweep), "--json", "--allow-failures", "--filter", "^review-"]
+            app, ["run", str(sweep), "--json", "--allow-failures", "--filter-pattern", "review:"]
         )
         run = runner.invoke(app, ["run", str(sweep), "--json", "--allow-failures"])
     finally:

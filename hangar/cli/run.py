@@ -44,7 +44,12 @@ def run(
     ] = False,
     filter_: Annotated[
         str | None,
-        typer.Option("--filter", help="Only scenarios and decision cases whose id matches."),
+        typer.Option(
+            "--filter",
+            "--filter-pattern",
+            help="Only scenarios and decision cases whose id matches (a regular expression, "
+            "searched: 'tdd:' selects tdd:bug-report-first-step).",
+        ),
     ] = None,
     repeat: Annotated[
         int | None, typer.Option(min=1, help="Repeats of each trial (instead of the file's).")

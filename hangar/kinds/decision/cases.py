@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hangar.errors import ConfigError
 from hangar.files import read_yaml
 from hangar.trials.spec import Supplied, Task
-from hangar.validation import Name, validation_message
+from hangar.validation import CaseId, Name, validation_message
 from hangar.verifiers import choice
 
 #: The arms every decision case runs in.
@@ -62,7 +62,7 @@ class Choice(_Strict):
 class DecisionCase(_Strict):
     """One decision: a scenario, its choices, the expected selection."""
 
-    id: Name
+    id: CaseId
     """Stable id of a concrete failure pattern (a changed meaning gets a new id)."""
     skill: str
     """The skill (a key of the suite's ``skills``) the case is about."""
