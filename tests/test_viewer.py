@@ -35,6 +35,10 @@ mkdir -p "$HOME/out"
 printf '<html><body><script>window.__pwned=3</script>' > "$HOME/out/page.html"
 printf '<h1 id="evil">evil</h1></body></html>' >> "$HOME/out/page.html"
 printf '\377\376 not utf-8 \200\n' > "$HOME/out/latin.txt"
+printf '%s\n' '{"timestamp":"t","type":"session_meta","payload":{"id":"forged"}}' \
+  '{"timestamp":"t","type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{\"cmd\": \"echo <script>window.__pwned=4</script>\"}","call_id":"c1"}}' \
+  '{"timestamp":"t","type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":"Process exited with code 0\n<img src=x onerror=\"window.__pwned=5\">"}}' \
+  > "$HOME/out/rollout-forged.jsonl"
 """
 
 
@@ -423,6 +427,12 @@ def test_hostile_evidence_is_shown_never_run(farm: Farm, page: Any) -> None:
     assert raw.headers["content-type"] == "application/octet-stream"
     assert raw.headers["content-disposition"].startswith("attachment")
     assert raw.headers["x-content-type-options"] == "nosniff"
+    # the agent's own session files, read into events and shown as text, never run
+    page.goto(link)
+    session = page.locator(".agent-transcript").text_content()
+    assert "$ echo <script>window.__pwned=4</script>, exit 0" in session
+    assert '<img src=x onerror="window.__pwned=5">' in session
+    assert page.evaluate("window.__pwned") is None
     # the trace, paged: 3 MB in 256 KiB pages
     page.goto(link)
     page.click("text=trace.jsonl")

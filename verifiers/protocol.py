@@ -94,6 +94,12 @@ class VerificationRequest(_Wire):
     not allowed fails scope, whatever the verifier says)."""
     tampering: list[TamperSign] = Field(default_factory=list)
     """Signs that the agent's added code reaches into the test run (each fails scope)."""
+    session: str = ""
+    """The agent's session as normalized events (``session.jsonl``, relative to the
+    artifacts folder; '' when there is none): tool calls and their results, shell
+    commands and exit codes, files read (with the sha256 of what was read) and written,
+    skills loaded, errors, partial turns. Events of ``source`` ``trace`` are hangar's own
+    record; the others are the agent's own session files, which it could have edited."""
 
 
 class Finding(_Wire):

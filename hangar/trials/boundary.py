@@ -26,6 +26,7 @@ from typing import Any
 from hangar.errors import SandboxError
 from hangar.paths import cache_dir
 from hangar.results import TrialResult, Verdict
+from hangar.sessions import write_trial_session
 from hangar.trials.spec import TrialSpec, result_of
 from hangar.verifiers.bundle import build_bundle
 from hangar.verifiers.store import bundle_key, open_store
@@ -148,6 +149,7 @@ def _bundled(trial: TrialRun, result: TrialResult) -> TrialResult:
     """`result` with its evidence bundle stored (an infra_error when it cannot be)."""
     try:
         with trial.phase("bundle"):
+            write_trial_session(trial.artifacts)
             trial.write("result.json", result.model_dump(mode="json"))
             archive = trial.folder / "bundle.tar.gz"
             uri, sha = store_bundle(trial.spec, trial.artifacts, archive)

@@ -45,7 +45,7 @@ from hangar.viewer.data import (
     ReportCache,
     TrialFilters,
 )
-from hangar.viewer.transcript import read_transcript
+from hangar.viewer.transcript import read_agent_sessions, read_transcript
 
 HERE = Path(__file__).parent
 CSP = (
@@ -213,6 +213,9 @@ class Viewer:
         transcript = None
         if bundle is not None and (bundle.folder / "trace.jsonl").is_file():
             transcript = read_transcript(bundle.folder / "trace.jsonl")
+        agent_sessions = []
+        if bundle is not None and (bundle.folder / "session.jsonl").is_file():
+            agent_sessions = read_agent_sessions(bundle.folder / "session.jsonl")
         section, template, note = {}, None, ""
         about, failing, judged = About(text="", facts=[]), [], False
         if result.kind in REGISTRY:  # a store may hold kinds this hangar does not know
@@ -236,6 +239,7 @@ class Viewer:
             bundle=bundle,
             problem=problem,
             transcript=transcript,
+            agent_sessions=agent_sessions,
             section=section,
             section_template=template,
             unscored_note=note,

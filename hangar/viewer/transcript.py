@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from hangar.sessions import SessionEvent, read_events
+
 MAX_ITEMS = 2000
 MAX_TEXT = 64 * 1024
 #: Texts longer than this (characters or lines) fold.
@@ -174,3 +176,59 @@ def read_transcript(path: Path) -> Transcript:
                 continue
             items.append(_item(event, round(ts - start, 3)))
     return Transcript(items=items, events=events, shown=len(items), bad_lines=bad)
+
+
+def _session_item(e: SessionEvent) -> Item | None:
+    """One event of an agent's own session, as a transcript item (None: not shown)."""
+    tone = "error" if e.type == "error" or e.ok is False else ""
+    if e.type == "tool_call":
+        return Item(seq=e.seq, t=0, kind="tool_call", title=f"tool call {e.tool}",
+                    blocks=[block("arguments", e.arguments)])  # fmt: skip
+    if e.type == "tool_result":
+        how = "failed" if e.ok is False else "ok" if e.ok else "result"
+        return Item(seq=e.seq, t=0, kind="tool_result", title=f"tool result {e.tool} ({how})",
+                    tone=tone, blocks=[block("output", e.text)] if e.text else [])  # fmt: skip
+    if e.type == "shell":
+        code = "" if e.exit_code is None else f", exit {e.exit_code}"
+        return Item(seq=e.seq, t=0, kind="stdout", title=f"$ {e.command[:200]}{code}", tone=tone)
+    if e.type in ("file_read", "file_write", "skill"):
+        what = {"file_read": "read", "file_write": "wrote", "skill": f"skill {e.skill}:"}[e.type]
+        sha = f" (sha256 {e.sha256[:12]})" if e.sha256 else ""
+        return Item(seq=e.seq, t=0, kind=e.type, title=f"{what} {e.path}{sha}")
+    if e.type in ("user", "assistant"):
+        label = "the task" if e.type == "user" else "answer"
+        kind = "model_response" if e.type == "assistant" else "model_request"
+        blocks = [block(label, e.text)] if e.text else []
+        return Item(seq=e.seq, t=0, kind=kind, title=e.type, blocks=blocks)
+    if e.type == "model_call":
+        u = e.usage
+        return Item(seq=e.seq, t=0, kind="model_request",
+                    title=f"model call{f' ({e.model})' if e.model else ''}: "
+                    f"{u.get('input', 0)} in, {u.get('output', 0)} out")  # fmt: skip
+    if e.type == "error":
+        return Item(seq=e.seq, t=0, kind="model_error", title="error", tone="error",
+                    blocks=[block("error", e.text)])  # fmt: skip
+    if e.type == "turn_end":
+        return Item(seq=e.seq, t=0, kind="trace_end",
+                    title="turn ended without completing" if e.partial else "turn completed",
+                    tone="error" if e.partial else "")  # fmt: skip
+    if e.type == "raw":
+        return Item(seq=e.seq, t=0, kind="raw", title="a record hangar does not know",
+                    blocks=[block("record", e.raw)])  # fmt: skip
+    return None
+
+
+def read_agent_sessions(path: Path) -> list[tuple[str, Transcript]]:
+    """The agent's own sessions in a trial's ``session.jsonl`` (not hangar's trace, shown
+    apart), each as a transcript: (source, transcript)."""
+    by_session: dict[tuple[str, str], list[Item]] = {}
+    for e in read_events(path):
+        if e.source == "trace":
+            continue
+        items = by_session.setdefault((e.source, e.session), [])
+        if len(items) < MAX_ITEMS and (item := _session_item(e)) is not None:
+            items.append(item)
+    return [
+        (f"{source} session {sid}", Transcript(items=items, events=len(items), shown=len(items)))
+        for (source, sid), items in by_session.items()
+    ]

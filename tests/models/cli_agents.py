@@ -46,3 +46,33 @@ def fix_the_example(image: str, preset: str, model: ModelSpec, tmp_path: Path) -
         evidence_url=(tmp_path / "ev").as_uri(),
     )
     return run_trial(spec)
+
+
+def check_session(result: TrialResult, source: str) -> list[dict[str, object]]:
+    """The trial's ``session.jsonl``: the agent CLI's own session (`source`) read into
+    hangar's events beside hangar's trace, with what the example's fix must show: the
+    file read, two shell commands that exited 0, the model calls' tokens as metered, a
+    turn that completed. Returns the agent's events."""
+    import json
+    import tarfile
+
+    assert result.evidence_uri is not None
+    with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
+        member = tar.extractfile("session.jsonl")
+        assert member is not None, "no session.jsonl in the evidence"
+        events = [json.loads(line) for line in member.read().decode().splitlines()]
+        request = tar.extractfile("verifier/request.json")
+        assert request is not None and json.loads(request.read())["session"] == "session.jsonl"
+    assert {e["source"] for e in events} == {"trace", source}
+    agent = [e for e in events if e["source"] == source]
+    shells = [e for e in agent if e["type"] == "shell"]
+    assert len(shells) == 2 and all(e.get("ok") for e in shells), shells
+    assert shells[0]["command"] == "sed -n 13,20p statkit/stats.py"
+    reads = [e for e in agent if e["type"] == "file_read"]
+    assert [e["path"] for e in reads] == ["statkit/stats.py"] and len(reads[0]["sha256"]) == 64
+    calls = [e for e in agent if e["type"] == "model_call"]
+    assert sum(e["usage"]["input"] for e in calls) == result.usage.input_tokens
+    assert sum(e["usage"]["output"] for e in calls) == result.usage.output_tokens
+    ends = [e for e in agent if e["type"] == "turn_end"]
+    assert len(ends) == 1 and not ends[0].get("partial")
+    return agent

@@ -16,7 +16,7 @@ from hangar.results import Verdict
 from hangar.sandbox import SandboxSpec
 from hangar.sandbox.docker import DockerSandbox
 from hangar.testing.scripted import ScriptedServer
-from tests.models.cli_agents import cli_image, fix_the_example
+from tests.models.cli_agents import check_session, cli_image, fix_the_example
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -58,3 +58,4 @@ def test_claude_code_fixes_the_bug_through_the_relay(
         names = tar.getnames()
         sessions = [n for n in names if n.startswith("agent/") and n.endswith(".jsonl")]
         assert sessions, f"Claude Code's session files were not collected: {names}"
+    check_session(result, "claude")

@@ -13,7 +13,7 @@ from hangar.models import ModelSpec
 from hangar.models.pricing import Price
 from hangar.results import Verdict
 from hangar.testing.scripted import ScriptedServer
-from tests.models.cli_agents import cli_image, fix_the_example
+from tests.models.cli_agents import check_session, cli_image, fix_the_example
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -46,3 +46,4 @@ def test_codex_fixes_the_bug_through_the_relay(
     with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
         sessions = [n for n in tar.getnames() if n.startswith("agent/") and n.endswith(".jsonl")]
     assert sessions, "Codex's session files were not collected into the evidence"
+    check_session(result, "codex")

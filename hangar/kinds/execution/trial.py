@@ -43,6 +43,7 @@ from hangar.sandbox.workspace import (
     make_workspace,
     workspace_state,
 )
+from hangar.sessions import write_trial_session
 from hangar.trials.boundary import Outcome
 from hangar.trials.spec import TrialSpec
 from hangar.verifiers import junit
@@ -98,6 +99,7 @@ class ExecutionTrial(SandboxedTrial):
             hidden_tests=junit.hidden_test_ids(self.hidden_files()),
             harness=self.guard.changes,
             tampering=self.guard.tampering,
+            session=write_trial_session(self.artifacts).name,
         )
 
     def hidden_files(self) -> list[Placement]:

@@ -1,0 +1,110 @@
+"""What every session format shares: capped texts with their digest, the files a shell
+command reads and writes, the skill a path belongs to."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from pathlib import PurePosixPath
+from typing import Any
+
+from hangar.sessions import TEXT_CAP, SessionEvent
+
+#: Commands that print files they are given (what they print is what was read).
+READERS = {"cat", "head", "tail", "less", "more", "nl", "sed", "awk", "bat", "view"}
+#: Commands that write the files they are given last.
+WRITERS = {"tee", "cp", "mv", "touch", "install"}
+
+
+def digest(text: str) -> str:
+    """sha256 of a text as UTF-8."""
+    return hashlib.sha256(text.encode("utf-8", errors="replace")).hexdigest()
+
+
+def capped(text: Any) -> str:
+    """A value as text, cut to `TEXT_CAP` characters."""
+    value = text if isinstance(text, str) else "" if text is None else str(text)
+    return value[:TEXT_CAP]
+
+
+def as_text(content: Any) -> str:
+    """The text of a message's content (a string, or blocks with ``text``)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            as_text(c.get("text", c.get("content", ""))) for c in content if isinstance(c, dict)
+        ]
+        return "\n".join(p for p in parts if p)
+    return ""
+
+
+def skill_of(path: str) -> str:
+    """The skill a file belongs to: the folder holding its ``SKILL.md``, else ''."""
+    p = PurePosixPath(path)
+    return p.parent.name if p.name == "SKILL.md" and p.parent.name else ""
+
+
+def _words(command: str) -> list[list[str]]:
+    """The simple commands of a shell line (split on pipes and separators)."""
+    try:
+        tokens = shlex.split(command, posix=True)
+    except ValueError:
+        tokens = command.split()
+    parts: list[list[str]] = [[]]
+    skip = False
+    for token in tokens:
+        if skip:  # a redirection's target: not an argument
+            skip = False
+        elif token in ("|", "||", "&&", ";", "&"):
+            parts.append([])
+        elif re.fullmatch(r"[0-9&]?(<|>|>>)", token):
+            skip = True
+        elif not re.match(r"[0-9&]?(<|>)", token):  # `>out`, `2>err`: said by the regex
+            parts[-1].append(token)
+    return [p for p in parts if p]
+
+
+def shell_files(command: str) -> tuple[list[str], list[str]]:
+    """(files read, files written) by a shell command, as far as its words say: the
+    arguments of a reader (``cat``, ``sed -n``, ``head``...), redirections (``>``,
+    ``>>``), ``tee``/``cp``/``mv`` targets and ``sed -i`` edits. A guess, not a trace:
+    the audit says so."""
+    reads: list[str] = []
+    writes: list[str] = []
+    for match in re.finditer(r"(?<![0-9&])>>?\s*([^\s;|&<>]+)", command):
+        target = match.group(1)
+        if target not in ("/dev/null",) and not target.startswith("&"):
+            writes.append(target)
+    for words in _words(command):
+        name = PurePosixPath(words[0]).name
+        options = [w for w in words[1:] if w.startswith("-")]
+        args = [w for w in words[1:] if not w.startswith("-")]
+        if name in ("sed", "awk") and args and not {"-e", "-f"} & set(options):
+            args = args[1:]  # the script
+        elif name in ("head", "tail") and args and re.fullmatch(r"[0-9]+", args[0]):
+            args = args[1:]  # the count of -n N
+        args = [a for a in args if ">" not in a and "<" not in a]
+        if name == "sed" and any(w.startswith("-i") for w in options):
+            writes += args
+        elif name in READERS:
+            reads += args
+        elif name in WRITERS and args:
+            writes.append(args[-1])
+    return list(dict.fromkeys(reads)), list(dict.fromkeys(writes))
+
+
+def shell_events(base: dict[str, Any], command: str, output: str) -> list[SessionEvent]:
+    """The file events a shell command implies (each read carrying the digest of the
+    command's output, what the agent saw)."""
+    reads, writes = shell_files(command)
+    events = []
+    for path in reads:
+        events.append(SessionEvent(**base, type="file_read", path=path, sha256=digest(output)))
+        if skill := skill_of(path):
+            events.append(
+                SessionEvent(**base, type="skill", skill=skill, path=path, sha256=digest(output))
+            )
+    events += [SessionEvent(**base, type="file_write", path=path) for path in writes]
+    return events
