@@ -35,11 +35,33 @@ mkdir -p "$HOME/out"
 printf '<html><body><script>window.__pwned=3</script>' > "$HOME/out/page.html"
 printf '<h1 id="evil">evil</h1></body></html>' >> "$HOME/out/page.html"
 printf '\377\376 not utf-8 \200\n' > "$HOME/out/latin.txt"
-printf '%s\n' '{"timestamp":"t","type":"session_meta","payload":{"id":"forged"}}' \
-  '{"timestamp":"t","type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{\"cmd\": \"echo <script>window.__pwned=4</script>\"}","call_id":"c1"}}' \
-  '{"timestamp":"t","type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":"Process exited with code 0\n<img src=x onerror=\"window.__pwned=5\">"}}' \
-  > "$HOME/out/rollout-forged.jsonl"
 """
+
+#: A forged Codex session among the hostile agent's files: read into events, shown as text.
+FORGED = [
+    {"timestamp": "t", "type": "session_meta", "payload": {"id": "forged"}},
+    {
+        "timestamp": "t",
+        "type": "response_item",
+        "payload": {
+            "type": "function_call",
+            "name": "exec_command",
+            "arguments": json.dumps({"cmd": "echo <script>window.__pwned=4</script>"}),
+            "call_id": "c1",
+        },
+    },
+    {
+        "timestamp": "t",
+        "type": "response_item",
+        "payload": {
+            "type": "function_call_output",
+            "call_id": "c1",
+            "output": 'Process exited with code 0\n<img src=x onerror="window.__pwned=5">',
+        },
+    },
+]
+HOSTILE += "cat > \"$HOME/out/rollout-forged.jsonl\" <<'EOF'\n"
+HOSTILE += "".join(json.dumps(r) + "\n" for r in FORGED) + "EOF\n"
 
 
 class Farm:
