@@ -37,7 +37,9 @@ QUERIES: dict[str, PromQL] = {
     ),
     "retries_per_minute": PromQL(f"sum(rate(ray_hangar_retries_total{RATE})) * 60", "retries"),
     "infra_errors_per_minute": PromQL(
-        f'sum(rate(ray_hangar_trials_total{{verdict="infra_error"}}{RATE})) * 60', "infra_error"
+        "sum by (verdict) (rate(ray_hangar_trials_total"
+        f'{{verdict=~"infra_error|verifier_error"}}{RATE})) * 60',
+        "{{verdict}}",
     ),
     "node_cpu": PromQL("ray_node_cpu_utilization", "{{ip}}"),
     "node_memory": PromQL("ray_node_mem_used_host", "{{ip}}"),
@@ -102,10 +104,11 @@ def operations_dashboard() -> Dashboard:
                 "currencyUSD",
             ),
             Panel(
-                "Retries and infra errors per minute",
+                "Retries, infra and verifier errors per minute",
                 "timeseries",
                 (q["retries_per_minute"], q["infra_errors_per_minute"]),
-                "infra_error attempts sent again, and infra_error results.",
+                "Attempts sent again; infra_error results (the farm) and verifier_error results "
+                "(a task's verifier crashed, hung or printed nonsense), retried, in no rate.",
                 "short",
             ),
             Panel(

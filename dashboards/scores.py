@@ -251,7 +251,8 @@ def scores_dashboard() -> Dashboard:
                 "Verdict mix over time",
                 "timeseries",
                 (VERDICT_MIX,),
-                "Trials per day by verdict, blocked_setup, infra_error and void included.",
+                "Trials per day by verdict, blocked_setup, infra_error, verifier_error and void "
+                "included.",
                 "short",
             ),
             Panel(
