@@ -244,3 +244,40 @@ def test_the_audit_through_the_cli(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert missing.returncode == 2 and "file not found" in missing.stderr
+
+
+def test_whatever_an_agent_writes_never_breaks_the_reading(tmp_path: Path) -> None:
+    import random
+
+    rng = random.Random(7)
+    values: list[Any] = [None, 5, "x", [], {}, [1, {"type": "text"}], {"a": None}, True, -1.5]
+    shapes = [
+        {"timestamp": "t", "type": "session_meta", "payload": {"id": "s"}},
+        {"type": "session", "version": 3, "cwd": "/", "id": "p"},
+        {"sessionId": "c", "type": "user", "message": {"content": "hi"}},
+        {"ts": 1, "seq": 0, "kind": "agent_start"},
+    ]
+    kinds = ["response_item", "event_msg", "assistant", "user", "message", "tool_result",
+             "tool_call", "model_call", "agent_end", "turn_context", "attachment"]  # fmt: skip
+    for n in range(60):
+        records = [dict(rng.choice(shapes))]
+        for _ in range(12):
+            record = {k: rng.choice(values) for k in ("payload", "message", "content", "id")}
+            record.update(type=rng.choice(kinds), kind=rng.choice(kinds), seq=1, ts=1)
+            if isinstance(record["payload"], dict):
+                payload_type = rng.choice(
+                    ["function_call", "message", "task_complete", "item_completed", "token_count"]
+                )
+                fields = ("arguments", "output", "content", "item", "info")
+                record["payload"] = {
+                    "type": payload_type,
+                    **{k: rng.choice(values) for k in fields},
+                }
+            records.append(record)
+        session = read_session(jsonl(tmp_path / f"{n}.jsonl", records))
+        assert session is not None  # read, or said to be unreadable: never raised
+    from hangar.sessions import write_trial_session
+
+    (tmp_path / "trial" / "agent").mkdir(parents=True)
+    (tmp_path / "trial" / "agent" / "x.jsonl").write_text("\x00\xff not json\n")
+    assert write_trial_session(tmp_path / "trial").is_file()

@@ -153,7 +153,11 @@ def read_session(path: Path) -> Session | None:
         return None
     for fmt in formats():
         if any(fmt.recognizes(r) for r in records[:3]):  # a summary line may come first
-            events = list(fmt.events(records, path.stem))
+            try:
+                events = list(fmt.events(records, path.stem))
+            except Exception as exc:  # a file the agent wrote is hostile: never a crash
+                said = f"this {fmt.name} session could not be read: {type(exc).__name__}: {exc}"
+                events = [SessionEvent(source=fmt.name, session=path.stem, type="error", text=said)]
             for seq, event in enumerate(events):
                 event.seq = seq
             sid = events[0].session if events and events[0].session else path.stem
@@ -192,9 +196,18 @@ def trial_sessions(artifacts: Path) -> list[Session]:
 
 
 def write_trial_session(artifacts: Path) -> Path:
-    """``session.jsonl`` in a trial's evidence, from its sessions (once)."""
+    """``session.jsonl`` in a trial's evidence, from its sessions (once). Whatever the
+    agent left in its session files, this never fails the trial: what cannot be read is
+    an ``error`` event."""
     out = artifacts / SESSION_FILE
-    return out if out.exists() else write_session(trial_sessions(artifacts), out)
+    if out.exists():
+        return out
+    try:
+        sessions = trial_sessions(artifacts)
+    except Exception as exc:  # an unreadable folder: said, never a crash
+        error = SessionEvent(source="trace", type="error", text=f"sessions not read: {exc}")
+        sessions = [Session(path=str(artifacts), source="trace", id="", events=[error])]
+    return write_session(sessions, out)
 
 
 def write_session(sessions: Iterable[Session], out: Path) -> Path:
