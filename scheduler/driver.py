@@ -412,8 +412,9 @@ class SweepRunner:
         while True:
             if self._over_budget():
                 self.tally.budget_exhausted = True
-            if self._stop and not self._stopping:
-                # Trials Ray queued for a slot must not start now: the board refuses them.
+            if (self._stop or self.tally.budget_exhausted) and not self._stopping:
+                # Trials Ray queued for a slot must not start now (Ctrl-C, or the budget is
+                # spent: each would cost more): the board refuses them.
                 self._board.stop.remote()
                 self._stopping = True
             while self._stop == 0 and not self.tally.budget_exhausted:

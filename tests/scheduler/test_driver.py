@@ -316,6 +316,36 @@ def test_budget_stops_scheduling(ray_local: None, tmp_path: Path) -> None:
     assert again.budget_exhausted and again.done == 0
 
 
+def test_a_spent_budget_starts_no_queued_trial(ray_local: None, tmp_path: Path) -> None:
+    from hangar.testing.scripted import Script, ScriptedServer
+
+    server = ScriptedServer(Script.load(EXAMPLES / "scripted-model.yaml")).start()
+    try:
+        path = write_sweep(
+            tmp_path,
+            scenarios=[str(EXAMPLES / "median" / "scenario.yaml")],
+            repeats=6,
+            arms={"control": []},
+            agents={"chat": {"kind": "chat"}},
+            models=[
+                {
+                    "id": "scripted",
+                    "base_url": f"{server.url}/v1",
+                    "api_key_env": "HANGAR_SCRIPTED_KEY",
+                    "price": {"input": 3.0, "output": 15.0, "cached_input": 0.3},
+                }
+            ],
+            budget_usd=0.005,  # spent by the first trial
+            concurrency={"sandbox_slots": 1, "max_in_flight": 4},  # 3 queued behind it
+        )
+        tally, store = go(path)
+    finally:
+        server.shutdown()
+    # the first, and at most the one that took its slot before the driver saw its cost
+    assert tally.budget_exhausted and 1 <= tally.done <= 2, tally
+    assert len(list(store.results("drv"))) == tally.done and tally.not_run >= 4
+
+
 def test_missing_model_key_is_an_error_before_any_trial(tmp_path: Path) -> None:
     from hangar.errors import ConfigError
 
