@@ -322,8 +322,10 @@ class DockerSandbox(Sandbox):
         timed_out = output.timed_out(code)
         oom = code == SIGKILL_EXIT and not timed_out and self._new_oom_kill()
         if code == SIGKILL_EXIT and not oom:
-            # A SIGKILL we did not send may be the container dying under us.
-            self._raise_if_dead(f"while running {describe(argv)}")
+            # A SIGKILL we did not send may be the container dying under us; the daemon
+            # can report it running for a moment after its processes were killed.
+            settle = 0.0 if timed_out else 2.0
+            self._raise_if_dead(f"while running {describe(argv)}", settle_s=settle)
         return output.result(code, timed_out=timed_out, oom=oom)
 
     def _start_exec(
@@ -401,7 +403,10 @@ class DockerSandbox(Sandbox):
         """Raise `SandboxUnavailable` when the container is gone (see `Sandbox`)."""
         self._raise_if_dead("(checked after a failed command)")
 
-    def _raise_if_dead(self, when: str) -> None:
+    def _raise_if_dead(self, when: str, settle_s: float = 0.0) -> None:
+        deadline = time.monotonic() + settle_s
+        while self._alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
         if not self._alive():
             raise SandboxUnavailable(
                 f"container {self.container_id[:12]} stopped {when} "
