@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from hangar.sessions import Records, SessionEvent, SessionFormat
-from hangar.sessions.common import as_text, capped, digest, shell_events, skill_of
+from hangar.sessions.common import as_text, capped, digest, read_events, shell_events
 
 #: Records of the CLI's own bookkeeping: nothing the agent did.
 BOOKKEEPING = {
@@ -147,11 +147,7 @@ class _Reader:
             )
             events += shell_events(base, command, output)
         elif tool in READ_TOOLS and path and not failed:
-            events.append(SessionEvent(**base, type="file_read", path=path, sha256=digest(text)))
-            if skill := skill_of(path):
-                events.append(
-                    SessionEvent(**base, type="skill", skill=skill, path=path, sha256=digest(text))
-                )
+            events += read_events(base, path, text)
         elif tool in WRITE_TOOLS and path and not failed:
             events.append(SessionEvent(**base, type="file_write", path=path))
         return events

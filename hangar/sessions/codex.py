@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from hangar.sessions import Records, SessionEvent, SessionFormat
-from hangar.sessions.common import as_text, capped, digest, shell_events, skill_of
+from hangar.sessions.common import as_text, capped, digest, read_events, shell_events
 
 #: Tool names Codex runs shell commands under (versions differ).
 SHELL_TOOLS = {"exec_command", "shell", "local_shell", "container.exec"}
@@ -179,16 +179,7 @@ class _Reader:
         if isinstance(parsed, list) and parsed:
             for part in parsed:
                 if isinstance(part, dict) and part.get("type") == "read" and part.get("path"):
-                    path = str(part["path"])
-                    events.append(
-                        SessionEvent(**base, type="file_read", path=path, sha256=digest(output))
-                    )
-                    if skill := skill_of(path):
-                        events.append(
-                            SessionEvent(
-                                **base, type="skill", skill=skill, path=path, sha256=digest(output)
-                            )
-                        )
+                    events += read_events(base, str(part["path"]), output)
             return events
         return events + shell_events(base, line, output)
 

@@ -95,16 +95,22 @@ def shell_files(command: str) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(reads)), list(dict.fromkeys(writes))
 
 
+def read_events(base: dict[str, Any], path: str, text: str) -> list[SessionEvent]:
+    """A file read that returned `text`, and the skill it loaded if it is a ``SKILL.md``
+    (both carrying the digest of what was read)."""
+    sha = digest(text)
+    events = [SessionEvent(**base, type="file_read", path=path, sha256=sha)]
+    if skill := skill_of(path):
+        events.append(SessionEvent(**base, type="skill", skill=skill, path=path, sha256=sha))
+    return events
+
+
 def shell_events(base: dict[str, Any], command: str, output: str) -> list[SessionEvent]:
     """The file events a shell command implies (each read carrying the digest of the
     command's output, what the agent saw)."""
     reads, writes = shell_files(command)
     events = []
     for path in reads:
-        events.append(SessionEvent(**base, type="file_read", path=path, sha256=digest(output)))
-        if skill := skill_of(path):
-            events.append(
-                SessionEvent(**base, type="skill", skill=skill, path=path, sha256=digest(output))
-            )
+        events += read_events(base, path, output)
     events += [SessionEvent(**base, type="file_write", path=path) for path in writes]
     return events

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from hangar.sessions import Records, SessionEvent, SessionFormat
-from hangar.sessions.common import as_text, capped, digest, shell_events, skill_of
+from hangar.sessions.common import as_text, capped, digest, read_events, shell_events
 
 #: Entries that change settings or the view of the tree, not what the agent did.
 SETTINGS = {"model_change", "thinking_level_change", "label", "session_info", "custom"}
@@ -126,11 +126,7 @@ class _Reader:
             )
             events += shell_events(base, command, text)
         elif tool == "read" and path and ok:
-            events.append(SessionEvent(**base, type="file_read", path=path, sha256=digest(text)))
-            if skill := skill_of(path):
-                events.append(
-                    SessionEvent(**base, type="skill", skill=skill, path=path, sha256=digest(text))
-                )
+            events += read_events(base, path, text)
         elif tool in ("write", "edit") and path and ok:
             events.append(SessionEvent(**base, type="file_write", path=path))
         return events

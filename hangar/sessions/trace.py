@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hangar.sessions import Records, SessionEvent, SessionFormat
-from hangar.sessions.common import capped, digest, shell_events, skill_of
+from hangar.sessions.common import capped, digest, read_events, shell_events
 
 _EXIT = re.compile(r"^exit (-?\d+)")
 #: Kinds that say nothing the audit reads (the raw output is in the trace itself).
@@ -110,11 +110,7 @@ def _tool_result(
         path = str(arguments["path"])
         reading = tool != "edit" or arguments.get("command") == "view"
         if reading and ok:
-            yield SessionEvent(**base, type="file_read", path=path, sha256=digest(output))
-            if skill := skill_of(path):
-                yield SessionEvent(
-                    **base, type="skill", skill=skill, path=path, sha256=digest(output)
-                )
+            yield from read_events(base, path, output)
         elif ok:
             yield SessionEvent(**base, type="file_write", path=path)
 
