@@ -283,25 +283,33 @@ def test_a_second_ctrl_c_cancels_the_running_trials_as_interrupted(
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
+def priced_sweep(tmp_path: Path, url: str, **overrides: Any) -> Path:
+    """Six trials of the example scenario by a chat agent on the scripted model, priced."""
+    model = {
+        "id": "scripted",
+        "base_url": f"{url}/v1",
+        "api_key_env": "HANGAR_SCRIPTED_KEY",
+        "price": {"input": 3.0, "output": 15.0, "cached_input": 0.3},
+    }
+    return write_sweep(
+        tmp_path,
+        scenarios=[str(EXAMPLES / "median" / "scenario.yaml")],
+        repeats=6,
+        arms={"control": []},
+        agents={"chat": {"kind": "chat"}},
+        models=[model],
+        **overrides,
+    )
+
+
 def test_budget_stops_scheduling(ray_local: None, tmp_path: Path) -> None:
     from hangar.testing.scripted import Script, ScriptedServer
 
     server = ScriptedServer(Script.load(EXAMPLES / "scripted-model.yaml")).start()
     try:
-        path = write_sweep(
+        path = priced_sweep(
             tmp_path,
-            scenarios=[str(EXAMPLES / "median" / "scenario.yaml")],
-            repeats=6,
-            arms={"control": []},
-            agents={"chat": {"kind": "chat"}},
-            models=[
-                {
-                    "id": "scripted",
-                    "base_url": f"{server.url}/v1",
-                    "api_key_env": "HANGAR_SCRIPTED_KEY",
-                    "price": {"input": 3.0, "output": 15.0, "cached_input": 0.3},
-                }
-            ],
+            server.url,
             budget_usd=0.015,
             concurrency={"sandbox_slots": 1, "max_in_flight": 1},
         )
@@ -321,20 +329,9 @@ def test_a_spent_budget_starts_no_queued_trial(ray_local: None, tmp_path: Path) 
 
     server = ScriptedServer(Script.load(EXAMPLES / "scripted-model.yaml")).start()
     try:
-        path = write_sweep(
+        path = priced_sweep(
             tmp_path,
-            scenarios=[str(EXAMPLES / "median" / "scenario.yaml")],
-            repeats=6,
-            arms={"control": []},
-            agents={"chat": {"kind": "chat"}},
-            models=[
-                {
-                    "id": "scripted",
-                    "base_url": f"{server.url}/v1",
-                    "api_key_env": "HANGAR_SCRIPTED_KEY",
-                    "price": {"input": 3.0, "output": 15.0, "cached_input": 0.3},
-                }
-            ],
+            server.url,
             budget_usd=0.005,  # spent by the first trial
             concurrency={"sandbox_slots": 1, "max_in_flight": 4},  # 3 queued behind it
         )
