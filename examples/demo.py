@@ -39,6 +39,13 @@
    oracle and nop on the four valid tasks. `count-words`' verifier reaches one host, a
    service the demo serves on 127.0.0.1:8799, through the audited egress proxy.
 
+7. `examples/routing/`: a routing suite, four prompts over a catalog of three skills,
+   checked offline first (`hangar routing check --require-all-fixtures`), then asked of
+   hangar's chat agent in a docker sandbox with the whole catalog installed where it finds
+   skills (~/.agents/skills), on the scripted model: the route is what its session shows
+   it loaded. Three route exactly; on the review prompt it also loads tdd, an extra skill
+   the grade names (fail).
+
 Each execution trial clones the pinned revision, runs its agent in a docker sandbox with the
 network off, runs the hidden tests in the same sandbox wiped, is judged by the pinned host
 verifier and stores its evidence bundle; results go to SQLite under ./runs. Prints every
@@ -139,6 +146,7 @@ def main() -> int:
             ok &= benchmark()
             ok &= knowledge()
             ok &= harbor()
+            ok &= routing(load_sweep(HERE / "routing" / "sweep.yaml"))
         finally:
             server.shutdown()
     console.print("check a bundle with: hangar evidence verify URI")
@@ -150,6 +158,7 @@ def scripted() -> Script:
     parts = (
         "scripted-model.yaml",
         "decision/scripted-model.yaml",
+        "routing/scripted-model.yaml",
         "sdd-benchmark/scripted-model.yaml",
         "knowledge/scripted-model.yaml",
     )
@@ -194,6 +203,39 @@ def benchmark() -> bool:
     good = run.exit_code == 1 and found == want and not run.report.trials_not_scored
     mark = "[green]as expected[/]" if good else f"[red]expected exit 1 and {_words(want)}[/]"
     console.print(f"benchmark -> exit {run.exit_code}, regressions: {_words(found)}  {mark}")
+    return good
+
+
+def routing(sweep: Sweep) -> bool:
+    """Check the routing suite offline, run it, and compare each route with the expected."""
+    from rich.markup import escape
+
+    from hangar.kinds.routing.suite import consistency
+
+    found = consistency(HERE / "routing" / "suite.yaml", require_all=True)
+    console.rule(
+        f"routing suite {found.suite}: {found.cases} cases over {len(found.skills)} skills"
+    )
+    console.print(f"golden check: {'consistent' if found.ok else found.problems}", highlight=False)
+    store = ResultsStore(sweep.config.store)
+    tally = SweepRunner(sweep, store).run()
+    want = {
+        "route:failing-bug-report": "pass",
+        "route:review-before-merge": "fail",
+        "route:notes-for-a-version": "pass",
+        "route:no-skill-needed": "pass",
+    }
+    current = {t.digest for t in sweep.tasks}
+    got = {r.scenario_id: r for r in store.results(sweep.id) if r.scenario_digest in current}
+    good = found.ok and set(got) == set(want)
+    for case, verdict in want.items():
+        result = got.get(case)
+        right = result is not None and result.verdict.value == verdict
+        good &= right
+        mark = "[green]as expected[/]" if right else f"[red]expected {verdict}[/]"
+        said = f"{result.verdict.value}: {result.reason}" if result else "no result"
+        console.print(f"{escape(case)} -> {escape(said)}  {mark}", highlight=False)
+    console.print(f"{tally.done} trial(s) ran now, {tally.skipped} were final already (resume)")
     return good
 
 

@@ -43,7 +43,7 @@ from hangar.errors import ConfigError, StoreError
 from hangar.paths import runs_dir
 from hangar.results import CheckOutcome, Score, TrialResult, Usage, Verdict
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 #: Bump when a view's definition changes; views are rebuilt when the store is opened.
 VIEWS_VERSION = 3
 
@@ -156,6 +156,24 @@ validations = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
 
+#: Routes observed in people's own agent sessions (imported with the session audit):
+#: historical evidence, kept apart from trials so that no live score ever counts them.
+historical_routes = Table(
+    "historical_routes",
+    metadata,
+    Column("suite", String(200), primary_key=True),
+    Column("session_sha256", String(64), primary_key=True),
+    Column("case_id", String(200), nullable=False),
+    Column("source", String(16), nullable=False),
+    Column("session_id", String(200), nullable=False),
+    Column("path", Text, nullable=False),
+    Column("observed_at", String(64), nullable=False),
+    Column("loaded", JSON, nullable=False),
+    Column("route", JSON),
+    Column("exact", Boolean),
+    Column("imported_at", DateTime(timezone=True), nullable=False),
+)
+
 meta = Table(
     "hangar_meta",
     metadata,
@@ -183,6 +201,7 @@ _ADDED = {
     ],
     6: [],
     7: [],  # the validations table (created as new tables are)
+    8: [],  # the historical_routes table
 }
 
 #: Data each schema version rewrote. 6: scores came with schema 4, and every trial
@@ -322,6 +341,40 @@ class ResultsStore:
                         set_={k: v for k, v in {**row, "updated_at": now}.items() if k != "digest"},
                     )
                 )
+
+    # -- historical routes ----------------------------------------------------------------
+
+    _ROUTE_KEY = ("suite", "session_sha256")
+
+    def record_historical_routes(self, rows: Iterable[dict[str, Any]]) -> int:
+        """Record routes observed in sessions (a `historical_routes` row each, without
+        ``imported_at``); a session already recorded for the suite is replaced (a re-import
+        after the suite's cases changed re-grades it). Returns how many."""
+        now = datetime.now(UTC)
+        n = 0
+        with self.engine.begin() as conn:
+            for row in rows:
+                values = {**row, "imported_at": now}
+                stmt = self._insert(historical_routes).values(**values)
+                conn.execute(
+                    stmt.on_conflict_do_update(
+                        index_elements=["suite", "session_sha256"],
+                        set_={
+                            k: v for k, v in values.items() if k not in ("suite", "session_sha256")
+                        },
+                    )
+                )
+                n += 1
+        return n
+
+    def historical_routes(self, suite: str) -> list[dict[str, Any]]:
+        """The routes recorded for `suite`, by case then time observed."""
+        t = historical_routes
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(t).where(t.c.suite == suite).order_by(t.c.case_id, t.c.observed_at)
+            )
+            return [dict(r._mapping) for r in rows]
 
     def validations(self, digests: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The recorded validations of these task versions, by digest."""
@@ -546,7 +599,7 @@ def copy_store(source: ResultsStore, target: ResultsStore) -> dict[str, int]:
     """
     copied = {}
     with source.engine.connect() as src, target.engine.begin() as dst:
-        for table in (sweeps, trials, checks, scores, baselines, validations):
+        for table in (sweeps, trials, checks, scores, baselines, validations, historical_routes):
             rows = [dict(r._mapping) for r in src.execute(select(table))]
             if rows:
                 dst.execute(target._insert(table).on_conflict_do_nothing(), rows)

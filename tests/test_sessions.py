@@ -188,7 +188,8 @@ def test_hangar_trace_of_a_chat_agent(tmp_path: Path) -> None:
     session = read_session(trace)
     assert session is not None and session.source == "trace"
     read = next(e for e in session.events if e.type == "file_read")
-    assert (read.path, read.sha256) == ("README.md", digest("exit 0\nhello"))
+    # the digest is of what the command printed, not of the tool's "exit 0" line
+    assert (read.path, read.sha256) == ("README.md", digest("hello"))
     results = [(e.tool, e.ok) for e in session.events if e.type == "tool_result"]
     assert results == [("bash", True), ("edit", False)]
     assert any(e.type == "error" and e.text == "a hosted tool" for e in session.events)

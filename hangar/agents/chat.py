@@ -6,7 +6,9 @@ tool calls run in the sandbox (`bash`, and `edit` to view, create or change a fi
 their results go back. The loop stops when the model answers without a tool call
 (completed), or at the turn, token, cost or time limit (not completed). The key is
 used on the host only; the sandbox never sees it. Every request, response and tool
-call is a trace event; usage comes from the provider's responses.
+call is a trace event; usage comes from the provider's responses. Skills installed in
+``~/.agents/skills`` of the sandbox are listed in the system prompt (`hangar.agents.skills`):
+the agent loads one by reading its ``SKILL.md``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from hangar.agents.base import AgentConfig
 from hangar.agents.command import AgentRun
+from hangar.agents.skills import native_skills, skills_note
 from hangar.models import ModelSpec
 from hangar.models.complete import provider_error_of, sdk_client
 from hangar.models.pricing import cost_of
@@ -232,9 +235,9 @@ class _Conversation:
     the host makes on the agent's behalf."""
 
     def __init__(
-        self, agent: ChatAgent, model: ModelSpec, context: str, trace: TraceWriter
+        self, agent: ChatAgent, model: ModelSpec, context: str, trace: TraceWriter, system: str
     ) -> None:
-        self.agent, self.model, self.api = agent, model, model.chat_api
+        self.agent, self.model, self.api, self.system = agent, model, model.chat_api, system
         self.refusals: list[str] = []
         client = sdk_client(model, self.refusals, trace)
         if self.api == "messages":
@@ -246,7 +249,7 @@ class _Conversation:
                 self.messages = [{"role": "user", "content": context}]
             else:
                 self.messages = [
-                    {"role": "system", "content": agent.system_prompt},
+                    {"role": "system", "content": system},
                     {"role": "user", "content": context},
                 ]
 
@@ -256,7 +259,7 @@ class _Conversation:
         if self.api == "messages":
             reply = self.anthropic.messages.create(
                 model=self.model.id,
-                system=a.system_prompt,
+                system=self.system,
                 messages=self.messages,
                 max_tokens=a.max_output_tokens,
                 timeout=timeout,
@@ -278,7 +281,7 @@ class _Conversation:
         if self.api == "responses":
             response = self.openai.responses.create(
                 model=self.model.id,
-                instructions=a.system_prompt,
+                instructions=self.system,
                 input=self.messages,
                 max_output_tokens=a.max_output_tokens,
                 timeout=timeout,
@@ -345,11 +348,19 @@ def run_chat_agent(
     """Run the loop until the model is done or a limit is reached."""
     deadline = time.monotonic() + timeout
     usage = Usage()
+    # Skills installed where it finds them natively are listed in its system prompt.
+    skills = native_skills(sandbox) if agent.tools == "edit" else []
     trace.event(
-        "agent_start", agent=agent.name, agent_kind="chat", model=model.id, api=model.chat_api
+        "agent_start",
+        agent=agent.name,
+        agent_kind="chat",
+        model=model.id,
+        api=model.chat_api,
+        skills=[s.name for s in skills],
     )
     try:
-        conversation = _Conversation(agent, model, context, trace)
+        system = agent.system_prompt + skills_note(skills)
+        conversation = _Conversation(agent, model, context, trace, system)
     except Exception as exc:  # a missing SDK or key: the run cannot start
         trace.event("agent_end", error=str(exc))
         return AgentRun(reason=f"the chat agent could not start: {exc}"), usage

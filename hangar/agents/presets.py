@@ -10,13 +10,15 @@ The sandbox image must hold the CLI:
   as a custom provider. Options: ``reasoning_effort`` (minimal, low, medium, high,
   xhigh), ``approval_policy`` (untrusted, on-failure, on-request, never) and
   ``sandbox_mode`` (read-only, workspace-write, danger-full-access; without it Codex's
-  own sandbox is bypassed, since hangar's container is the sandbox). Build the image
+  own sandbox is bypassed, since hangar's container is the sandbox). It finds skills in
+  ``~/.agents/skills``. Build the image
   offline with ``hangar image build-base --with codex`` (it installs ``@openai/codex``
   from the npm registry on the host and copies the binary in); its session files
   (``~/.codex/sessions``) go into the evidence.
 - ``claude``: Claude Code (``claude -p --output-format stream-json``), talking the
   Anthropic Messages API to the relay. Option: ``permission_mode`` (default,
-  acceptEdits, plan, bypassPermissions; without it permissions are skipped). Its image:
+  acceptEdits, plan, bypassPermissions; without it permissions are skipped). It finds
+  skills in ``~/.claude/skills`` (its Skill tool loads them). Its image:
   ``hangar image build-base --with claude`` (Claude Code's linux-x64 binary and Node.js 22,
   which Debian bookworm lacks, both from the npm registry); its transcripts
   (``~/.claude/projects``) go into the evidence.
@@ -59,6 +61,8 @@ class Preset(BaseModel):
     """Extra environment."""
     options: dict[str, Option] = {}
     """Settings the preset takes."""
+    skills: str = "~/.agents/skills"
+    """Where the CLI finds skills natively (a routing suite's catalog goes there)."""
 
     def render(self, chosen: dict[str, str], where: str) -> str:
         """The command with the `chosen` options in it (each checked)."""
@@ -119,6 +123,7 @@ PRESETS: dict[str, Preset] = {
             '--disallowedTools WebSearch --model "$HANGAR_MODEL" < "$HANGAR_CONTEXT_FILE"'
         ),
         collect=("~/.claude/projects",),
+        skills="~/.claude/skills",
         env={
             "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1",

@@ -105,8 +105,6 @@ class _Reader:
                         **base, type="tool_call", tool=name, call_id=call_id, arguments=arguments
                     )
                 )
-                if name == "Skill" and arguments.get("skill"):
-                    events.append(SessionEvent(**base, type="skill", skill=str(arguments["skill"])))
         return events
 
     def user(
@@ -145,7 +143,10 @@ class _Reader:
             events.append(
                 SessionEvent(**base, type="shell", call_id=call_id, command=command, ok=not failed)
             )
-            events += shell_events(base, command, output)
+            events += shell_events(base, command, output, not failed)
+        elif tool == "Skill" and arguments.get("skill") and not failed:
+            # the skill tool loaded it (a skill it does not have is an error result)
+            events.append(SessionEvent(**base, type="skill", skill=str(arguments["skill"])))
         elif tool in READ_TOOLS and path and not failed:
             events += read_events(base, path, text)
         elif tool in WRITE_TOOLS and path and not failed:

@@ -119,7 +119,7 @@ class _Reader:
                         ok=ok,
                     )
                 )
-                events += shell_events(base, command, text)
+                events += shell_events(base, command, text, ok)
             return events
         if kind == "reasoning":
             return []
@@ -176,12 +176,15 @@ class _Reader:
             )
         ]
         parsed = item.get("parsed_cmd")
-        if isinstance(parsed, list) and parsed:
-            for part in parsed:
-                if isinstance(part, dict) and part.get("type") == "read" and part.get("path"):
-                    events += read_events(base, str(part["path"]), output)
-            return events
-        return events + shell_events(base, line, output)
+        reads = [
+            str(part["path"])
+            for part in (parsed if isinstance(parsed, list) else [])
+            if isinstance(part, dict) and part.get("type") == "read" and part.get("path")
+        ]
+        if reads and code == 0:  # what Codex itself parsed the command into
+            return events + [e for path in reads for e in read_events(base, path, output)]
+        # Codex could not parse it (``unknown``): read the words, as for other agents
+        return events + shell_events(base, line, output, code == 0)
 
 
 def _events(records: Records, name: str) -> Iterator[SessionEvent]:

@@ -101,16 +101,23 @@ def read_events(base: dict[str, Any], path: str, text: str) -> list[SessionEvent
     sha = digest(text)
     events = [SessionEvent(**base, type="file_read", path=path, sha256=sha)]
     if skill := skill_of(path):
-        events.append(SessionEvent(**base, type="skill", skill=skill, path=path, sha256=sha))
+        events.append(
+            SessionEvent(
+                **base, type="skill", skill=skill, path=path, sha256=sha, text=capped(text)
+            )
+        )
     return events
 
 
-def shell_events(base: dict[str, Any], command: str, output: str) -> list[SessionEvent]:
+def shell_events(
+    base: dict[str, Any], command: str, output: str, ok: bool | None = None
+) -> list[SessionEvent]:
     """The file events a shell command implies (each read carrying the digest of the
-    command's output, what the agent saw)."""
+    command's output, what the agent saw); a command known to have failed (`ok` False)
+    read nothing (a ``cat`` of a missing skill loaded no skill)."""
     reads, writes = shell_files(command)
     events = []
-    for path in reads:
+    for path in reads if ok is not False else ():
         events += read_events(base, path, output)
     events += [SessionEvent(**base, type="file_write", path=path) for path in writes]
     return events

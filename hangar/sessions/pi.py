@@ -55,7 +55,7 @@ class _Reader:
             code = m.get("exitCode")
             ok = code == 0 and not m.get("cancelled")
             shell = SessionEvent(**base, type="shell", command=command, exit_code=code, ok=ok)
-            return [shell, *shell_events(base, command, output)]
+            return [shell, *shell_events(base, command, output, ok)]
         return [SessionEvent(**base, type="raw", raw=m)]
 
     def assistant(self, base: dict[str, Any], m: dict[str, Any]) -> list[SessionEvent]:
@@ -124,7 +124,7 @@ class _Reader:
             events.append(
                 SessionEvent(**base, type="shell", call_id=call_id, command=command, ok=ok)
             )
-            events += shell_events(base, command, text)
+            events += shell_events(base, command, text, ok)
         elif tool == "read" and path and ok:
             events += read_events(base, path, text)
         elif tool in ("write", "edit") and path and ok:

@@ -105,7 +105,9 @@ def _tool_result(
         yield SessionEvent(
             **base, type="shell", call_id=call_id, command=command, exit_code=code, ok=ok
         )
-        yield from shell_events(base, command, output)
+        # what the command printed, without the tool's own "exit N" first line
+        printed = output.split("\n", 1)[1] if code_match and "\n" in output else output
+        yield from shell_events(base, command, printed, ok)
     elif tool in ("edit", "read", "view") and arguments.get("path"):
         path = str(arguments["path"])
         reading = tool != "edit" or arguments.get("command") == "view"

@@ -1,7 +1,8 @@
 """The kinds of work hangar runs, each behind one interface (`Kind`), found by name.
 
 A kind is a package under ``hangar/kinds/`` (execution scenarios, decision suites, rubric
-benchmarks, knowledge gold sets) whose ``KIND`` object says how its task files load, how
+benchmarks, knowledge gold sets, routing suites) whose ``KIND`` object says how its task
+files load, how
 a task expands into trial specs, which runner runs a trial, what a node needs for it,
 how its tasks travel to the workers, and what the viewer shows of a trial. The trial
 core, the scheduler and the viewer know kinds only through `kind_of` and `kinds`:
@@ -34,6 +35,7 @@ REGISTRY: dict[str, str] = {
     "prompt": "hangar.kinds.decision",
     "rubric": "hangar.kinds.rubric",
     "knowledge": "hangar.kinds.knowledge",
+    "routing": "hangar.kinds.routing",
 }
 
 #: Bytes put once into the object store, as the scheduler ships them (opaque to kinds).

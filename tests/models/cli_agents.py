@@ -76,3 +76,23 @@ def check_session(result: TrialResult, source: str) -> list[dict[str, object]]:
     ends = [e for e in agent if e["type"] == "turn_end"]
     assert len(ends) == 1 and not ends[0].get("partial")
     return agent
+
+
+def route_the_example(image: str, preset: str, model: ModelSpec, tmp_path: Path) -> TrialResult:
+    """One trial of the routing example's bug-report case (expects tdd, forbids
+    release-notes), its image replaced, by the `preset` agent."""
+    from hangar.kinds.routing import routing_trial
+    from hangar.kinds.routing.suite import load_routing_suite
+
+    shutil.copytree(EXAMPLES / "routing", tmp_path / "routing")
+    shutil.copytree(EXAMPLES / "decision" / "skills", tmp_path / "decision" / "skills")
+    path = tmp_path / "routing" / "suite.yaml"
+    path.write_text(path.read_text().replace(f"image: {BASE_IMAGE}", f"image: {image}"))
+    (case,) = [c for c in load_routing_suite(path) if c.id == "route:failing-bug-report"]
+    agent = parse_agent(preset, {"preset": preset}, "test")
+    spec = routing_trial(case, agent, model=model, evidence_url=(tmp_path / "ev").as_uri())
+    return run_trial(spec)
+
+
+#: The description of the skill the routing case expects (how an agent routes to it).
+TDD_DESCRIPTION = "Test-driven changes to existing code."

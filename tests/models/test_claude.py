@@ -4,6 +4,7 @@ from the npm registry (its linux-x64 binary and Node.js 22)."""
 
 from __future__ import annotations
 
+import json
 import tarfile
 from pathlib import Path
 
@@ -15,8 +16,14 @@ from hangar.models.pricing import Price
 from hangar.results import Verdict
 from hangar.sandbox import SandboxSpec
 from hangar.sandbox.docker import DockerSandbox
-from hangar.testing.scripted import ScriptedServer
-from tests.models.cli_agents import check_session, cli_image, fix_the_example
+from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer, ToolCall
+from tests.models.cli_agents import (
+    TDD_DESCRIPTION,
+    check_session,
+    cli_image,
+    fix_the_example,
+    route_the_example,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -59,3 +66,46 @@ def test_claude_code_fixes_the_bug_through_the_relay(
         sessions = [n for n in names if n.startswith("agent/") and n.endswith(".jsonl")]
         assert sessions, f"Claude Code's session files were not collected: {names}"
     check_session(result, "claude")
+
+
+def test_claude_code_routes_to_the_skill_it_finds_natively(
+    claude_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The routing case's catalog, installed in ~/.claude/skills, reaches the model through
+    Claude Code's Skill tool; the scripted model calls it for tdd, and the route Claude
+    Code's transcript shows is graded exactly."""
+    script = Script(
+        conversations=[
+            Conversation(
+                match="parse_csv() drops the last field",
+                model="scripted-claude",
+                replies=[
+                    Reply(tool_calls=[ToolCall(name="Skill", arguments={"skill": "tdd"})]),
+                    Reply(content="A failing test first, then the fix."),
+                ],
+            )
+        ]
+    )
+    server = ScriptedServer(script).start()
+    monkeypatch.setenv("HANGAR_TEST_CLAUDE_KEY", "sk-ant-claude-test")
+    try:
+        model = ModelSpec(
+            id="scripted-claude",
+            provider="anthropic",
+            base_url=server.url,
+            api_key_env="HANGAR_TEST_CLAUDE_KEY",
+        )
+        result = route_the_example(claude_image, "claude", model, tmp_path)
+    finally:
+        server.shutdown()
+    assert (result.verdict, result.reason) == (Verdict.PASS, "routed exactly: tdd")
+    messages = [r for r in server.requests if r["path"] == "/v1/messages"]
+    assert any(TDD_DESCRIPTION in json.dumps(r["body"]) for r in messages), (
+        "Claude Code did not offer the installed skills to the model"
+    )
+    assert result.evidence_uri is not None
+    with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
+        member = tar.extractfile("route.json")
+        assert member is not None
+        loads = json.loads(member.read())["loads"]
+    assert [(load["skill"], load["source"]) for load in loads][:1] == [("tdd", "claude")]

@@ -3,6 +3,7 @@ talking through the model relay to the scripted server."""
 
 from __future__ import annotations
 
+import json
 import tarfile
 from pathlib import Path
 
@@ -12,8 +13,14 @@ import pytest
 from hangar.models import ModelSpec
 from hangar.models.pricing import Price
 from hangar.results import Verdict
-from hangar.testing.scripted import ScriptedServer
-from tests.models.cli_agents import check_session, cli_image, fix_the_example
+from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer, ToolCall
+from tests.models.cli_agents import (
+    TDD_DESCRIPTION,
+    check_session,
+    cli_image,
+    fix_the_example,
+    route_the_example,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -47,3 +54,56 @@ def test_codex_fixes_the_bug_through_the_relay(
         sessions = [n for n in tar.getnames() if n.startswith("agent/") and n.endswith(".jsonl")]
     assert sessions, "Codex's session files were not collected into the evidence"
     check_session(result, "codex")
+
+
+def test_codex_routes_to_the_skill_it_finds_natively(
+    codex_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The routing case's catalog, installed in ~/.agents/skills, reaches the model through
+    Codex's own skill listing; the scripted model reads tdd's SKILL.md with a shell command,
+    and the route Codex's session shows is graded exactly."""
+    script = Script(
+        conversations=[
+            Conversation(
+                match="parse_csv() drops the last field",
+                replies=[
+                    Reply(
+                        tool_calls=[
+                            ToolCall(
+                                name="exec_command",
+                                arguments={"cmd": "cat ~/.agents/skills/tdd/SKILL.md"},
+                            )
+                        ]
+                    ),
+                    Reply(content="A failing test first, then the fix."),
+                ],
+            )
+        ]
+    )
+    server = ScriptedServer(script).start()
+    monkeypatch.setenv("HANGAR_TEST_CODEX_KEY", "sk-codex-test")
+    try:
+        model = ModelSpec(
+            id="scripted-codex",
+            provider="openai",
+            base_url=f"{server.url}/v1",
+            api_key_env="HANGAR_TEST_CODEX_KEY",
+        )
+        result = route_the_example(codex_image, "codex", model, tmp_path)
+    finally:
+        server.shutdown()
+    assert (result.verdict, result.reason) == (Verdict.PASS, "routed exactly: tdd")
+    first = json.dumps(server.requests[0]["body"])
+    assert TDD_DESCRIPTION in first, "Codex did not list the installed skills to the model"
+    assert result.details["route"]["loaded"] == ["tdd"]
+    sources = {load["source"] for load in _loads(result)}
+    assert "codex" in sources, "the route was not read from Codex's own session"
+
+
+def _loads(result: object) -> list[dict[str, object]]:
+    uri = getattr(result, "evidence_uri", None)
+    assert uri is not None
+    with tarfile.open(uri.removeprefix("file://")) as tar:
+        member = tar.extractfile("route.json")
+        assert member is not None
+        return list(json.loads(member.read())["loads"])

@@ -29,7 +29,7 @@ from hangar.kinds.execution.imagetask import (
     SwebenchGrading,
     image_task_digest,
 )
-from hangar.kinds.execution.scenario import ScenarioLimits
+from hangar.trials.limits import ScenarioLimits
 from hangar.validation import validation_message
 
 TASK_FILE = "task.toml"

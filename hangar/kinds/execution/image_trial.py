@@ -39,7 +39,6 @@ from hangar.errors import (
 )
 from hangar.kinds.execution.imagetask import ImageSource, ImageTask, Network
 from hangar.kinds.execution.rewards import Reward, read_reward
-from hangar.kinds.execution.sandboxed import SandboxedTrial, free_port
 from hangar.kinds.execution.swebench import grade
 from hangar.models.tunnel import RelayTunnel
 from hangar.results import COUNTED_VERDICTS, CheckOutcome, Score, Verdict
@@ -50,6 +49,7 @@ from hangar.sandbox.egress import EgressProxy, proxy_env
 from hangar.sandbox.task_images import ensure_task_image, image_settings
 from hangar.sandbox.workspace import MirrorCache, diff_against_tree, hand_over, make_workspace
 from hangar.trials.boundary import Outcome
+from hangar.trials.sandboxed import SandboxedTrial, free_port
 from hangar.trials.spec import TrialSpec
 
 #: Where the task's tests, its solution and the logs are in the sandbox.

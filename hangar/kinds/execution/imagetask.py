@@ -19,7 +19,7 @@ from typing import ClassVar, Literal
 from pydantic import ConfigDict, Field
 
 from hangar.files import tree_digest
-from hangar.kinds.execution.scenario import ScenarioLimits
+from hangar.trials.limits import ScenarioLimits
 from hangar.trials.spec import Task
 from hangar.verifiers.spec import Strict
 

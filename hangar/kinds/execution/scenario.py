@@ -27,7 +27,8 @@ from pydantic import (
 
 from hangar import verifiers
 from hangar.errors import ConfigError
-from hangar.files import file_sha256, parse_size, read_yaml, tree_digest
+from hangar.files import file_sha256, read_yaml, tree_digest
+from hangar.trials.limits import ScenarioLimits
 from hangar.trials.spec import Task
 from hangar.validation import Name, validation_message
 from hangar.verifiers.spec import (
@@ -51,27 +52,6 @@ class Plugin(Strict):
     """Where it goes in the sandbox; relative paths are under the workspace."""
     install: str | None = None
     """Optional command run in the sandbox after copying (its output is recorded)."""
-
-
-class ScenarioLimits(Strict):
-    """Resource limits of a trial."""
-
-    time_s: float = Field(default=600, gt=0)
-    """Shared budget of setup (prepare, plugins) and the agent's turns, in seconds."""
-    cpus: float = Field(default=1.0, gt=0)
-    """CPU cores."""
-    memory: int = Field(default=2 * 1024**3, gt=0)
-    """Memory (``512m``, ``2g``)."""
-    pids: int = Field(default=512, gt=0)
-    """Most processes at once."""
-    disk: int | None = None
-    """Disk for everything the agent can write: workspace, HOME, /tmp (``2g``; default
-    4g); enforced where hangar runs as root (see `hangar.sandbox.disk`)."""
-
-    @field_validator("memory", "disk", mode="before")
-    @classmethod
-    def _size(cls, value: int | str | None) -> int | None:
-        return None if value is None else parse_size(value)
 
 
 class Scenario(Strict):

@@ -23,7 +23,6 @@ from hangar.errors import ImageNotFound, WorkspaceError
 from hangar.files import tree_digest
 from hangar.kinds.execution.admission import fixture_problems
 from hangar.kinds.execution.judging import host_verify, judgement
-from hangar.kinds.execution.sandboxed import SandboxedTrial
 from hangar.kinds.execution.scenario import LoadedScenario
 from hangar.kinds.execution.verification import VerificationPlace, place_for
 from hangar.results import COUNTED_VERDICTS, Score, Verdict
@@ -45,6 +44,7 @@ from hangar.sandbox.workspace import (
 )
 from hangar.sessions import write_trial_session
 from hangar.trials.boundary import Outcome
+from hangar.trials.sandboxed import SandboxedTrial
 from hangar.trials.spec import TrialSpec
 from hangar.verifiers import junit
 from hangar.verifiers.admission import Judgement

@@ -1,9 +1,8 @@
-"""What every sandboxed trial of the execution kind has: its disk, its sandboxes, the
+"""What every trial whose agent works in a sandbox has: its disk, its sandboxes, the
 model relay, and the agent's turns.
 
-`SandboxedTrial` is the base of the trial of a git scenario
-(`hangar.kinds.execution.trial`) and of an image task
-(`hangar.kinds.execution.image_trial`): each says how its workspace is made, which
+`SandboxedTrial` is the base of the trial of a git scenario and of an image task (the
+execution kind), and of a routing case: each says how its workspace is made, which
 sandboxes it starts (`sandbox_spec`) and how it is judged.
 """
 
@@ -26,7 +25,6 @@ from hangar.agents import (
     run_command_agent,
 )
 from hangar.errors import ConfigError, ImageNotFound, MissingPython
-from hangar.kinds.execution.scenario import ScenarioLimits
 from hangar.models.relay import ModelRelay
 from hangar.models.tunnel import RelayTunnel
 from hangar.paths import cache_dir
@@ -35,6 +33,7 @@ from hangar.sandbox import Sandbox, SandboxSpec, create_sandbox, sandbox_class
 from hangar.sandbox.disk import TrialDisk
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun
+from hangar.trials.limits import ScenarioLimits
 from hangar.trials.spec import TrialSpec
 
 T = TypeVar("T")
