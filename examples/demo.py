@@ -28,8 +28,13 @@
    grep, read and answer, on the scripted model); both are scored from the committed
    labels of three raters, a canary scan of the run's evidence finds nothing, and the
    rule is printed: baseline-projects is not shown to lose on correctness, and is shown
-   to lose by at least 15 points on citation validity. In a fresh copy under
-   ./runs/knowledge each time (the trials resume from the store).
+   to lose by at least 15 points on citation validity. Then the retrieval arm
+   `retrieval:handbook`: an agent with only the tools of a retrieval MCP server of the
+   example's own (`knowledge/mcp/handbook_server.py`, on the MCP SDK from PyPI, pinned by
+   sha256 with its snapshot of the handbook at 1.1), run in the sandbox; the arm's meta
+   records the server's snapshot, and the two questions asked as of 1.0 get stale
+   citations. In a fresh copy under ./runs/knowledge each time (the trials resume from the
+   store).
 
 6. `examples/harbor/`: a Harbor dataset of five tasks (the image built from each task's
    Dockerfile is the fixture, its `FROM` mapped onto the base image's stock variant). It
@@ -60,6 +65,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from hangar.agents import load_agents
 from hangar.console import console, print_result
 from hangar.kinds.execution.imagetask import ImageTask
 from hangar.kinds.execution.validate import validate_dataset, validated_tasks
@@ -161,6 +167,7 @@ def scripted() -> Script:
         "routing/scripted-model.yaml",
         "sdd-benchmark/scripted-model.yaml",
         "knowledge/scripted-model.yaml",
+        "knowledge/scripted-retrieval.yaml",
     )
     return Script(conversations=[c for p in parts for c in Script.load(HERE / p).conversations])
 
@@ -319,6 +326,43 @@ def knowledge() -> bool:
     ]
     good = sentences == want and not found and run.answered == 11
     console.print(f"knowledge -> {'[green]as expected[/]' if good else f'[red]expected {want}[/]'}")
+    return good & retrieval(folder)
+
+
+def retrieval(folder: Path) -> bool:
+    """The retrieval arm: the pinned handbook MCP server's tools instead of repo search;
+    its snapshot (the handbook at 1.1) is recorded, and is stale for the two questions
+    asked as of 1.0: the gate against the repo-search arm says so."""
+    agents = load_agents(folder / "agents.yaml")
+    model = ModelSpec(
+        id="scripted-retriever",
+        base_url="http://127.0.0.1:8765/v1",
+        api_key_env="HANGAR_SCRIPTED_KEY",
+    )
+    arm = "retrieval:handbook"
+    run = run_arm(
+        folder,
+        arm,
+        model,
+        agent=agents["retrieval"],  # type: ignore[arg-type]
+        repositories={"handbook": str(HERE / "repos" / "handbook.bundle")},
+        run=run_batch,
+    )
+    console.print(f"{arm}: {run.answered} answered (sweep {run.sweep})", highlight=False)
+    report = build_gold_set_report(
+        sealed_suite(folder),
+        ["baseline-repo-search", arm],
+        baseline="baseline-repo-search",
+        candidate=arm,
+    )
+    console.out(render_knowledge(report, "text"), highlight=False)
+    (mine,) = [a for a in report.arms if a.arm == arm]
+    snapshot = (mine.meta or {}).get("knowledge_snapshot")
+    stale = mine.citations.get("stale")
+    good = run.answered == 11 and snapshot == "handbook@dee254872bb216846ae8eeaa1818a5071ed07e7a"
+    good &= stale == 2
+    mark = "[green]as expected[/]" if good else "[red]expected the 1.1 snapshot, 2 stale[/]"
+    console.print(f"retrieval -> snapshot {snapshot}, {stale} stale citation(s)  {mark}")
     return good
 
 

@@ -41,6 +41,23 @@ def _check_case_id(value: str) -> str:
 CaseId = Annotated[str, AfterValidator(_check_case_id)]
 
 
+_ARM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(:[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+
+
+def _check_arm(value: str) -> str:
+    if not _ARM.match(value):
+        raise ValueError(
+            f"expected letters, digits, '_', '.', '-', and one ':' between two names "
+            f"(retrieval:handbook), got {value!r}"
+        )
+    return value
+
+
+#: An arm's name: a Name, or two joined by one ':' (a knowledge gold set's
+#: ``retrieval:<server>`` arm). Its files are named after it (``answers/<arm>.jsonl``).
+ArmName = Annotated[str, AfterValidator(_check_arm)]
+
+
 #: Union tags of discriminated unions, left out of field paths in messages.
 UNION_TAGS = {"builtin-verifier", "pinned-file"}
 

@@ -342,3 +342,21 @@ def export_tree(
         target.write_bytes(blob)
         hashes[path] = "sha256:" + hashlib.sha256(blob).hexdigest()
     return hashes
+
+
+def file_digest_at(cache: MirrorCache, url: str, revision: str, path: str) -> str | None:
+    """``sha256:<hex>`` of the file `path` at `revision` of `url` (None when the revision or
+    the file is not there): how hangar hashes a citation of a commit it did not export."""
+    try:
+        mirror = cache.ensure(url, revision)
+    except WorkspaceError:
+        return None
+    if not _has_commit(mirror, revision) or ".." in PurePosixPath(path).parts:
+        return None
+    proc = subprocess.run(
+        ["git", "cat-file", "blob", f"{revision}:{path}"],
+        cwd=mirror,
+        capture_output=True,
+        check=False,
+    )
+    return "sha256:" + hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None

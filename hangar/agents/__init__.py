@@ -17,6 +17,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from hangar.agents.chat import ChatAgent, run_chat_agent
 from hangar.agents.command import AgentRun, CommandAgent, run_command_agent
+from hangar.agents.mcp import read_pinned
 from hangar.agents.presets import expand_preset
 from hangar.agents.prompt import PromptAgent
 from hangar.agents.reference import NOP, ORACLE, ReferenceAgent
@@ -65,12 +66,12 @@ def _script_command(data: dict[str, object], base: Path | None, where: str) -> d
 def parse_agent(name: str, data: object, where: str, base: Path | None = None) -> AgentSpec:
     """Validate one agent config; errors name where it came from and the field.
 
-    `base` is the folder a ``script:`` path is relative to.
+    `base` is the folder a ``script:`` path (and an MCP server's ``file:``) is relative to.
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: agent {name!r} must be a mapping with a `command`")
     try:
-        data = _script_command(expand_preset(data, where), base, where)
+        data = read_pinned(_script_command(expand_preset(data, where), base, where), base, where)
         return _AGENT.validate_python({"kind": "command", "name": name, **data})
     except ValidationError as exc:
         raise ConfigError(validation_message(where, f"agent ({name!r})", exc)) from None

@@ -4,7 +4,7 @@ result records."""
 from __future__ import annotations
 
 import hashlib
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,11 +18,22 @@ class AgentConfig(BaseModel):
     hashed_field: ClassVar[str] = "system_prompt"
 
     def digest(self) -> str:
-        """sha256 of the agent's config (part of the trial key)."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+        """sha256 of the agent's config (part of the trial key). Its MCP servers count by
+        their pins (their bytes are pinned by sha256); an agent without any has the digest
+        it had before agents took MCP servers."""
+        from hangar.agents.mcp import DIGEST_EXCLUDE
+
+        exclude: Any = DIGEST_EXCLUDE if getattr(self, "mcp", None) else {"mcp"}
+        return hashlib.sha256(self.model_dump_json(exclude=exclude).encode()).hexdigest()
+
+    def servers(self) -> dict[str, object]:
+        """What the settings record of its MCP servers ({} when it has none)."""
+        servers = getattr(self, "mcp", None) or {}
+        return {"mcp": {n: s.identity() for n, s in servers.items()}} if servers else {}
 
     def settings(self) -> dict[str, object]:
         """The settings a result records (the `hashed_field` as its sha256)."""
-        fields = self.model_dump(exclude={"name", self.hashed_field})
+        fields = self.model_dump(exclude={"name", "mcp", self.hashed_field})
         text = str(getattr(self, self.hashed_field))
-        return {**fields, f"{self.hashed_field}_sha256": hashlib.sha256(text.encode()).hexdigest()}
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        return {**fields, f"{self.hashed_field}_sha256": sha, **self.servers()}

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from hangar.agents.base import AgentConfig
 from hangar.agents.command import AgentRun
+from hangar.agents.mcp import McpServer, McpTools
 from hangar.agents.skills import native_skills, skills_note
 from hangar.models import ModelSpec
 from hangar.models.complete import provider_error_of, sdk_client
@@ -41,6 +42,11 @@ READ_SYSTEM = (
     "only read: each top-level folder is one repository at a pinned commit. Find the facts "
     "with list, grep and read, then call answer once with your answer and the files that "
     "support it (each cited as repository/path)."
+)
+RETRIEVAL_SYSTEM = (
+    "You answer a question with the retrieval tools you are given: search for the facts, "
+    "read what you found, then call answer once with your answer and the sources that "
+    "support it (each cited by the uri the tools gave it)."
 )
 TOOLS: list[dict[str, Any]] = [
     {
@@ -120,7 +126,11 @@ READ_TOOLS: list[dict[str, Any]] = [
         },
     },
 ]
-TOOLSETS = {"edit": TOOLS, "read": READ_TOOLS}
+TOOLSETS = {
+    "edit": TOOLS,
+    "read": READ_TOOLS,
+    "retrieval": [t for t in READ_TOOLS if t["name"] == "answer"],
+}
 
 
 class ChatAgent(AgentConfig):
@@ -144,21 +154,34 @@ class ChatAgent(AgentConfig):
     """Time limit of one tool call (the trial's budget still applies)."""
     tool_output_chars: int = Field(default=16_000, gt=0)
     """The tail of a tool's output the model sees."""
-    tools: Literal["edit", "read"] = "edit"
+    tools: Literal["edit", "read", "retrieval"] = "edit"
     """``edit``: bash and edit. ``read``: list, grep, read and answer (no write, no shell;
-    the answer tool ends the run and its arguments are the run's answer)."""
+    the answer tool ends the run and its arguments are the run's answer). ``retrieval``:
+    only answer and its MCP servers' tools (a knowledge arm whose knowledge comes from a
+    pinned retrieval server)."""
+    mcp: dict[Name, McpServer] = Field(default_factory=dict)
+    """MCP servers it gets, pinned (`hangar.agents.mcp`): they run in the sandbox, their
+    tools are offered to the model as ``mcp__<server>__<tool>``."""
 
     @model_validator(mode="before")
     @classmethod
     def _read_prompt(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("tools") == "read" and "system_prompt" not in data:
-            return {**data, "system_prompt": READ_SYSTEM}
+        if (
+            isinstance(data, dict)
+            and data.get("tools") in ("read", "retrieval")
+            and "system_prompt" not in data
+        ):
+            return {
+                **data,
+                "system_prompt": READ_SYSTEM if data["tools"] == "read" else RETRIEVAL_SYSTEM,
+            }
         return data
 
 
-def _tools_for(api: str, toolset: str = "edit") -> Any:
-    """The tool definitions in one API's shape (the SDKs' typed dicts, built as data)."""
-    tools = TOOLSETS[toolset]
+def _tools_for(api: str, toolset: str = "edit", extra: list[dict[str, Any]] | None = None) -> Any:
+    """The tool definitions in one API's shape (the SDKs' typed dicts, built as data);
+    `extra`: more tools (an MCP server's), in the same neutral shape."""
+    tools = TOOLSETS[toolset] + (extra or [])
     if api == "messages":
         return [
             {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
@@ -194,10 +217,16 @@ def run_read_tool(agent: ChatAgent, sandbox: Sandbox, call: _Call, timeout: floa
     return out[:cap] + ("\n(output cut)" if len(out) > cap else "")
 
 
-def run_tool(agent: ChatAgent, sandbox: Sandbox, call: _Call, timeout: float) -> str:
+def run_tool(
+    agent: ChatAgent, sandbox: Sandbox, call: _Call, timeout: float, mcp: McpTools | None = None
+) -> str:
     """Run one tool call in the sandbox; its result as the model will see it."""
     args = call.arguments
     try:
+        if mcp is not None and call.name in mcp.tools:
+            return mcp.call(call.name, dict(args))[-agent.tool_output_chars :]
+        if agent.tools == "retrieval":
+            return f"error: unknown tool {call.name!r}"
         if agent.tools == "read":
             return run_read_tool(agent, sandbox, call, timeout)
         if call.name == "bash":
@@ -235,9 +264,16 @@ class _Conversation:
     the host makes on the agent's behalf."""
 
     def __init__(
-        self, agent: ChatAgent, model: ModelSpec, context: str, trace: TraceWriter, system: str
+        self,
+        agent: ChatAgent,
+        model: ModelSpec,
+        context: str,
+        trace: TraceWriter,
+        system: str,
+        extra: list[dict[str, Any]] | None = None,
     ) -> None:
         self.agent, self.model, self.api, self.system = agent, model, model.chat_api, system
+        self.extra = extra or []
         self.refusals: list[str] = []
         client = sdk_client(model, self.refusals, trace)
         if self.api == "messages":
@@ -263,7 +299,7 @@ class _Conversation:
                 messages=self.messages,
                 max_tokens=a.max_output_tokens,
                 timeout=timeout,
-                tools=_tools_for("messages", a.tools),
+                tools=_tools_for("messages", a.tools, self.extra),
             )
             self.messages.append(
                 {
@@ -285,7 +321,7 @@ class _Conversation:
                 input=self.messages,
                 max_output_tokens=a.max_output_tokens,
                 timeout=timeout,
-                tools=_tools_for("responses", a.tools),
+                tools=_tools_for("responses", a.tools, self.extra),
             )
             items = [i.model_dump(exclude_none=True) for i in response.output]
             self.messages += [i for i in items if i.get("type") in ("message", "function_call")]
@@ -301,7 +337,7 @@ class _Conversation:
             messages=self.messages,
             max_tokens=a.max_output_tokens,
             timeout=timeout,
-            tools=_tools_for("chat", a.tools),
+            tools=_tools_for("chat", a.tools, self.extra),
         )
         message = completion.choices[0].message
         self.messages.append(message.model_dump(exclude_none=True))
@@ -344,8 +380,10 @@ def run_chat_agent(
     trace: TraceWriter,
     timeout: float,
     model: ModelSpec,
+    mcp: McpTools | None = None,
 ) -> tuple[AgentRun, Usage]:
-    """Run the loop until the model is done or a limit is reached."""
+    """Run the loop until the model is done or a limit is reached (`mcp`: the tools of
+    the agent's MCP servers, started in `sandbox`)."""
     deadline = time.monotonic() + timeout
     usage = Usage()
     # Skills installed where it finds them natively are listed in its system prompt.
@@ -357,10 +395,15 @@ def run_chat_agent(
         model=model.id,
         api=model.chat_api,
         skills=[s.name for s in skills],
+        mcp_tools=sorted(mcp.tools) if mcp else [],
     )
     try:
         system = agent.system_prompt + skills_note(skills)
-        conversation = _Conversation(agent, model, context, trace, system)
+        extra = [
+            {"name": t.name, "description": t.description, "parameters": t.schema}
+            for t in (mcp.tools.values() if mcp else [])
+        ]
+        conversation = _Conversation(agent, model, context, trace, system, extra)
     except Exception as exc:  # a missing SDK or key: the run cannot start
         trace.event("agent_end", error=str(exc))
         return AgentRun(reason=f"the chat agent could not start: {exc}"), usage
@@ -388,28 +431,34 @@ def run_chat_agent(
         )
         if not calls:
             trace.event("agent_end", completed=True, turns=turn)
-            answer = {"answer": text, "citations": []} if agent.tools == "read" else None
+            answering = agent.tools in ("read", "retrieval")
+            answer = {"answer": text, "citations": []} if answering else None
             return AgentRun(exit_code=0, completed=True, answer=answer), usage
         final = next((c for c in calls if c.name == "answer"), None)
-        if agent.tools == "read" and final is not None:
+        if agent.tools in ("read", "retrieval") and final is not None:
             trace.event("tool_call", id=final.id, name=final.name, arguments=final.arguments)
             trace.event("agent_end", completed=True, turns=turn)
             return AgentRun(exit_code=0, completed=True, answer=final.arguments), usage
-        conversation.results(calls, _run_tools(agent, sandbox, calls, trace, deadline))
+        conversation.results(calls, _run_tools(agent, sandbox, calls, trace, deadline, mcp))
         if (limit := _over_limit(agent, usage)) is not None:
             return _stop(trace, limit), usage
     return _stop(trace, f"turn limit reached ({agent.max_turns})"), usage
 
 
 def _run_tools(
-    agent: ChatAgent, sandbox: Sandbox, calls: list[_Call], trace: TraceWriter, deadline: float
+    agent: ChatAgent,
+    sandbox: Sandbox,
+    calls: list[_Call],
+    trace: TraceWriter,
+    deadline: float,
+    mcp: McpTools | None = None,
 ) -> list[str]:
     """Run the tool calls of one turn in the sandbox, in order, each traced."""
     outputs = []
     for call in calls:
         left = deadline - time.monotonic()
         trace.event("tool_call", id=call.id, name=call.name, arguments=call.arguments)
-        output = run_tool(agent, sandbox, call, max(min(agent.tool_timeout_s, left), 1.0))
+        output = run_tool(agent, sandbox, call, max(min(agent.tool_timeout_s, left), 1.0), mcp)
         trace.event("tool_result", id=call.id, output=output)
         outputs.append(output)
     return outputs

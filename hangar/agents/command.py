@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from hangar.agents.base import AgentConfig
+from hangar.agents.mcp import McpServer
 from hangar.errors import SandboxError, SandboxUnavailable
 from hangar.results import ProviderError
 from hangar.sandbox.base import Sandbox
@@ -43,14 +44,18 @@ class CommandAgent(AgentConfig):
     """The preset the command came from (`hangar.agents.presets`), if any."""
     options: dict[str, str] = Field(default_factory=dict)
     """The preset's options as chosen (reasoning effort, approval policy, sandbox mode)."""
+    mcp: dict[Name, McpServer] = Field(default_factory=dict)
+    """MCP servers it gets, pinned (`hangar.agents.mcp`), configured for its CLI."""
 
     def settings(self) -> dict[str, object]:
-        """The settings a result records: kind, preset and options, the command's sha256."""
+        """The settings a result records: kind, preset and options, the command's sha256,
+        its MCP servers' pins."""
         return {
             "kind": self.kind,
             "preset": self.preset,
             **self.options,
             "command_sha256": hashlib.sha256(self.command.encode()).hexdigest(),
+            **self.servers(),
         }
 
 

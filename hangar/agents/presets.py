@@ -63,6 +63,9 @@ class Preset(BaseModel):
     """Settings the preset takes."""
     skills: str = "~/.agents/skills"
     """Where the CLI finds skills natively (a routing suite's catalog goes there)."""
+    mcp: str = ""
+    """The text that points the CLI at its MCP servers' config (``{tools}``: their tool
+    patterns), put at ``{mcp}`` in the command when the agent has servers."""
 
     def render(self, chosen: dict[str, str], where: str) -> str:
         """The command with the `chosen` options in it (each checked)."""
@@ -80,6 +83,12 @@ class Preset(BaseModel):
                 command = command.replace(option.replaces, "")
             flags.append(option.flag.format(value=shlex.quote(value)))
         return re.sub(" +", " ", command.replace("{options}", " ".join(flags)))
+
+    def with_servers(self, command: str, names: list[str]) -> str:
+        """`command` pointed at its MCP servers (`names`), or as it was without any."""
+        tools = ",".join(f"mcp__{n}" for n in names)
+        text = self.mcp.format(tools=shlex.quote(tools)) if names and self.mcp else ""
+        return re.sub(" +", " ", command.replace("{mcp}", text))
 
 
 _CODEX_BYPASS = "--dangerously-bypass-approvals-and-sandbox"
@@ -118,12 +127,13 @@ PRESETS: dict[str, Preset] = {
         command=(
             # Its side calls (titles, summaries) go to the trial's model, never another.
             'ANTHROPIC_SMALL_FAST_MODEL="$HANGAR_MODEL" '
-            f"claude -p --output-format stream-json --verbose {_CLAUDE_SKIP} {{options}} "
+            f"claude -p --output-format stream-json --verbose {_CLAUDE_SKIP} {{options}} {{mcp}} "
             # WebSearch is run by the provider (the relay refuses it: it reaches the world).
             '--disallowedTools WebSearch --model "$HANGAR_MODEL" < "$HANGAR_CONTEXT_FILE"'
         ),
         collect=("~/.claude/projects",),
         skills="~/.claude/skills",
+        mcp='--mcp-config "$HOME/.hangar/mcp.json" --strict-mcp-config --allowedTools {tools}',
         env={
             "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1",
@@ -140,7 +150,7 @@ PRESETS: dict[str, Preset] = {
 }
 
 #: Fields of an agent config that are not a preset's options.
-_AGENT_FIELDS = {"preset", "command", "env", "collect", "kind", "name", "script"}
+_AGENT_FIELDS = {"preset", "command", "env", "collect", "kind", "name", "script", "mcp"}
 
 
 def expand_preset(data: dict[str, Any], where: str) -> dict[str, Any]:
@@ -155,8 +165,10 @@ def expand_preset(data: dict[str, Any], where: str) -> dict[str, Any]:
     preset = PRESETS[name]
     chosen = {k: str(v) for k, v in data.items() if k not in _AGENT_FIELDS}
     rest = {k: v for k, v in data.items() if k in _AGENT_FIELDS}
+    servers = sorted(data.get("mcp") or {}) if isinstance(data.get("mcp"), dict) else []
+    rendered = preset.render(chosen, f"{where}: agent preset {name!r}")
     return {
-        "command": preset.render(chosen, f"{where}: agent preset {name!r}"),
+        "command": preset.with_servers(rendered, servers),
         "collect": list(preset.collect),
         "env": dict(preset.env),
         **rest,

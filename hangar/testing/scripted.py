@@ -64,6 +64,9 @@ class ToolCall(BaseModel):
     """Tool name."""
     arguments: dict[str, Any] = Field(default_factory=dict)
     """Its arguments."""
+    namespace: str | None = None
+    """The Responses API's namespace of a tool offered in a group (Codex groups each MCP
+    server's tools as ``mcp__<server>``); the other APIs have none."""
 
 
 class Reply(BaseModel):
@@ -245,6 +248,7 @@ def _responses(reply: Reply, model: str) -> dict[str, Any]:
                 "name": t.name,
                 "arguments": json.dumps(t.arguments),
                 "status": "completed",
+                **({"namespace": t.namespace} if t.namespace else {}),
             }
         )
     return {

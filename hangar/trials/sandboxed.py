@@ -24,16 +24,18 @@ from hangar.agents import (
     run_chat_agent,
     run_command_agent,
 )
+from hangar.agents.mcp import Installed, McpTools
 from hangar.errors import ConfigError, ImageNotFound, MissingPython
 from hangar.models.relay import ModelRelay
 from hangar.models.tunnel import RelayTunnel
 from hangar.paths import cache_dir
 from hangar.results import Usage, Verdict
-from hangar.sandbox import Sandbox, SandboxSpec, create_sandbox, sandbox_class
+from hangar.sandbox import Mount, Sandbox, SandboxSpec, create_sandbox, sandbox_class
 from hangar.sandbox.disk import TrialDisk
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun
 from hangar.trials.limits import ScenarioLimits
+from hangar.trials.mcp import install_servers, mounts, start_servers
 from hangar.trials.spec import TrialSpec
 
 T = TypeVar("T")
@@ -65,6 +67,9 @@ class SandboxedTrial(TrialRun):
         self.cache = spec.cache_root or cache_dir()
         #: More environment for a command agent (an egress proxy's, say).
         self.agent_env: dict[str, str] = {}
+        #: The agent's MCP servers on this node (`install_mcp`), and a chat agent's tools.
+        self.mcp: list[Installed] = []
+        self.mcp_tools: McpTools | None = None
 
     #: Whether the task text is already in the sandbox's HOME when a command agent starts.
     context_written = False
@@ -72,6 +77,20 @@ class SandboxedTrial(TrialRun):
     def sandbox_spec(self) -> SandboxSpec:
         """The spec of every sandbox of this trial."""
         raise NotImplementedError
+
+    def install_mcp(self) -> None:
+        """The agent's MCP servers resolved on this node (before the sandbox starts: they
+        are mounted into it, `mcp_mounts`)."""
+        self.mcp = install_servers(self, self.spec.agent, self.cache)
+
+    def mcp_mounts(self) -> tuple[Mount, ...]:
+        """The agent's MCP servers, read-only, for the agent's sandbox."""
+        return mounts(self.mcp)
+
+    def start_mcp(self, sandbox: Sandbox) -> None:
+        """Check the servers start in `sandbox` and tell the agent of them."""
+        self.mcp_tools, env = start_servers(self, sandbox, self.spec.agent, self.mcp)
+        self.agent_env.update(env)
 
     def run_reference(self, sandbox: Sandbox, agent: ReferenceAgent, budget: float) -> AgentRun:
         """Run a reference agent (the oracle needs a task with a solution)."""
@@ -103,6 +122,7 @@ class SandboxedTrial(TrialRun):
                     self.trace,
                     budget,
                     self.spec.model_spec,
+                    self.mcp_tools,
                 )
             elif isinstance(self.spec.agent, ReferenceAgent):
                 self.agent_run = self.run_reference(sandbox, self.spec.agent, budget)

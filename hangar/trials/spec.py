@@ -23,7 +23,7 @@ from hangar.models import ModelSpec
 from hangar.paths import default_evidence_url
 from hangar.results import TrialResult, Verdict
 from hangar.sandbox.config import BackendConfig
-from hangar.validation import Name
+from hangar.validation import ArmName
 
 #: The arm in which a task's skill is supplied, and the one in which it is not.
 SKILL_ARM, CONTROL_ARM = "skill", "control"
@@ -69,8 +69,8 @@ class Arm(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: Name
-    """Arm name, e.g. ``skill`` or ``control``."""
+    name: ArmName
+    """Arm name, e.g. ``skill`` or ``control`` (or ``retrieval:handbook``)."""
     plugins: tuple[str, ...] = ()
     """Names of the scenario plugins this arm installs."""
 

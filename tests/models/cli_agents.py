@@ -96,3 +96,28 @@ def route_the_example(image: str, preset: str, model: ModelSpec, tmp_path: Path)
 
 #: The description of the skill the routing case expects (how an agent routes to it).
 TDD_DESCRIPTION = "Test-driven changes to existing code."
+
+
+def with_the_handbook_server(preset: str) -> object:
+    """The `preset` agent with the knowledge example's retrieval MCP server (pinned)."""
+    import yaml
+
+    knowledge = EXAMPLES / "knowledge"
+    servers = yaml.safe_load((knowledge / "agents.yaml").read_text())["retrieval"]["mcp"]
+    return parse_agent(preset, {"preset": preset, "mcp": servers}, "test", knowledge)
+
+
+def ask_with_the_server(image: str, preset: str, model: ModelSpec, tmp_path: Path) -> TrialResult:
+    """The routing example's bug-report prompt, asked of the `preset` agent with the
+    handbook MCP server, in `image`."""
+    from hangar.kinds.routing import routing_trial
+    from hangar.kinds.routing.suite import load_routing_suite
+
+    shutil.copytree(EXAMPLES / "routing", tmp_path / "routing")
+    shutil.copytree(EXAMPLES / "decision" / "skills", tmp_path / "decision" / "skills")
+    path = tmp_path / "routing" / "suite.yaml"
+    path.write_text(path.read_text().replace(f"image: {BASE_IMAGE}", f"image: {image}"))
+    (case,) = [c for c in load_routing_suite(path) if c.id == "route:failing-bug-report"]
+    agent = with_the_handbook_server(preset)
+    spec = routing_trial(case, agent, model=model, evidence_url=(tmp_path / "ev").as_uri())  # type: ignore[arg-type]
+    return run_trial(spec)

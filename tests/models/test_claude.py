@@ -19,6 +19,7 @@ from hangar.sandbox.docker import DockerSandbox
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer, ToolCall
 from tests.models.cli_agents import (
     TDD_DESCRIPTION,
+    ask_with_the_server,
     check_session,
     cli_image,
     fix_the_example,
@@ -109,3 +110,41 @@ def test_claude_code_routes_to_the_skill_it_finds_natively(
         assert member is not None
         loads = json.loads(member.read())["loads"]
     assert [(load["skill"], load["source"]) for load in loads][:1] == [("tdd", "claude")]
+
+
+def test_claude_calls_a_pinned_mcp_server_in_its_sandbox(
+    claude_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The knowledge example's retrieval server, pinned, mounted read-only and configured
+    natively (--mcp-config): the scripted model calls its search tool, and what the CLI
+    sends back is the server's answer, computed in the sandbox with the network off."""
+    call = ToolCall(name="mcp__handbook__search", arguments={"query": "PostgreSQL MongoDB"})
+    script = Script(
+        conversations=[
+            Conversation(
+                match="parse_csv() drops the last field",
+                replies=[Reply(tool_calls=[call]), Reply(content="Found ADR 0001.")],
+            )
+        ]
+    )
+    server = ScriptedServer(script).start()
+    monkeypatch.setenv("HANGAR_TEST_CLAUDE_KEY", "sk-test")
+    try:
+        model = ModelSpec(
+            id="scripted-claude",
+            provider="anthropic",
+            base_url=server.url,
+            api_key_env="HANGAR_TEST_CLAUDE_KEY",
+        )
+        result = ask_with_the_server(claude_image, "claude", model, tmp_path)
+    finally:
+        server.shutdown()
+    assert result.verdict is not Verdict.BLOCKED_SETUP, result.reason
+    assert len(server.requests) >= 2
+    told = json.dumps(server.requests[1]["body"])
+    assert "docs/adr/0001-postgresql.md" in told and "We store the ledger in PostgreSQL" in told
+    assert result.agent_settings["mcp"]["handbook"]["requirements"] == ["mcp==2.3.0"]
+    assert result.evidence_uri is not None
+    with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
+        names = tar.getnames()
+    assert "mcp.json" in names and "mcp-tools.json" in names

@@ -16,6 +16,7 @@ from hangar.results import Verdict
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer, ToolCall
 from tests.models.cli_agents import (
     TDD_DESCRIPTION,
+    ask_with_the_server,
     check_session,
     cli_image,
     fix_the_example,
@@ -107,3 +108,43 @@ def _loads(result: object) -> list[dict[str, object]]:
         member = tar.extractfile("route.json")
         assert member is not None
         return list(json.loads(member.read())["loads"])
+
+
+def test_codex_calls_a_pinned_mcp_server_in_its_sandbox(
+    codex_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The knowledge example's retrieval server, pinned, mounted read-only and configured
+    natively (~/.codex/config.toml): the scripted model calls its search tool, and what the CLI
+    sends back is the server's answer, computed in the sandbox with the network off."""
+    call = ToolCall(
+        name="search", namespace="mcp__handbook", arguments={"query": "PostgreSQL MongoDB"}
+    )
+    script = Script(
+        conversations=[
+            Conversation(
+                match="parse_csv() drops the last field",
+                replies=[Reply(tool_calls=[call]), Reply(content="Found ADR 0001.")],
+            )
+        ]
+    )
+    server = ScriptedServer(script).start()
+    monkeypatch.setenv("HANGAR_TEST_CODEX_KEY", "sk-test")
+    try:
+        model = ModelSpec(
+            id="scripted-codex",
+            provider="openai",
+            base_url=f"{server.url}/v1",
+            api_key_env="HANGAR_TEST_CODEX_KEY",
+        )
+        result = ask_with_the_server(codex_image, "codex", model, tmp_path)
+    finally:
+        server.shutdown()
+    assert result.verdict is not Verdict.BLOCKED_SETUP, result.reason
+    assert len(server.requests) >= 2
+    told = json.dumps(server.requests[1]["body"])
+    assert "docs/adr/0001-postgresql.md" in told and "We store the ledger in PostgreSQL" in told
+    assert result.agent_settings["mcp"]["handbook"]["requirements"] == ["mcp==2.3.0"]
+    assert result.evidence_uri is not None
+    with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
+        names = tar.getnames()
+    assert "mcp.json" in names and "mcp-tools.json" in names

@@ -95,6 +95,8 @@ class ImageTaskTrial(SandboxedTrial):
         self.write("trial.json", self.spec.model_dump(mode="json", exclude={"task"}))
         with self.phase("admission"):
             self.admit()
+        with self.phase("mcp"):
+            self.install_mcp()
         with self.phase("image"):
             self.image_ref = self.build(self.task.image, "image")
             self.workdir = self.image_workdir(self.image_ref)
@@ -111,6 +113,9 @@ class ImageTaskTrial(SandboxedTrial):
                 self.start_forwarder(sandbox)
             if self.task.agent_network.mode == "allowlist":  # the agent's only way out
                 self.agent_env = self.open_egress(sandbox, "agent", self.task.agent_network)
+        if self.mcp:
+            with self.phase("mcp_start"):
+                self.start_mcp(sandbox)
         self.deadline = time.monotonic() + self.limits.time_s
         with self.phase("agent"):
             self.run_agent(sandbox, self.remaining())
@@ -236,6 +241,7 @@ class ImageTaskTrial(SandboxedTrial):
             mounts=(
                 Mount(source=self.workspace, target=self.workdir),
                 Mount(source=self.logs, target=LOGS),
+                *self.mcp_mounts(),
             ),
             cpus=self.limits.cpus,
             memory=self.limits.memory,

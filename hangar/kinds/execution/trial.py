@@ -119,6 +119,8 @@ class ExecutionTrial(SandboxedTrial):
         self.record_identity()
         with self.phase("admission"):
             self.admit()
+        with self.phase("mcp"):
+            self.install_mcp()
         with self.phase("disk"):
             self.write("disk.json", self.disk.open(ttl_s=self.sandbox_spec().ttl_s).model_dump())
         with self.phase("relay_up"):
@@ -206,6 +208,9 @@ class ExecutionTrial(SandboxedTrial):
         place.early()  # a fresh verification sandbox starts while the agent works
         with self.phase("plugins"):
             self.install_plugins(sandbox)
+        if self.mcp:
+            with self.phase("mcp_start"):
+                self.start_mcp(sandbox)
         if self.spec.plugins:  # plugins may have landed in the workspace
             with self.phase("initial_status"):
                 self.write("status-initial.json", git_state(sandbox))
@@ -356,7 +361,7 @@ class ExecutionTrial(SandboxedTrial):
         limits = self.scenario.limits
         verifier = self.scenario.verifier
         budget = limits.time_s + verifier.timeout_s * max(1, len(verifier.commands))
-        mounts = [Mount(source=self.workspace, target=WORKDIR)]
+        mounts = [Mount(source=self.workspace, target=WORKDIR), *self.mcp_mounts()]
         if self.one_sandbox:
             mounts += [Mount(source=self.scratch / n, target=t) for n, t in SCRATCH.items()]
         return SandboxSpec(

@@ -49,7 +49,7 @@ class Suite(BaseModel):
     @property
     def name(self) -> str:
         """The folder's name (``knowledge-gold-v1``)."""
-        return self.folder.name
+        return self.folder.resolve().name
 
     @property
     def ids(self) -> list[str]:

@@ -23,6 +23,7 @@ from hangar.files import MANIFEST
 from hangar.kinds.knowledge.custody import sealed_suite
 from hangar.kinds.knowledge.formats import Answer, Meta, write_jsonl
 from hangar.kinds.knowledge.questions import DEFAULT_IMAGE, LoadedQuestion, load_questions
+from hangar.kinds.knowledge.trial import RETRIEVAL, arm_agent_problems
 from hangar.models import ModelSpec, check_keys
 from hangar.results import TrialResult, Verdict
 from hangar.sandbox.config import backend_settings
@@ -60,9 +61,25 @@ def _answers(
     return answers, unanswered
 
 
-def _write(folder: Path, arm: str, answers: list[Answer], harness: str, model: str) -> list[Path]:
-    """``answers/<arm>.jsonl`` and its ``.meta.json`` (the suite's manifest digest as the
-    knowledge snapshot)."""
+def _snapshot(arm: str, done: dict[str, TrialResult]) -> str | None:
+    """What a retrieval arm's server said it knows (every trial's manifest, when they
+    differ); None for the repo-search arm."""
+    if not arm.startswith(RETRIEVAL):
+        return None
+    said = sorted({str(r.details.get("knowledge_snapshot")) for r in done.values()})
+    return "; ".join(s for s in said if s != "None") or "not reported by the server"
+
+
+def _write(
+    folder: Path,
+    arm: str,
+    answers: list[Answer],
+    harness: str,
+    model: str,
+    snapshot: str | None = None,
+) -> list[Path]:
+    """``answers/<arm>.jsonl`` and its ``.meta.json`` (the knowledge snapshot: the
+    retrieval server's manifest, or for the repo-search arm the suite's manifest digest)."""
     target = folder / "answers" / f"{arm}.jsonl"
     write_jsonl(target, list(answers))
     manifest = (folder / MANIFEST).read_bytes()
@@ -70,7 +87,8 @@ def _write(folder: Path, arm: str, answers: list[Answer], harness: str, model: s
         harness=harness,
         date=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         model=model,
-        knowledge_snapshot="repositories at each question's as_of; suite manifest "
+        knowledge_snapshot=snapshot
+        or "repositories at each question's as_of; suite manifest "
         f"sha256:{hashlib.sha256(manifest).hexdigest()}",
     )
     meta_path = folder / "answers" / f"{arm}.meta.json"
@@ -99,14 +117,15 @@ def run_arm(
     if target.exists():
         raise ConfigError(f"{target} exists: an arm is scored once (run it under a new name)")
     agent = agent or ChatAgent(name="repo-search", tools="read")
-    if agent.tools != "read":
-        raise ConfigError(f"agent {agent.name}: the repo-search arm needs `tools: read`")
+    problems = arm_agent_problems(arm, agent)
+    if problems:
+        raise ConfigError(f"agent {agent.name}: {problems[0]}")
     check_keys([model])
     questions = [
         q.model_copy(update={"arm": arm}) for q in load_questions(suite, repositories, image)
     ]
     batch = TaskBatch(
-        id=f"knowledge-{suite.name}-{arm}-{model.id}".replace("/", "-"),
+        id=f"knowledge-{suite.name}-{arm}-{model.id}".replace("/", "-").replace(":", "-"),
         tasks=list(questions),
         models=[model],
         agents={agent.name: agent},
@@ -127,7 +146,7 @@ def run_arm(
     files: list[Path] = []
     if not incomplete:
         harness = f"hangar knowledge run (sweep {batch.id}, agent {agent.name})"
-        files = _write(folder, arm, answers, harness, model.id)
+        files = _write(folder, arm, answers, harness, model.id, _snapshot(arm, done))
     return ArmRun(
         sweep=batch.id,
         answered=len(answers),

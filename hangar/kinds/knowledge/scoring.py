@@ -6,7 +6,10 @@ raters' agreement.
   is scored incorrect with invalid citations (``unanswered``).
 - **Citations**, each in the seed's order: *fabricated* (its uri is not among the
   question's ``valid_sources``), *stale* (a listed source whose cited sha256 differs from
-  the one at ``as_of``; a citation without a hash is stale), *unsupported* (a rater lists
+  the one at ``as_of``; a citation without a hash is stale; a ``repo://`` uri names its
+  source by repository and path, its commit saying which version was read: the same file
+  cited at another commit, as a retrieval server's older or newer snapshot does, is that
+  source, stale unless its bytes are the same), *unsupported* (a rater lists
   its uri in ``unsupported``), else *valid*. An answer's citations are valid when it
   cites at least one source and every citation is valid.
 - **Agreement**: Cohen's kappa between the first two raters of an arm's labels (in file
@@ -15,6 +18,7 @@ raters' agreement.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from typing import Literal
 
@@ -27,12 +31,22 @@ CitationKind = Literal["fabricated", "stale", "unsupported", "valid"]
 KINDS: tuple[CitationKind, ...] = ("fabricated", "stale", "unsupported", "valid")
 
 
+_AT = re.compile(r"^repo://(?P<repo>[^@/]+)@[0-9a-f]{40}/(?P<path>.+)$")
+
+
+def source_of(uri: str) -> str:
+    """The source a uri names: a ``repo://`` uri without its commit, else the uri."""
+    match = _AT.match(uri)
+    return f"repo://{match['repo']}/{match['path']}" if match else uri
+
+
 def classify(uri: str, digest: str, key: Key, unsupported: set[str]) -> CitationKind:
     """One citation's kind (see the module docstring)."""
-    sources = {s.uri: s for s in key.valid_sources}
-    if uri not in sources:
+    sources = {source_of(s.uri): s for s in key.valid_sources}
+    source = sources.get(source_of(uri))
+    if source is None:
         return "fabricated"
-    if not digest or digest != sources[uri].digest:
+    if not digest or digest != source.digest:
         return "stale"
     if uri in unsupported:
         return "unsupported"

@@ -10,6 +10,14 @@ answer and its citations written to ``answer.json``; each citation becomes
 ``repo://<repository>@<commit>/<path>`` with the sha256 of that file at ``as_of``, or
 stays as the agent wrote it, with no hash, when it names no file of the workspace).
 
+A ``retrieval:<server>`` arm runs the same way with a chat agent whose knowledge comes
+from the pinned MCP server ``<server>`` (`hangar.agents.mcp`), mounted read-only into the
+sandbox (the network stays off), read through its tools (``tools: retrieval``: answer and
+the server's tools, nothing of the workspace): the server's manifest (resource
+``knowledge://manifest``) is recorded as the arm's knowledge snapshot, and a citation of
+``repo://<repository>@<commit>/<path>`` gets the sha256 of that file at that commit, read
+by hangar from the repository (a snapshot older or newer than ``as_of`` shows as stale).
+
 Only the question reaches the sandbox and the prompt: never its key, its answer or its
 canary. The verdict says whether an answer was given; what it is worth is decided later
 by people's labels (`hangar.kinds.knowledge.scoring`): its scores are pending until then.
@@ -17,25 +25,51 @@ by people's labels (`hangar.kinds.knowledge.scoring`): its scores are pending un
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import socket
 from typing import Any
 
 from hangar.agents import AgentRun, ChatAgent, run_chat_agent
+from hangar.agents.mcp import Installed, McpTools
 from hangar.errors import ImageNotFound, WorkspaceError
 from hangar.kinds.knowledge.questions import LoadedQuestion
 from hangar.paths import cache_dir
 from hangar.results import COUNTED_VERDICTS, Usage, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxSpec, create_sandbox, sandbox_class
-from hangar.sandbox.workspace import MirrorCache, export_tree
+from hangar.sandbox.workspace import MirrorCache, export_tree, file_digest_at
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun
+from hangar.trials.mcp import install_servers, mounts, start_servers
 from hangar.trials.spec import TrialSpec
 
 log = logging.getLogger(__name__)
 WORKDIR = "/workspace"
 #: Time the agent has for one question.
 TIME_S = 600.0
+#: The resource of a retrieval server that says what it knows.
+MANIFEST_URI = "knowledge://manifest"
+_URI = re.compile(r"^repo://(?P<repo>[^@/]+)@(?P<commit>[0-9a-f]{40})/(?P<path>.+)$")
+#: The arm that searches the repositories itself, and the prefix of a retrieval server's.
+REPO_SEARCH, RETRIEVAL = "baseline-repo-search", "retrieval:"
+
+
+def arm_agent_problems(arm: str, agent: Any) -> list[str]:
+    """Why `agent` cannot answer in `arm`: a ``retrieval:<server>`` arm needs a chat agent
+    with that MCP server (``tools: retrieval`` or ``read``); any other arm a chat agent
+    with ``tools: read``."""
+    if arm.startswith(RETRIEVAL):
+        server = arm.removeprefix(RETRIEVAL)
+        if not isinstance(agent, ChatAgent) or agent.tools not in ("retrieval", "read"):
+            return [f"the {arm} arm needs a chat agent with `tools: retrieval`"]
+        if server not in agent.mcp:
+            have = ", ".join(agent.mcp) or "none"
+            return [f"the {arm} arm needs the MCP server {server!r} in the agent's `mcp` ({have})"]
+        return []
+    if not isinstance(agent, ChatAgent) or agent.tools != "read":
+        return ["the repo-search arm needs a chat agent with `tools: read`"]
+    return []
 
 
 def citation_uri(repo: str, commit: str, path: str) -> str:
@@ -59,15 +93,23 @@ class KnowledgeTrial(TrialRun):
         self.usage = Usage()
         self.files: dict[str, dict[str, str]] = {}
         self.answer: dict[str, Any] | None = None
+        self.mcp: list[Installed] = []
+        self.mcp_tools: McpTools | None = None
+        self.snapshot: str | None = None
 
     def run(self) -> None:
         """Walk the phases (see the module docstring)."""
         with self.phase("admission"):
             self.admit()
+        with self.phase("mcp"):
+            self.mcp = install_servers(self, self.spec.agent, self.spec.cache_root or cache_dir())
         with self.phase("workspace"):
             self.make_workspace()
         with self.phase("sandbox_up"):
             self.sandbox = self.start_sandbox()
+        if self.mcp:
+            with self.phase("mcp_start"):
+                self.start_retrieval(self.sandbox)
         with self.phase("agent"):
             self.ask(self.sandbox)
         with self.phase("answer"):
@@ -77,10 +119,7 @@ class KnowledgeTrial(TrialRun):
         """What keeps the question from running is blocked_setup, before any call."""
         q = self.item
         self.write("question.json", q.model_dump(mode="json"))
-        problems = []
-        agent = self.spec.agent
-        if not isinstance(agent, ChatAgent) or agent.tools != "read":
-            problems.append("the repo-search arm needs a chat agent with `tools: read`")
+        problems = arm_agent_problems(q.arm, self.spec.agent)
         if self.spec.model_spec is None or self.spec.model_spec.provider == "none":
             problems.append("a knowledge question needs a model")
         for name, commit in q.commits.items():
@@ -110,7 +149,10 @@ class KnowledgeTrial(TrialRun):
         spec = SandboxSpec(
             image=self.item.image,
             workdir=WORKDIR,
-            mounts=(Mount(source=self.workspace, target=WORKDIR, read_only=True),),
+            mounts=(
+                Mount(source=self.workspace, target=WORKDIR, read_only=True),
+                *mounts(self.mcp),
+            ),
             sweep=self.spec.sweep,
             trial=self.spec.trial_key,
             node=self.spec.node or socket.gethostname(),
@@ -134,7 +176,13 @@ class KnowledgeTrial(TrialRun):
         context += q.question.question
         self.write("prompt.json", {"system": self.spec.agent.system_prompt, "user": context})
         self.agent_run, self.usage = run_chat_agent(
-            self.spec.agent, sandbox, context, self.trace, TIME_S, self.spec.model_spec
+            self.spec.agent,
+            sandbox,
+            context,
+            self.trace,
+            TIME_S,
+            self.spec.model_spec,
+            self.mcp_tools,
         )
         if self.agent_run.provider_error is not None:
             raise Outcome(
@@ -162,7 +210,9 @@ class KnowledgeTrial(TrialRun):
         self.reason = f"answered with {len(citations)} citation(s); correctness awaits labels"
 
     def cite(self, given: str) -> dict[str, str | None]:
-        """A citation as `repo://name@commit/path` with its hash, when it names a file."""
+        """A citation as `repo://name@commit/path` with its hash, when it names a file: of
+        the workspace (at ``as_of``), or of a repository at the commit the uri names (what a
+        retrieval server cites), read by hangar from the repository."""
         text = given.strip()
         for name, commit in self.item.commits.items():
             prefixes = (citation_uri(name, commit, ""), f"{WORKDIR}/{name}/", f"{name}/")
@@ -172,7 +222,29 @@ class KnowledgeTrial(TrialRun):
                     digest = self.files.get(name, {}).get(path)
                     if digest is not None:
                         return {"uri": citation_uri(name, commit, path), "sha256": digest}
+        match = _URI.match(text)
+        if match and match["repo"] in self.item.repositories:
+            url = self.item.repositories[match["repo"]]
+            digest = file_digest_at(self.mirrors, url, match["commit"], match["path"])
+            return {"uri": text, "sha256": digest}
         return {"uri": text, "sha256": None}
+
+    def start_retrieval(self, sandbox: Sandbox) -> None:
+        """The agent's MCP servers started and offered to it; the retrieval server's
+        manifest recorded (``mcp-manifest.json``) as what the arm knew."""
+        self.mcp_tools, _ = start_servers(self, sandbox, self.spec.agent, self.mcp)
+        server = self.item.arm.partition(":")[2]
+        if not server or self.mcp_tools is None or server not in self.mcp_tools.servers:
+            return
+        text = self.mcp_tools.read_resource(server, MANIFEST_URI)
+        try:
+            manifest = json.loads(text) if text else None
+        except ValueError:
+            manifest = {"text": text}
+        self.write("mcp-manifest.json", {"server": server, "manifest": manifest})
+        if isinstance(manifest, dict):
+            found = manifest.get("knowledge_snapshot")
+            self.snapshot = str(found) if found else json.dumps(manifest, sort_keys=True)
 
     def ended(self, verdict: Verdict, reason: str) -> None:
         """Close the trace."""
@@ -202,5 +274,6 @@ class KnowledgeTrial(TrialRun):
                 "commits": q.commits,
                 "scope": q.scope,
                 "answer": self.answer,
+                "knowledge_snapshot": self.snapshot,
             },
         }

@@ -51,6 +51,8 @@ class RoutingTrial(SandboxedTrial):
         self.write("case.json", self.case.model_dump(mode="json", exclude={"catalog"}))
         with self.phase("admission"):
             self.admit()
+        with self.phase("mcp"):
+            self.install_mcp()
         with self.phase("disk"):
             self.write("disk.json", self.disk.open(ttl_s=self.sandbox_spec().ttl_s).model_dump())
         with self.phase("relay_up"):
@@ -65,6 +67,9 @@ class RoutingTrial(SandboxedTrial):
                 self.start_forwarder(sandbox)
         with self.phase("skills"):
             self.install(sandbox)
+        if self.mcp:
+            with self.phase("mcp_start"):
+                self.start_mcp(sandbox)
         with self.phase("agent"):
             self.run_agent(sandbox, self.remaining())
         with self.phase("route"):
@@ -95,7 +100,7 @@ class RoutingTrial(SandboxedTrial):
             image=self.case.image,
             workdir=WORKDIR,
             home=HOME,
-            mounts=(Mount(source=self.workspace, target=WORKDIR),),
+            mounts=(Mount(source=self.workspace, target=WORKDIR), *self.mcp_mounts()),
             read_only_root=False,
             limits=SandboxLimits(cpus=limits.cpus, memory=limits.memory, pids=limits.pids),
             sweep=self.spec.sweep,
