@@ -121,22 +121,45 @@ FROM validations WHERE status <> 'valid' ORDER BY updated_at DESC, task_id""",
     ("task_id", "status", "reason", "validated_by", "updated_at"),
 )
 
-#: Every score panel honours the metric variable too.
-SCORE_FILTER = f"{FILTER} AND metric IN ($metric) AND value IS NOT NULL"
+#: Every score panel honours the metric and kind variables too. A knowledge answer not
+#: labelled yet has no value: pending, never scored.
+SCORE_FILTER = f"{FILTER} AND metric IN ($metric) AND kind IN ($kind) AND value IS NOT NULL"
 
 METRIC_BY_GROUP = Sql(
     f"""WITH g AS (
-  SELECT agent, model, arm, metric, MIN(scale) AS scale, COUNT(*)::float AS n,
+  SELECT agent, model, arm, kind, metric, MIN(scale) AS scale, COUNT(*)::float AS n,
          SUM(value)::float AS k, AVG(value) AS mean, STDDEV_SAMP(value) AS sd
   FROM v_scores WHERE {TIME} AND {SCORE_FILTER}
-  GROUP BY agent, model, arm, metric)
-SELECT agent, model, arm, metric, scale, n::int AS n, mean,
+  GROUP BY agent, model, arm, kind, metric)
+SELECT agent, model, arm, kind, metric, scale, n::int AS n, mean,
        CASE WHEN scale = 'binary' THEN {WILSON_LOW}
             ELSE mean - {Z} * COALESCE(sd, 0) / sqrt(n) END AS low,
        CASE WHEN scale = 'binary' THEN {WILSON_HIGH}
             ELSE mean + {Z} * COALESCE(sd, 0) / sqrt(n) END AS high
-FROM g ORDER BY agent, model, arm, metric""",
-    ("agent", "model", "arm", "metric", "scale", "n", "mean", "low", "high"),
+FROM g ORDER BY agent, model, arm, kind, metric""",
+    ("agent", "model", "arm", "kind", "metric", "scale", "n", "mean", "low", "high"),
+)
+
+#: The model's cost and the judge's apart (a rubric benchmark's judge is paid too).
+COST_BY_PAYER = Sql(
+    f"""SELECT agent, model, arm, SUM(cost_usd) AS model_cost_usd,
+       SUM(judge_cost_usd) AS judge_cost_usd, SUM(judge_tokens_in) AS judge_tokens_in,
+       SUM(judge_tokens_out) AS judge_tokens_out
+FROM v_attempts WHERE {TIME} AND {FILTER}
+GROUP BY agent, model, arm ORDER BY agent, model, arm""",
+    (
+        "agent", "model", "arm", "model_cost_usd", "judge_cost_usd", "judge_tokens_in",
+        "judge_tokens_out",
+    ),
+)  # fmt: skip
+
+JUDGE_COST_PER_DAY = Sql(
+    f"""SELECT $__timeGroupAlias(finished_at, '1d'), model AS metric,
+       SUM(judge_cost_usd) AS value
+FROM v_attempts WHERE {TIME} AND {FILTER} AND judge_cost_usd > 0
+GROUP BY 1, 2 ORDER BY 1, 2""",
+    ("time", "metric", "value"),
+    "time_series",
 )
 
 METRIC_OVER_TIME = Sql(
@@ -161,8 +184,13 @@ BAND = (
 
 def scores_dashboard() -> Dashboard:
     """Scores and cost across sweeps, from the results store (PostgreSQL)."""
+    # from the scores too: a knowledge arm run outside hangar has scores and no trial
     var = [
-        Variable(name, f"SELECT DISTINCT {col} FROM v_trials ORDER BY 1", label)
+        Variable(
+            name,
+            f"SELECT {col} FROM v_trials UNION SELECT {col} FROM v_scores ORDER BY 1",
+            label,
+        )
         for name, col, label in (
             ("sweep", "sweep_id", "sweep"),
             ("suite", "suite", "suite"),
@@ -172,6 +200,7 @@ def scores_dashboard() -> Dashboard:
         )
     ]
     var.append(Variable("metric", "SELECT DISTINCT metric FROM v_scores ORDER BY 1", "metric"))
+    var.append(Variable("kind", "SELECT DISTINCT kind FROM v_scores ORDER BY 1", "kind"))
     return Dashboard(
         uid="hangar-scores",
         title="hangar: scores and cost",
@@ -195,12 +224,15 @@ def scores_dashboard() -> Dashboard:
                 "percentunit",
             ),
             Panel(
-                "Scores per agent, model, arm and metric",
+                "Scores per agent, model, arm, kind and metric",
                 "table",
                 (METRIC_BY_GROUP,),
-                "Every metric the trials were scored on (variable `metric`): assessed scores, "
-                "their mean, and a 95% interval (Wilson for binary scores; for points and "
-                "counts the normal approximation, where `hangar report` bootstraps).",
+                "Every metric of every kind (variables `metric`, `kind`): execution `pass`, "
+                "decision `correct`, rubric dimensions and `overall`, routing `route`, "
+                "knowledge `correctness` and `citation_validity` per answer (pending answers "
+                "left out). Assessed scores, their mean, and a 95% interval (Wilson for "
+                "binary scores; for points and counts the normal approximation, where "
+                "`hangar report` bootstraps).",
                 "short",
             ),
             Panel(
@@ -223,6 +255,21 @@ def scores_dashboard() -> Dashboard:
                 "timeseries",
                 (COST_PER_DAY,),
                 "USD spent per day by model, every attempt included.",
+                "currencyUSD",
+            ),
+            Panel(
+                "Model cost and judge cost",
+                "table",
+                (COST_BY_PAYER,),
+                "Per group, every attempt: what the trials' own model calls cost, and apart "
+                "what their LLM judge's calls cost (rubric benchmarks), with the judge's tokens.",
+                "currencyUSD",
+            ),
+            Panel(
+                "Judge cost per day per model",
+                "timeseries",
+                (JUDGE_COST_PER_DAY,),
+                "USD the LLM judge cost per day, by the judged trials' model.",
                 "currencyUSD",
             ),
             Panel(
@@ -290,4 +337,6 @@ ALL_QUERIES = {
     "metric_by_group": METRIC_BY_GROUP,
     "metric_over_time": METRIC_OVER_TIME,
     "tasks_left_out": TASKS_LEFT_OUT,
+    "cost_by_payer": COST_BY_PAYER,
+    "judge_cost_per_day": JUDGE_COST_PER_DAY,
 }

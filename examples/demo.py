@@ -70,6 +70,7 @@ from hangar.console import console, print_result
 from hangar.kinds.execution.imagetask import ImageTask
 from hangar.kinds.execution.validate import validate_dataset, validated_tasks
 from hangar.kinds.knowledge.custody import import_arm, sealed_suite
+from hangar.kinds.knowledge.record import default_store, record_scores
 from hangar.kinds.knowledge.render import render as render_knowledge
 from hangar.kinds.knowledge.report import build_gold_set_report
 from hangar.kinds.knowledge.run import run_arm
@@ -361,6 +362,10 @@ def retrieval(folder: Path) -> bool:
     stale = mine.citations.get("stale")
     good = run.answered == 11 and snapshot == "handbook@dee254872bb216846ae8eeaa1818a5071ed07e7a"
     good &= stale == 2
+    # Every arm's scores, per answer, into the store (the dashboards and exports read them).
+    arms = ["baseline-projects", "baseline-repo-search", arm]
+    new, same = record_scores(ResultsStore(default_store(folder)), sealed_suite(folder), arms)
+    console.print(f"knowledge scores in the store: {new} new, {same} unchanged", highlight=False)
     mark = "[green]as expected[/]" if good else "[red]expected the 1.1 snapshot, 2 stale[/]"
     console.print(f"retrieval -> snapshot {snapshot}, {stale} stale citation(s)  {mark}")
     return good

@@ -43,9 +43,9 @@ from hangar.errors import ConfigError, StoreError
 from hangar.paths import runs_dir
 from hangar.results import CheckOutcome, Score, TrialResult, Usage, Verdict
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 #: Bump when a view's definition changes; views are rebuilt when the store is opened.
-VIEWS_VERSION = 3
+VIEWS_VERSION = 4
 
 metadata = MetaData()
 
@@ -174,6 +174,31 @@ historical_routes = Table(
     Column("imported_at", DateTime(timezone=True), nullable=False),
 )
 
+#: Knowledge gold set scores, per answer and arm (`hangar.kinds.knowledge.record`): an
+#: arm answers outside trials too (a person's), and its worth comes later from labels. Each
+#: re-score that sees new labels (or answers, or scoring code) is a new version; `current`
+#: marks the latest of each (suite, arm, question). ``v_scores`` shows the current ones.
+knowledge_scores = Table(
+    "knowledge_scores",
+    metadata,
+    Column("suite", String(200), primary_key=True),
+    Column("arm", String(200), primary_key=True),
+    Column("question_id", String(200), primary_key=True),
+    Column("version", String(64), primary_key=True),
+    Column("current", Boolean, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("correct", Float),
+    Column("citation_valid", Float),
+    Column("citations", JSON, nullable=False),
+    Column("votes", JSON, nullable=False),
+    Column("agent", String(200), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("sweep_id", String(200)),
+    Column("trial_key", String(64)),
+    Column("manifest_sha256", String(64), nullable=False),
+    Column("scored_at", DateTime(timezone=True), nullable=False),
+)
+
 meta = Table(
     "hangar_meta",
     metadata,
@@ -202,6 +227,7 @@ _ADDED = {
     6: [],
     7: [],  # the validations table (created as new tables are)
     8: [],  # the historical_routes table
+    9: [],  # the knowledge_scores table
 }
 
 #: Data each schema version rewrote. 6: scores came with schema 4, and every trial
@@ -375,6 +401,50 @@ class ResultsStore:
                 select(t).where(t.c.suite == suite).order_by(t.c.case_id, t.c.observed_at)
             )
             return [dict(r._mapping) for r in rows]
+
+    # -- knowledge scores -----------------------------------------------------------------
+
+    def record_knowledge_scores(self, rows: Iterable[dict[str, Any]]) -> tuple[int, int]:
+        """Record per-answer knowledge scores (`knowledge_scores` rows without ``current``
+        and ``scored_at``): a new version becomes the current score of its (suite, arm,
+        question); a version recorded before is kept as it was, made current again if it
+        was not. Returns (versions made current, unchanged)."""
+        t = knowledge_scores
+        new = same = 0
+        now = datetime.now(UTC)
+        with self.engine.begin() as conn:
+            for row in rows:
+                key = (t.c.suite == row["suite"]) & (t.c.arm == row["arm"])
+                key = key & (t.c.question_id == row["question_id"])
+                version = t.c.version == row["version"]
+                found = conn.execute(select(t.c.current).where(key & version)).first()
+                if found is not None and found.current:
+                    same += 1
+                    continue
+                conn.execute(t.update().where(key).values(current=False))
+                if found is None:
+                    conn.execute(t.insert().values(**row, current=True, scored_at=now))
+                else:  # the inputs are back to an earlier version's: it is current again
+                    conn.execute(t.update().where(key & version).values(current=True))
+                new += 1
+        return new, same
+
+    def knowledge_scores(
+        self, suite: str | None = None, *, sweep: str | None = None, current: bool = True
+    ) -> list[dict[str, Any]]:
+        """Knowledge scores (of a suite, or of a sweep's trials), the current ones only
+        unless `current` is False."""
+        t = knowledge_scores
+        query = select(t)
+        if suite is not None:
+            query = query.where(t.c.suite == suite)
+        if sweep is not None:
+            query = query.where(t.c.sweep_id == sweep)
+        if current:
+            query = query.where(t.c.current.is_(True))
+        order = (t.c.suite, t.c.arm, t.c.question_id, t.c.scored_at)
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(query.order_by(*order))]
 
     def validations(self, digests: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The recorded validations of these task versions, by digest."""
@@ -554,11 +624,18 @@ def views_sql(dialect: str) -> list[str]:
     - ``v_attempts``: every attempt, with ``passed``/``counted`` flags and ``day``;
     - ``v_trials``: each trial's latest attempt, the same columns;
     - ``v_scores``: each trial's latest attempt, one row per score (metric, value,
-      scale, bounds);
+      scale, bounds), and the current knowledge scores, per answer and arm (metrics
+      ``correctness`` and ``citation_validity``; a pending answer's value is NULL; an
+      arm run outside hangar has the sweep ``knowledge:<suite>``);
     - ``v_daily_model_scores``: per day, sweep, suite, agent, model and arm: counted
       trials, passes, cost, tokens, of latest attempts.
     """
-    day = "date_trunc('day', finished_at)" if dialect == "postgresql" else "date(finished_at)"
+
+    def day_of(column: str) -> str:
+        pg = dialect == "postgresql"
+        return f"date_trunc('day', {column})" if pg else f"date({column})"
+
+    day = day_of("finished_at")
     drop = " CASCADE" if dialect == "postgresql" else ""
     attempts = f"""
         SELECT t.*, {day} AS day,
@@ -577,13 +654,23 @@ def views_sql(dialect: str) -> list[str]:
               FROM trials GROUP BY sweep_id, trial_key) l
           ON a.sweep_id = l.sweep_id AND a.trial_key = l.trial_key
          AND a.attempt = l.last_attempt""",
-        """CREATE VIEW v_scores AS
+        f"""CREATE VIEW v_scores AS
         SELECT t.sweep_id, t.trial_key, t.attempt, t.scenario_id, t.suite, t.agent, t.model,
                t.arm, t.kind, t.verdict, t.finished_at, t.day, t.cost_usd,
                s.metric, s.value, s.scale, s.low, s.high
         FROM v_trials t JOIN scores s
           ON s.sweep_id = t.sweep_id AND s.trial_key = t.trial_key
-         AND s.attempt = t.attempt""",
+         AND s.attempt = t.attempt
+        UNION ALL
+        SELECT COALESCE(k.sweep_id, 'knowledge:' || k.suite), COALESCE(k.trial_key, ''), 0,
+               k.question_id, k.suite, k.agent, k.model, k.arm, 'knowledge', k.status,
+               k.scored_at, {day_of("k.scored_at")}, 0.0, m.metric,
+               CASE m.metric WHEN 'correctness' THEN k.correct ELSE k.citation_valid END,
+               'binary', NULL, NULL
+        FROM knowledge_scores k
+        CROSS JOIN (SELECT 'correctness' AS metric
+                    UNION ALL SELECT 'citation_validity') m
+        WHERE k.current""",  # noqa: S608 - built from constants, no input
         """CREATE VIEW v_daily_model_scores AS
         SELECT day, sweep_id, suite, agent, model, arm,
                SUM(counted) AS trials, SUM(passed) AS passes, SUM(cost_usd) AS cost_usd,
@@ -599,7 +686,8 @@ def copy_store(source: ResultsStore, target: ResultsStore) -> dict[str, int]:
     """
     copied = {}
     with source.engine.connect() as src, target.engine.begin() as dst:
-        for table in (sweeps, trials, checks, scores, baselines, validations, historical_routes):
+        tables = (sweeps, trials, checks, scores, baselines, validations, historical_routes)
+        for table in (*tables, knowledge_scores):
             rows = [dict(r._mapping) for r in src.execute(select(table))]
             if rows:
                 dst.execute(target._insert(table).on_conflict_do_nothing(), rows)

@@ -249,12 +249,36 @@ def test_the_retrieval_arm_end_to_end(ray_local: None, tmp_path: Path) -> None:
     assert cited["uri"] == f"repo://handbook@{C2}/docs/status.md"
     assert cited["sha256"] != suite.keys["Q04"].valid_sources[0].sha256
     out = runner.invoke(
-        app, ["knowledge", "score", str(folder), "--arm", "retrieval:handbook", "--json"]
+        app,
+        [
+            "knowledge",
+            "score",
+            str(folder),
+            "--arm",
+            "retrieval:handbook",
+            "--json",
+            "--store",
+            store,
+        ],
     )
     (arm,) = json.loads(out.stdout)["arms"]
     assert {m["metric"]: (m["k"], m["n"]) for m in arm["metrics"]} == {
         "correctness": (9, 11), "citation_validity": (9, 11)}  # fmt: skip
     assert arm["citations"]["stale"] == 2 and "knowledge snapshot handbook@" in arm["meta_note"]
+    # The scores went to the store, per answer and linked to each trial, and the sweep's
+    # export carries them.
+    rows = ResultsStore(store).knowledge_scores("knowledge")
+    assert len(rows) == 11 and {r["sweep_id"] for r in rows} == {sweep}
+    assert sum(r["correct"] for r in rows) == 9 and all(r["trial_key"] for r in rows)
+    exported = tmp_path / "export.jsonl"
+    done = runner.invoke(app, ["export", sweep, "--store", store, "--out", str(exported)])
+    assert done.exit_code == 0, done.output
+    lines = [json.loads(x) for x in exported.read_text().splitlines()]
+    q04 = next(x for x in lines if x["scenario_id"] == "Q04")
+    assert {s["metric"]: s["value"] for s in q04["scores"]} == {
+        "correctness": 0.0,
+        "citation_validity": 0.0,
+    }
 
 
 @pytest.mark.docker

@@ -95,11 +95,24 @@ def export(
     all_attempts: Annotated[bool, typer.Option(help="Every attempt, not just the latest.")] = False,
     store: StoreOption = None,
 ) -> None:
-    """Every trial of a sweep as JSON lines (pandas: pd.read_json(FILE, lines=True))."""
+    """Every trial of a sweep as JSON lines (pandas: pd.read_json(FILE, lines=True)). A
+    knowledge trial's answer carries its current scores from the gold set's labels
+    (correctness, citation_validity: none while pending)."""
+    from hangar.results import Score
+
     sweep_id, _, results = resolve_sweep(sweep, store)
+    labelled: dict[str, list[Score]] = {}
+    for row in results.knowledge_scores(sweep=sweep_id):
+        for metric, column in (("correctness", "correct"), ("citation_validity", "citation_valid")):
+            if row[column] is not None:
+                labelled.setdefault(row["trial_key"], []).append(
+                    Score(metric=metric, value=row[column])
+                )
     n = 0
     with out.open("w") as f:
         for r in results.results(sweep_id, all_attempts=all_attempts):
+            if r.trial_key in labelled:
+                r = r.model_copy(update={"scores": (*r.scores, *labelled[r.trial_key])})
             f.write(r.model_dump_json() + "\n")
             n += 1
     console.print(f"wrote {n} trial(s) to {out}")

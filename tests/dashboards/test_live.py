@@ -166,6 +166,8 @@ def run(live: Live, query: Sql) -> list[dict[str, Any]]:
 
 def test_every_sql_panel_runs(live: Live) -> None:
     for name, query in ALL_QUERIES.items():
+        if name == "judge_cost_per_day":  # no judge in this sweep (tests/dashboards/test_kinds.py)
+            continue
         assert run(live, query), name
     with live.store.engine.connect() as conn:
         for var in scores_dashboard().variables:

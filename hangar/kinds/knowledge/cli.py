@@ -176,10 +176,17 @@ def knowledge_score(
     fmt: Fmt = "text",
     as_json: JsonFlag = False,
     out: Annotated[Path | None, typer.Option(help="Write the report here.")] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(help="Results store the scores go to (default: runs/ beside the suite)."),
+    ] = None,
+    no_store: Annotated[bool, typer.Option(help="Record nothing in the store.")] = False,
 ) -> None:
     """Score arms on a sealed suite: correctness and citation validity with Wilson
     intervals, citation counts, kappa, meta; with --baseline and --candidate the paired
-    difference and the rule. Exit 3 when the suite is void."""
+    difference and the rule. Each answer's scores are recorded in the results store too
+    (a new version when its labels changed), for exports and the dashboards. Exit 3 when
+    the suite is void."""
     fmt = output_format(fmt, as_json)
     from hangar.kinds.knowledge.custody import sealed_suite
     from hangar.kinds.knowledge.render import render
@@ -195,6 +202,16 @@ def knowledge_score(
         loaded, arms, baseline=baseline, candidate=candidate, margin=margin / 100, seed=seed
     )
     text = render(report, fmt)
+    if not no_store:
+        from hangar.kinds.knowledge.record import default_store, record_scores
+        from hangar.store import ResultsStore
+
+        results = ResultsStore(store or default_store(suite))
+        new, same = record_scores(results, loaded, [a.arm for a in report.arms])
+        err_console.print(
+            f"scores recorded in {esc(results.safe_url)}: {new} new version(s), {same} unchanged",
+            highlight=False,
+        )
     if out is not None:
         out.write_text(text)
         console.print(f"wrote {esc(str(out))}", highlight=False)
@@ -272,7 +289,9 @@ def knowledge_run(
         list[str] | None, typer.Option(help="NAME=URL or path of a repository (repeat).")
     ] = None,
     image: Annotated[str, typer.Option(help="The sandbox image.")] = "hangar/base:bookworm",
-    store: Annotated[str | None, typer.Option(help="Results store URL.")] = None,
+    store: Annotated[
+        str | None, typer.Option(help="Results store URL (default: runs/ beside the suite).")
+    ] = None,
     evidence: Annotated[str | None, typer.Option(help="Evidence store URL.")] = None,
     budget_usd: Annotated[float | None, typer.Option(help="Stop scheduling past this.")] = None,
     address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,

@@ -23,6 +23,7 @@ from hangar.files import MANIFEST
 from hangar.kinds.knowledge.custody import sealed_suite
 from hangar.kinds.knowledge.formats import Answer, Meta, write_jsonl
 from hangar.kinds.knowledge.questions import DEFAULT_IMAGE, LoadedQuestion, load_questions
+from hangar.kinds.knowledge.record import arm_sweep, default_store, record_scores
 from hangar.kinds.knowledge.trial import RETRIEVAL, arm_agent_problems
 from hangar.models import ModelSpec, check_keys
 from hangar.results import TrialResult, Verdict
@@ -113,6 +114,7 @@ def run_arm(
     """Run the repo-search arm on a sealed suite (see the module docstring), its trials
     through `run` (the scheduler's, from the command line)."""
     suite = sealed_suite(folder)
+    store_url = store_url or default_store(folder)
     target = folder / "answers" / f"{arm}.jsonl"
     if target.exists():
         raise ConfigError(f"{target} exists: an arm is scored once (run it under a new name)")
@@ -125,7 +127,7 @@ def run_arm(
         q.model_copy(update={"arm": arm}) for q in load_questions(suite, repositories, image)
     ]
     batch = TaskBatch(
-        id=f"knowledge-{suite.name}-{arm}-{model.id}".replace("/", "-").replace(":", "-"),
+        id=arm_sweep(suite, arm, model.id),
         tasks=list(questions),
         models=[model],
         agents={agent.name: agent},
@@ -147,6 +149,9 @@ def run_arm(
     if not incomplete:
         harness = f"hangar knowledge run (sweep {batch.id}, agent {agent.name})"
         files = _write(folder, arm, answers, harness, model.id, _snapshot(arm, done))
+        record_scores(
+            ResultsStore(store_url), sealed_suite(folder), [arm]
+        )  # pending until labelled
     return ArmRun(
         sweep=batch.id,
         answered=len(answers),
