@@ -344,9 +344,9 @@ def export_tree(
     return hashes
 
 
-def file_digest_at(cache: MirrorCache, url: str, revision: str, path: str) -> str | None:
-    """``sha256:<hex>`` of the file `path` at `revision` of `url` (None when the revision or
-    the file is not there): how hangar hashes a citation of a commit it did not export."""
+def blob_at(cache: MirrorCache, url: str, revision: str, path: str) -> bytes | None:
+    """The bytes of the file `path` at `revision` of `url` (None when the revision or the
+    file is not there)."""
     try:
         mirror = cache.ensure(url, revision)
     except WorkspaceError:
@@ -359,4 +359,11 @@ def file_digest_at(cache: MirrorCache, url: str, revision: str, path: str) -> st
         capture_output=True,
         check=False,
     )
-    return "sha256:" + hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def file_digest_at(cache: MirrorCache, url: str, revision: str, path: str) -> str | None:
+    """``sha256:<hex>`` of the file `path` at `revision` of `url` (None when it is not
+    there): how hangar hashes a citation of a commit it did not export."""
+    blob = blob_at(cache, url, revision, path)
+    return None if blob is None else "sha256:" + hashlib.sha256(blob).hexdigest()

@@ -83,6 +83,10 @@ class KindPage(NamedTuple):
     """(path parameters, query parameters, settings) -> the template's context; raises
     LookupError for a page that does not exist, a HangarError for one that cannot be
     built."""
+    action: Callable[[dict[str, str], dict[str, list[str]], ViewSettings], str] | None = None
+    """What a form posted to the page does: (path parameters, the form's fields, settings)
+    -> where to go next (a path of the viewer); raises a HangarError naming what to fix.
+    The viewer checks the form came from its own page before calling it."""
 
 
 class Failure(NamedTuple):

@@ -16,10 +16,12 @@ as an attachment with ``nosniff``.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable
 from html import escape
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PrefixLoader, select_autoescape
 from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
@@ -27,7 +29,13 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -111,6 +119,8 @@ class Viewer:
         self.knowledge = [p.resolve() for p in knowledge or []]
         self.poll_s = poll_s
         self.settings = ViewSettings(suites={"knowledge": self.knowledge})
+        #: What the viewer's own forms carry (a page of another site cannot know it).
+        self.token = secrets.token_urlsafe(24)
         self.env = Environment(
             loader=_templates(),
             autoescape=select_autoescape(["html"]),
@@ -124,7 +134,8 @@ class Viewer:
 
     def page(self, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         """A template rendered."""
-        return HTMLResponse(self.env.get_template(template).render(**context), status_code=status)
+        page = self.env.get_template(template).render(csrf=self.token, **context)
+        return HTMLResponse(page, status_code=status)
 
     # -- pages -------------------------------------------------------------------------
 
@@ -379,6 +390,13 @@ class Viewer:
         async def handler(request: Request) -> Response:
             params, query = dict(request.path_params), dict(request.query_params)
             try:
+                if request.method == "POST" and page.action is not None:
+                    fields = await self.form(request)
+                    if not self.own_form(request, fields):
+                        return self.page("error.html", 403, message="a form from elsewhere")
+                    target = page.action(params, fields, self.settings)
+                    local = target.startswith("/") and not target.startswith("//")
+                    return RedirectResponse(target if local else "/", status_code=303)
                 context = page.context(params, query, self.settings)
             except LookupError as exc:
                 return self.page("error.html", 404, message=str(exc.args[0] if exc.args else exc))
@@ -387,6 +405,24 @@ class Viewer:
             return self.page(page.template, **context)
 
         return handler
+
+    @staticmethod
+    async def form(request: Request) -> dict[str, list[str]]:
+        """A posted form's fields (``application/x-www-form-urlencoded``, as the viewer's
+        own forms send them; 64 KiB at most; anything else has no field)."""
+        kind = request.headers.get("content-type", "").split(";")[0].strip()
+        body = await request.body()
+        if kind != "application/x-www-form-urlencoded" or len(body) > 64 * 1024:
+            return {}
+        return parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+
+    def own_form(self, request: Request, fields: dict[str, list[str]]) -> bool:
+        """Whether a posted form came from one of this viewer's pages: it carries the
+        viewer's token (a page elsewhere cannot read it) and the browser does not say it
+        was sent from another site."""
+        token = fields.get("csrf", [""])[0]
+        site = request.headers.get("sec-fetch-site", "same-origin")
+        return secrets.compare_digest(token, self.token) and site in ("same-origin", "none")
 
     async def pygments_css(self, request: Request) -> Response:
         return Response(HtmlFormatter().get_style_defs(".diff"), media_type="text/css")
@@ -436,7 +472,11 @@ def make_app(viewer: Viewer) -> Starlette:
         Route("/trials/{sweep}/{key}/{attempt:int}/raw", v.raw),
         Route("/trials/{sweep}/{key}/{attempt:int}/bundle", v.bundle),
         Route("/compare", v.compare),
-        *(Route(page.path, v.kind_page(page)) for kind in kinds() for page in kind.pages),
+        *(
+            Route(page.path, v.kind_page(page), methods=["GET", "POST"] if page.action else None)
+            for kind in kinds()
+            for page in kind.pages
+        ),
         Route("/static/pygments.css", v.pygments_css),
         Route("/favicon.ico", lambda _: Response(status_code=204)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

@@ -61,6 +61,12 @@ class KnowledgeKind(Kind):
             "knowledge/suite.html",
             lambda params, query, settings: _suite_page(params, query, settings),
         ),
+        KindPage(
+            "/knowledge/{name}/label",
+            "knowledge/label.html",
+            lambda params, query, settings: _label_page(params, query, settings),
+            lambda params, form, settings: _save_label(params, form, settings),
+        ),
     )
 
     def agents(self, matrix: Matrix) -> list[AgentSpec]:
@@ -110,6 +116,20 @@ def _suite_page(
     from hangar.kinds.knowledge.view import suite_page
 
     return suite_page(params, query, settings.suites.get("knowledge", []))
+
+
+def _label_page(
+    params: dict[str, str], query: dict[str, str], settings: ViewSettings
+) -> dict[str, Any]:
+    from hangar.kinds.knowledge.labelling import label_page
+
+    return label_page(params, query, settings.suites.get("knowledge", []))
+
+
+def _save_label(params: dict[str, str], form: dict[str, list[str]], settings: ViewSettings) -> str:
+    from hangar.kinds.knowledge.labelling import save_label
+
+    return save_label(params, form, settings.suites.get("knowledge", []))
 
 
 KIND = KnowledgeKind()

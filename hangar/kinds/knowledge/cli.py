@@ -83,7 +83,7 @@ def knowledge_label(
     """Label an arm's answers in the terminal: the question, the answer, its citations and
     the key side by side; y/n for correct, then the numbers of unsupported citations.
     Answers this rater labelled are skipped; q stops (what was labelled is kept)."""
-    from hangar.kinds.knowledge.custody import load_arm, sealed_suite
+    from hangar.kinds.knowledge.custody import add_label, load_arm, sealed_suite
     from hangar.kinds.knowledge.formats import Label
 
     loaded = sealed_suite(suite)
@@ -125,8 +125,7 @@ def knowledge_label(
         label = Label(
             id=q.id, rater=rater, correct=verdict.startswith("y"), unsupported=unsupported
         )
-        with path.open("a") as handle:  # one line at a time: nothing labelled is lost
-            handle.write(json.dumps(label.model_dump(mode="json")) + "\n")
+        add_label(loaded, arm, label)  # one line at a time: nothing labelled is lost
     console.print(f"labels: {esc(str(path))}", highlight=False)
 
 

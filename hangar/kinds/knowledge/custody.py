@@ -186,6 +186,21 @@ def load_arm(suite: Suite, name: str) -> Arm:
     return Arm(name=name, answers={a.id: a for a in answers}, meta=meta, labels=labels)
 
 
+def add_label(suite: Suite, arm: str, label: Label) -> Path:
+    """Append one rater's label of one answer to ``labels/<arm>.jsonl`` (one line at a time:
+    nothing labelled is lost); a rater who labelled that answer already is refused."""
+    current = load_arm(suite, arm)
+    if label.id not in current.answers:
+        raise ConfigError(f"arm {arm} has no answer to {label.id!r}")
+    if any(x.id == label.id and x.rater == label.rater for x in current.labels):
+        raise ConfigError(f"{label.rater} labelled {label.id} of {arm} already")
+    path = suite.folder / "labels" / f"{arm}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        handle.write(json.dumps(label.model_dump(mode="json")) + "\n")
+    return path
+
+
 def import_arm(suite: Suite, name: str, answers: Path, meta: Path | None) -> Arm:
     """Copy an external arm's answers (and its meta) into the suite, checked; refused when
     the arm has answers already (an arm is scored once)."""
