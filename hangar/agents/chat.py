@@ -24,7 +24,7 @@ from hangar.agents.command import AgentRun
 from hangar.agents.mcp import McpServer, McpTools
 from hangar.agents.skills import native_skills, skills_note
 from hangar.models import ModelSpec
-from hangar.models.complete import provider_error_of, sdk_client
+from hangar.models.complete import gemini_config, gemini_usage, provider_error_of, sdk_client
 from hangar.models.pricing import cost_of
 from hangar.models.usage import add, from_anthropic, from_openai_chat, from_openai_responses
 from hangar.results import Usage
@@ -187,6 +187,13 @@ def _tools_for(api: str, toolset: str = "edit", extra: list[dict[str, Any]] | No
             {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
             for t in tools
         ]
+    if api == "gemini":
+        declarations = [
+            {"name": t["name"], "description": t["description"],
+             "parameters_json_schema": t["parameters"]}
+            for t in tools
+        ]  # fmt: skip
+        return [{"function_declarations": declarations}]
     if api == "responses":
         return [{"type": "function", **t} for t in tools]
     return [{"type": "function", "function": t} for t in tools]
@@ -276,9 +283,12 @@ class _Conversation:
         self.extra = extra or []
         self.refusals: list[str] = []
         client = sdk_client(model, self.refusals, trace)
-        if self.api == "messages":
+        if self.api == "gemini":
+            self.gemini = client
+            self.messages: list[Any] = [{"role": "user", "parts": [{"text": context}]}]
+        elif self.api == "messages":
             self.anthropic = client
-            self.messages: list[Any] = [{"role": "user", "content": context}]
+            self.messages = [{"role": "user", "content": context}]
         else:
             self.openai = client
             if self.api == "responses":
@@ -292,6 +302,8 @@ class _Conversation:
     def call(self, timeout: float) -> tuple[str, list[_Call], Usage]:
         """One model call: its text, its tool calls, its usage."""
         a = self.agent
+        if self.api == "gemini":
+            return self._call_gemini(timeout)
         if self.api == "messages":
             reply = self.anthropic.messages.create(
                 model=self.model.id,
@@ -349,9 +361,45 @@ class _Conversation:
         usage = completion.usage.model_dump() if completion.usage else {}
         return message.content or "", calls, from_openai_chat(usage)
 
+    def _call_gemini(self, timeout: float) -> tuple[str, list[_Call], Usage]:
+        a = self.agent
+        config = gemini_config(
+            self.system,
+            a.max_output_tokens,
+            timeout,
+            tools=_tools_for("gemini", a.tools, self.extra),
+        )
+        reply = self.gemini.models.generate_content(
+            model=self.model.id, contents=self.messages, config=config
+        )
+        candidate = (reply.candidates or [None])[0]
+        content = candidate.content if candidate is not None else None
+        parts = (content.parts if content is not None else None) or []
+        self.messages.append(
+            {"role": "model", "parts": [p.model_dump(exclude_none=True) for p in parts]}
+        )
+        text = "".join(p.text for p in parts if p.text and not p.thought)
+        calls = [
+            _Call(id=p.function_call.id or f"call_{i}", name=p.function_call.name or "",
+                  arguments=dict(p.function_call.args or {}))
+            for i, p in enumerate(parts)
+            if p.function_call is not None
+        ]  # fmt: skip
+        return text, calls, gemini_usage(reply)
+
     def results(self, calls: list[_Call], outputs: list[str]) -> None:
         """Give the tool results back to the model."""
-        if self.api == "messages":
+        if self.api == "gemini":
+            self.messages.append(
+                {
+                    "role": "user",
+                    "parts": [
+                        {"function_response": {"name": c.name, "response": {"result": out}}}
+                        for c, out in zip(calls, outputs, strict=True)
+                    ],
+                }
+            )
+        elif self.api == "messages":
             self.messages.append(
                 {
                     "role": "user",

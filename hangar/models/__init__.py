@@ -6,13 +6,14 @@ A sweep names models by id (``gpt-4o-mini``) or in full:
 models:
   - none                          # agents that call no model
   - gpt-4o-mini                   # provider guessed: claude-* is anthropic, the rest openai
+  - gemini-2.5-flash              # gemini-* is google (the Gemini API)
   - id: my-model
-    provider: openai              # openai (any OpenAI-compatible endpoint) | anthropic
+    provider: openai              # openai (any OpenAI-compatible endpoint) | anthropic | google
     base_url: http://127.0.0.1:8000/v1   # vLLM, Ollama, a gateway, the scripted server
                                   # (default: the host's OPENAI_BASE_URL / ANTHROPIC_BASE_URL,
                                   # else the provider's public API)
     api_key_env: MY_GATEWAY_KEY   # the host variable holding the key
-    api: chat                     # chat | responses | messages (what chat agents use)
+    api: chat                     # chat | responses | messages | gemini (what chat agents use)
     price: {input: 0.15, output: 0.60, cached_input: 0.075}   # USD per 1M tokens
 ```
 
@@ -32,9 +33,19 @@ from hangar.errors import ConfigError
 from hangar.models.pricing import Price
 
 NO_MODEL = "none"
-_DEFAULT_BASE = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
-_DEFAULT_KEY = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-_DEFAULT_API = {"openai": "chat", "anthropic": "messages"}
+_DEFAULT_BASE = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "google": "https://generativelanguage.googleapis.com",
+}
+_DEFAULT_KEY = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "google": "GEMINI_API_KEY",
+}
+_DEFAULT_API = {"openai": "chat", "anthropic": "messages", "google": "gemini"}
+#: Where the providers' own tools look for a base URL, besides ``<PROVIDER>_BASE_URL``.
+_BASE_ENV = {"google": ("GOOGLE_GEMINI_BASE_URL", "GEMINI_BASE_URL")}
 
 
 class ModelSpec(BaseModel):
@@ -44,14 +55,17 @@ class ModelSpec(BaseModel):
 
     id: str
     """Model id as the provider knows it (``none``: no model)."""
-    provider: Literal["openai", "anthropic", "none"] = "openai"
-    """API family; ``openai`` covers every OpenAI-compatible endpoint."""
+    provider: Literal["openai", "anthropic", "google", "none"] = "openai"
+    """API family; ``openai`` covers every OpenAI-compatible endpoint; ``google`` is the
+    Gemini API (``models/{model}:generateContent``)."""
     base_url: str | None = None
     """Endpoint (default: the provider's public API)."""
     api_key_env: str | None = None
-    """Host environment variable with the key (default OPENAI_API_KEY / ANTHROPIC_API_KEY)."""
-    api: Literal["chat", "responses", "messages"] | None = None
-    """The API chat agents use (default: chat for openai, messages for anthropic)."""
+    """Host environment variable with the key (default OPENAI_API_KEY / ANTHROPIC_API_KEY;
+    for google GEMINI_API_KEY, else GOOGLE_API_KEY)."""
+    api: Literal["chat", "responses", "messages", "gemini"] | None = None
+    """The API chat agents use (default: chat for openai, messages for anthropic, gemini
+    for google)."""
     price: Price | None = None
     """USD per 1M tokens; default: the genai-prices table."""
     price_provider: str | None = None
@@ -72,6 +86,8 @@ class ModelSpec(BaseModel):
                 if mid == NO_MODEL
                 else "anthropic"
                 if mid.startswith("claude")
+                else "google"
+                if mid.startswith("gemini")
                 else "openai",
             }
         return data
@@ -80,13 +96,20 @@ class ModelSpec(BaseModel):
     def endpoint(self) -> str:
         """The base URL requests go to: `base_url`, else the host's ``OPENAI_BASE_URL`` /
         ``ANTHROPIC_BASE_URL`` (as the providers' SDKs read them), else the public API."""
-        from_env = os.environ.get(f"{self.provider.upper()}_BASE_URL", "")
+        names = (f"{self.provider.upper()}_BASE_URL", *_BASE_ENV.get(self.provider, ()))
+        from_env = next((os.environ[n] for n in names if os.environ.get(n)), "")
         return (self.base_url or from_env or _DEFAULT_BASE.get(self.provider, "")).rstrip("/")
 
     @property
     def key_env(self) -> str:
-        """The environment variable holding the key."""
-        return self.api_key_env or _DEFAULT_KEY.get(self.provider, "")
+        """The environment variable holding the key (google: GEMINI_API_KEY, else
+        GOOGLE_API_KEY when only that one is set, as Google's SDK reads them)."""
+        if self.api_key_env:
+            return self.api_key_env
+        google = self.provider == "google" and not os.environ.get("GEMINI_API_KEY")
+        if google and os.environ.get("GOOGLE_API_KEY"):
+            return "GOOGLE_API_KEY"
+        return _DEFAULT_KEY.get(self.provider, "")
 
     @property
     def chat_api(self) -> str:

@@ -1,4 +1,4 @@
-"""One model call from the host, in any of the three APIs, under the relay's rules.
+"""One model call from the host, in any of the four APIs, under the relay's rules.
 
 `sdk_client` gives the official SDK's client for a model, its HTTP going through
 `RelayPolicy` (``store`` off, only the trial's model, no provider-hosted tool) with each
@@ -16,9 +16,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from hangar.models import ModelSpec
-from hangar.models.policy import RelayPolicy, policy_client
+from hangar.models.policy import PolicyTransport, RelayPolicy, policy_client
 from hangar.models.pricing import cost_of
-from hangar.models.usage import from_anthropic, from_openai_chat, from_openai_responses
+from hangar.models.usage import (
+    from_anthropic,
+    from_gemini,
+    from_openai_chat,
+    from_openai_responses,
+)
 from hangar.results import ProviderError, Usage
 from hangar.trace import TraceWriter
 
@@ -49,6 +54,8 @@ def sdk_client(model: ModelSpec, refusals: list[str], trace: TraceWriter | None)
 
     policy = RelayPolicy(model)
     key, base = model.api_key(), model.endpoint
+    if model.chat_api == "gemini":
+        return gemini_client(model, policy, refused)
     if model.chat_api == "messages":
         import anthropic
 
@@ -60,11 +67,51 @@ def sdk_client(model: ModelSpec, refusals: list[str], trace: TraceWriter | None)
     return openai.OpenAI(api_key=key, base_url=base, max_retries=5, http_client=client)
 
 
+def gemini_client(model: ModelSpec, policy: RelayPolicy, refused: Any) -> Any:
+    """Google's SDK (``google-genai``) for a Gemini model, its HTTP (httpx2) through
+    `PolicyTransport`."""
+    import httpx2
+    from google import genai
+    from google.genai import types
+
+    transport = PolicyTransport(policy, httpx2, refused)
+    http = httpx2.Client(transport=transport, timeout=httpx2.Timeout(model.timeout_s))  # type: ignore[arg-type]
+    options = types.HttpOptions(
+        base_url=model.endpoint,
+        api_version="v1beta",
+        httpx_client=http,
+        retry_options=types.HttpRetryOptions(attempts=5),
+    )
+    return genai.Client(api_key=model.api_key(), http_options=options)
+
+
+def gemini_config(system: str, max_output_tokens: int, timeout: float, **more: Any) -> Any:
+    """A Gemini call's config: the system instruction, the output cap, the timeout; no
+    automatic function calling (the agent's loop runs its tools)."""
+    from google.genai import types
+
+    return types.GenerateContentConfig(
+        system_instruction=system,
+        max_output_tokens=max_output_tokens,
+        http_options=types.HttpOptions(timeout=int(timeout * 1000)),
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        **more,
+    )
+
+
+def gemini_usage(reply: Any) -> Usage:
+    """The usage of a Gemini SDK answer."""
+    meta = reply.usage_metadata
+    return from_gemini(meta.model_dump(by_alias=True, exclude_none=True) if meta else {})
+
+
 def provider_error_of(exc: Exception, model: ModelSpec) -> ProviderError | None:
     """The provider's failure an SDK exception stands for (None: the request's own fault,
-    such as a 400). Both SDKs name their errors alike."""
+    such as a 400). The SDKs name their errors alike (Google's status is its ``code``)."""
     name = type(exc).__name__
     status = getattr(exc, "status_code", None)
+    if status is None and isinstance(getattr(exc, "code", None), int):
+        status = exc.code  # type: ignore[attr-defined]
     if status in (401, 403):
         return ProviderError(
             kind="auth",
@@ -74,7 +121,9 @@ def provider_error_of(exc: Exception, model: ModelSpec) -> ProviderError | None:
             message=f"the provider refused the key in {model.key_env} for model "
             f"{model.id!r} (HTTP {status}): {exc}",
         )
-    if status == 429 or (status or 0) >= 500 or name in ("APITimeoutError", "APIConnectionError"):
+    if status == 429 or (status or 0) >= 500 or name in (
+        "APITimeoutError", "APIConnectionError", "ConnectError", "ReadTimeout",
+    ):  # fmt: skip
         return ProviderError(
             kind="unavailable",
             model=model.id,
@@ -135,6 +184,20 @@ def _ask(
     reasoning_effort: str | None,
     timeout: float,
 ) -> tuple[str, Usage]:
+    if model.chat_api == "gemini":
+        contents = [
+            {
+                "role": "model" if m["role"] == "assistant" else "user",
+                "parts": [{"text": m["content"]}],
+            }
+            for m in messages
+        ]
+        reply = client.models.generate_content(
+            model=model.id,
+            contents=contents,
+            config=gemini_config(system, max_output_tokens, timeout),
+        )
+        return reply.text or "", gemini_usage(reply)
     if model.chat_api == "messages":
         reply = client.messages.create(
             model=model.id,

@@ -21,6 +21,13 @@ provider's endpoint) and body:
   search or fetch, file search, code interpreter or execution, computer use on OpenAI,
   image generation, remote MCP and connectors), as are ``web_search_options``,
   ``mcp_servers`` and a code-execution ``container``;
+- the Gemini API (``provider: google``): only ``POST /v1beta/models/<the trial's
+  model>:generateContent``, ``:streamGenerateContent`` (``alt=sse``) and ``:countTokens``
+  (the models list answered here); tools only of ``functionDeclarations`` (every other
+  tool, ``google_search``, ``url_context``, ``code_execution``, file search, maps, computer
+  use, and any the API adds later, is run by Google and refused), no ``cachedContent``,
+  no file or file URI part (``fileData``: the Files API or a URL Google fetches), and no
+  request field the relay does not know;
 - no reference to what the account holds (``file_id``, a stored ``prompt``, a
   ``conversation``, ``background`` runs) and no URL for the provider to fetch (an image
   or file by ``http(s)://``; ``data:`` URLs carry their bytes and are fine);
@@ -92,12 +99,27 @@ def _is_remote(url: Any) -> bool:
     return isinstance(url, str) and url.strip().lower().startswith(("http://", "https://"))
 
 
+#: A Gemini API path: its version, model and method (the models list has neither).
+_GEMINI = re.compile(
+    r"^/(?P<version>v1|v1beta|v1alpha)/models(?:/(?P<model>[^/:]+)(?::(?P<verb>[A-Za-z]+))?)?$"
+)
+_GEMINI_VERBS = ("generateContent", "streamGenerateContent", "countTokens")
+#: Fields of a Gemini request (both spellings the API takes); any other is refused.
+_GEMINI_FIELDS = {
+    "contents", "systemInstruction", "system_instruction", "tools", "toolConfig",
+    "tool_config", "generationConfig", "generation_config", "safetySettings",
+    "safety_settings", "generateContentRequest", "generate_content_request", "model",
+}  # fmt: skip
+_GEMINI_TOOL = {"functionDeclarations", "function_declarations"}
+_GEMINI_TOOL_CONFIG = {"functionCallingConfig", "function_calling_config"}
+
+
 class RelayPolicy:
     """The allowlist of one trial's model traffic (see the module docstring)."""
 
     def __init__(self, model: ModelSpec) -> None:
         self.model = model
-        self.family = "anthropic" if model.provider == "anthropic" else "openai"
+        self.family = model.provider if model.provider in ("anthropic", "google") else "openai"
         self.responses: set[str] = set()
         """Ids of the responses this trial created (``previous_response_id`` may name them)."""
 
@@ -107,6 +129,8 @@ class RelayPolicy:
         self, method: str, path: str, query: dict[str, str], body: dict[str, Any] | None
     ) -> Decision:
         """Judge one request to `path` (relative to the provider's endpoint)."""
+        if self.family == "google":
+            return self._gemini(method, path, query, body)
         models = _MODELS[self.family]
         if method == "GET" and path in (models, f"{models}/{self.model.id}"):
             return Decision(allowed=True, local=self._models(path == models))
@@ -134,6 +158,69 @@ class RelayPolicy:
         ):
             body = {**body, "store": False}
         return Decision(allowed=True, body=body)
+
+    # -- the Gemini API ---------------------------------------------------------------------
+
+    def _gemini(
+        self, method: str, path: str, query: dict[str, str], body: dict[str, Any] | None
+    ) -> Decision:
+        match, mid = _GEMINI.match(path), self.model.id
+        allowed = f"POST /v1beta/models/{mid}:{{{','.join(_GEMINI_VERBS)}}}"
+        if match and method == "GET" and match["verb"] is None:
+            if match["model"] in (None, mid):
+                one = {"name": f"models/{mid}", "displayName": mid,
+                       "supportedGenerationMethods": list(_GEMINI_VERBS)}  # fmt: skip
+                return Decision(allowed=True, local=one if match["model"] else {"models": [one]})
+            return _refuse(f"model {match['model']!r} is not allowed in this trial (only {mid!r})")
+        if not match or method != "POST" or match["verb"] not in _GEMINI_VERBS:
+            return _refuse(f"{method} {path} is not an inference endpoint of Gemini model "
+                           f"{mid!r} (allowed: {allowed})")  # fmt: skip
+        if match["model"] != mid:
+            return _refuse(f"model {match['model']!r} is not allowed in this trial (only {mid!r})")
+        if extra := sorted(set(query) - {"alt", "key"}):
+            return _refuse(f"query parameters {extra} are not passed on")
+        if query.get("alt", "sse") != "sse":
+            return _refuse(f"alt={query['alt']!r}: only alt=sse streams are passed on")
+        if not isinstance(body, dict):
+            return _refuse("the request body must be a JSON object")
+        problem = self._gemini_problem(body)
+        return _refuse(problem) if problem else Decision(allowed=True, body=body)
+
+    def _gemini_problem(self, body: dict[str, Any]) -> str:
+        """What in a Gemini request the relay refuses ('' when nothing)."""
+        if body.get("cachedContent") or body.get("cached_content"):
+            return "cachedContent names content kept on the provider's account"
+        if unknown := sorted(set(body) - _GEMINI_FIELDS):
+            return f"request fields {unknown} are not passed on (the relay does not know them)"
+        if (named := body.get("model")) is not None and str(named).removeprefix(
+            "models/"
+        ) != self.model.id:
+            return f"model {named!r} is not allowed in this trial (only {self.model.id!r})"
+        inner = body.get("generateContentRequest") or body.get("generate_content_request")
+        if inner is not None:
+            if not isinstance(inner, dict):
+                return "generateContentRequest must be a JSON object"
+            if problem := self._gemini_problem(inner):
+                return problem
+        tools = body.get("tools") or []
+        if not isinstance(tools, list):
+            return "a tools value that is not a list"
+        for tool in tools:
+            kinds = sorted(set(tool) - _GEMINI_TOOL) if isinstance(tool, dict) else ["?"]
+            if kinds:
+                return (
+                    f"tool {kinds[0]!r} is run by the provider, not the agent (only "
+                    "functionDeclarations, tools the agent runs itself, are allowed)"
+                )
+        config = body.get("toolConfig") or body.get("tool_config") or {}
+        if not isinstance(config, dict) or set(config) - _GEMINI_TOOL_CONFIG:
+            return "toolConfig may only hold functionCallingConfig"
+        sent = [body.get(k) for k in ("contents", "systemInstruction", "system_instruction")]
+        for block in _walk(sent):
+            for key in ("fileData", "file_data", "fileUri", "file_uri"):
+                if key in block:
+                    return f"a {key} part names a file of the account or a URL Google fetches"
+        return ""
 
     def _body_problem(self, path: str, body: dict[str, Any]) -> str:
         for key in _ACCOUNT_STATE:

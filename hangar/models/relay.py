@@ -35,7 +35,7 @@ import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 import httpx
 
@@ -57,6 +57,7 @@ _FORWARD = (
     "user-agent",
     "x-stainless-lang",
     "x-stainless-package-version",
+    "x-goog-api-client",
 )
 #: Response headers passed back.
 _BACK = ("content-type", "request-id", "x-request-id", "retry-after", "openai-processing-ms")
@@ -146,6 +147,9 @@ class ModelRelay:
             "OPENAI_API_KEY": self.token,
             "ANTHROPIC_BASE_URL": base,
             "ANTHROPIC_API_KEY": self.token,
+            "GOOGLE_GEMINI_BASE_URL": base,
+            "GEMINI_API_KEY": self.token,
+            "GOOGLE_API_KEY": self.token,
         }
 
     # -- one request ----------------------------------------------------------------------
@@ -164,8 +168,9 @@ class ModelRelay:
         h.wfile.write(data)
         h.close_connection = True
 
-    def _authorised(self, h: _Handler) -> bool:
-        offered = h.headers.get("x-api-key") or ""
+    def _authorised(self, h: _Handler, query: dict[str, str]) -> bool:
+        offered = h.headers.get("x-api-key") or h.headers.get("x-goog-api-key") or ""
+        offered = offered or query.get("key", "")
         bearer = h.headers.get("Authorization") or ""
         if bearer.lower().startswith("bearer "):
             offered = offered or bearer[7:].strip()
@@ -174,7 +179,7 @@ class ModelRelay:
     def _api_path(self, path: str) -> str:
         """The request path relative to the provider's endpoint (the agent's base URL for
         OpenAI-compatible models ends in ``/v1``; Anthropic's is the host itself)."""
-        if self.model.provider == "anthropic" or not path.startswith("/v1/"):
+        if self.model.provider in ("anthropic", "google") or not path.startswith("/v1/"):
             return path
         return path[len("/v1") :]
 
@@ -188,7 +193,8 @@ class ModelRelay:
         """Serve one request (see the module docstring)."""
         path, _, raw_query = h.path.partition("?")
         body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
-        if not self._authorised(h):
+        query = dict(parse_qsl(raw_query, keep_blank_values=True))
+        if not self._authorised(h, query):
             self._refused(h, 401, path, "missing or wrong trial token")
             return
         payload: Any = None
@@ -198,7 +204,6 @@ class ModelRelay:
             except ValueError:
                 self._refused(h, 400, path, "the request body is not JSON")
                 return
-        query = dict(parse_qsl(raw_query, keep_blank_values=True))
         api_path = self._api_path(path)
         decision = self.policy.decide(h.command, api_path, query, payload)
         if decision.local is not None:
@@ -210,7 +215,9 @@ class ModelRelay:
             self._refused(h, 403, path, decision.reason, requested=requested)
             return
         payload = decision.body
-        stream = bool(payload.get("stream"))
+        stream = bool(payload.get("stream")) or ":streamGenerateContent" in api_path
+        # the trial token never goes upstream, not even as a query parameter
+        raw_query = urlencode([(k, v) for k, v in parse_qsl(raw_query, True) if k != "key"])
         if stream and api_path == "/chat/completions":
             # Meter streamed chat calls from the provider's own usage chunk.
             payload["stream_options"] = {
@@ -297,6 +304,8 @@ class ModelRelay:
         headers["Accept-Encoding"] = "identity"
         if self.model.provider == "anthropic":
             headers["x-api-key"] = self._key
+        elif self.model.provider == "google":
+            headers["x-goog-api-key"] = self._key
         else:
             headers["Authorization"] = f"Bearer {self._key}"
         with self._client.stream(method, url, content=body, headers=headers) as up:

@@ -64,6 +64,23 @@ def from_anthropic(usage: Any) -> Usage:
     )
 
 
+def from_gemini(usage: Any) -> Usage:
+    """A Gemini API ``usageMetadata`` object: the prompt's tokens (cached ones included),
+    the answer's and the thoughts' (billed as output)."""
+    thoughts = _get(usage, "thoughtsTokenCount")
+    return Usage(
+        input_tokens=_get(usage, "promptTokenCount") + _get(usage, "toolUsePromptTokenCount"),
+        cached_input_tokens=_get(usage, "cachedContentTokenCount"),
+        output_tokens=_get(usage, "candidatesTokenCount") + thoughts,
+        reasoning_tokens=thoughts,
+    )
+
+
+def is_gemini(path: str) -> bool:
+    """Whether `path` is a Gemini API call (``models/{model}:generateContent``...)."""
+    return ":generateContent" in path or ":streamGenerateContent" in path
+
+
 def add(a: Usage, b: Usage) -> Usage:
     """The sum of two usages (cost included)."""
     return Usage(
@@ -83,6 +100,8 @@ def from_body(path: str, body: bytes, content_type: str) -> Usage | None:
         data = json.loads(body)
     except ValueError:
         return None
+    if isinstance(data, dict) and is_gemini(path):
+        return from_gemini(data["usageMetadata"]) if "usageMetadata" in data else None
     if not isinstance(data, dict) or "usage" not in data:
         return None
     if path.endswith("/messages"):
@@ -109,6 +128,9 @@ def _events(body: bytes) -> list[dict[str, Any]]:
 
 def _from_stream(path: str, body: bytes) -> Usage | None:
     events = _events(body)
+    if is_gemini(path):  # each chunk carries the usage so far: the last one is the call's
+        metered = [e for e in events if e.get("usageMetadata")]
+        return from_gemini(metered[-1]["usageMetadata"]) if metered else None
     if path.endswith("/messages"):
         start = next((e for e in events if e.get("type") == "message_start"), None)
         deltas = [e for e in events if e.get("type") == "message_delta"]

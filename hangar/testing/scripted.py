@@ -1,8 +1,9 @@
 """A scripted model server for tests and the demo: no model API is needed.
 
 It speaks OpenAI Chat Completions (``/v1/chat/completions``), OpenAI Responses
-(``/v1/responses``) and Anthropic Messages (``/v1/messages``), streaming and not, and
-answers from a script file:
+(``/v1/responses``), Anthropic Messages (``/v1/messages``) and the Gemini API
+(``/v1beta/models/{model}:generateContent``, ``:streamGenerateContent`` as SSE,
+``:countTokens``), streaming and not, and answers from a script file:
 
 ```yaml
 conversations:
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import threading
 import time
 import uuid
@@ -133,8 +135,30 @@ def _text(content: Any) -> str:
     return ""
 
 
+#: A Gemini API call's path: its model and method.
+GEMINI_PATH = re.compile(
+    r"^/v1(?:beta|alpha)?/models/(?P<model>[^/:]+):(?P<verb>generateContent|streamGenerateContent|countTokens)$"
+)
+
+
+def _gemini_conversation(body: dict[str, Any]) -> tuple[str, int]:
+    """(all user text, number of earlier model turns) of a Gemini request."""
+    request = body.get("generateContentRequest") or body
+    contents = [c for c in request.get("contents") or [] if isinstance(c, dict)]
+    texts = [
+        str(p.get("text", ""))
+        for c in contents
+        if c.get("role", "user") == "user"
+        for p in c.get("parts") or []
+        if isinstance(p, dict) and "text" in p
+    ]
+    return "\n".join(texts), sum(1 for c in contents if c.get("role") == "model")
+
+
 def _conversation(path: str, body: dict[str, Any]) -> tuple[str, int]:
     """(all user text, number of earlier assistant turns) of a request."""
+    if GEMINI_PATH.match(path):
+        return _gemini_conversation(body)
     if path.endswith("/responses"):
         items = body.get("input")
         if isinstance(items, str):
@@ -291,6 +315,43 @@ def _responses_stream(reply: Reply, model: str) -> Iterator[dict[str, Any]]:
     yield {"type": "response.completed", "response": full}
 
 
+def _gemini_usage(u: ScriptedUsage) -> dict[str, int]:
+    return {
+        "promptTokenCount": u.input,
+        "candidatesTokenCount": u.output - u.reasoning,
+        "thoughtsTokenCount": u.reasoning,
+        "cachedContentTokenCount": u.cached,
+        "totalTokenCount": u.input + u.output,
+    }
+
+
+def _gemini(reply: Reply, model: str) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = [{"text": reply.content}] if reply.content else []
+    parts += [{"functionCall": {"name": t.name, "args": t.arguments}} for t in reply.tool_calls]
+    return {
+        "candidates": [
+            {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
+        ],
+        "usageMetadata": _gemini_usage(reply.usage),
+        "modelVersion": model,
+        "responseId": uuid.uuid4().hex[:16],
+    }
+
+
+def _gemini_stream(reply: Reply, model: str) -> Iterator[dict[str, Any]]:
+    """Text in pieces, then the tool calls, the finish reason and the usage."""
+    pieces = _pieces(reply.content) if reply.content else []
+    for piece in pieces:
+        yield {
+            "candidates": [{"content": {"role": "model", "parts": [{"text": piece}]}, "index": 0}],
+            "modelVersion": model,
+        }
+    last = _gemini(reply.model_copy(update={"content": ""}), model)
+    if not last["candidates"][0]["content"]["parts"]:
+        last["candidates"][0]["content"]["parts"] = [{"text": ""}]
+    yield last
+
+
 def _anthropic(reply: Reply, model: str) -> dict[str, Any]:
     u = reply.usage
     content: list[dict[str, Any]] = []
@@ -407,7 +468,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         path = self.path.split("?")[0].rstrip("/")
-        model = str(body.get("model", ""))
+        gemini = GEMINI_PATH.match(path)
+        model = gemini["model"] if gemini else str(body.get("model", ""))
         first, turn = _conversation(path, body)
         self._record(body, turn)
         reply = self.server.script.reply(model, first, turn)
@@ -420,7 +482,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         render: Callable[[Reply, str], dict[str, Any]]
         stream: Callable[[Reply, str], Iterator[dict[str, Any]]]
-        if path.endswith("/messages"):
+        streaming = bool(body.get("stream"))
+        if gemini and gemini["verb"] == "countTokens":
+            self._json(200, {"totalTokens": max(1, len(first.split()))})
+            return
+        if gemini:
+            render, stream = _gemini, _gemini_stream
+            streaming = gemini["verb"] == "streamGenerateContent"
+        elif path.endswith("/messages"):
             render, stream = _anthropic, _anthropic_stream
         elif path.endswith("/responses"):
             render, stream = _responses, _responses_stream
@@ -430,7 +499,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": {"message": f"no route {path}"}})
             return
-        if not body.get("stream"):
+        if not streaming:
             self._json(200, render(reply, model))
             return
         self.send_response(200)
