@@ -443,6 +443,11 @@ class Sandbox(ABC):
         return None
 
     @classmethod
+    def has_command(cls, image: str, command: str) -> bool | None:
+        """Whether `image` has `command` (None: this backend cannot tell before a trial)."""
+        return None
+
+    @classmethod
     def engine_problem(cls, config: BaseModel | None = None) -> str | None:
         """Why this node cannot start sandboxes with `config` (the engine does not answer,
         lacks a runtime...), with what to do; None when it can (a sweep's preflight)."""

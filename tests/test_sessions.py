@@ -282,3 +282,27 @@ def test_whatever_an_agent_writes_never_breaks_the_reading(tmp_path: Path) -> No
     (tmp_path / "trial" / "agent").mkdir(parents=True)
     (tmp_path / "trial" / "agent" / "x.jsonl").write_text("\x00\xff not json\n")
     assert write_trial_session(tmp_path / "trial").is_file()
+
+
+def test_a_gemini_cli_chat_file_reads_as_events(tmp_path: Path) -> None:
+    """A chat file Gemini CLI 0.61 wrote in a test run (tests/models/test_gemini_cli.py):
+    its message records rewritten once their tool calls ran are read once each."""
+    real = Path(__file__).parent / "fixtures" / "sessions" / "gemini-chat.jsonl"
+    session = read_session(real)
+    assert session is not None and session.source == "gemini"
+    shells = [e for e in session.events if e.type == "shell"]
+    assert [e.command for e in shells][0] == "sed -n 13,20p statkit/stats.py"
+    assert len(shells) == 2 and all(e.ok for e in shells)
+    assert [e.path for e in session.events if e.type == "file_read"] == ["statkit/stats.py"]
+    calls = [e for e in session.events if e.type == "model_call"]
+    assert sum(e.usage["input"] for e in calls) == 4500 and len(calls) == 3
+    (end,) = [e for e in session.events if e.type == "turn_end"]
+    assert not end.partial
+    # cut after a model message with tool calls: the turn did not complete
+    lines = real.read_text().splitlines()
+    cut = next(i for i, line in enumerate(lines) if '"toolCalls"' in line)
+    short = tmp_path / "cut.jsonl"
+    short.write_text("\n".join(lines[: cut + 1]) + "\n")
+    cut_session = read_session(short)
+    assert cut_session is not None
+    assert [e.partial for e in cut_session.events if e.type == "turn_end"] == [True]

@@ -15,6 +15,12 @@ The sandbox image must hold the CLI:
   offline with ``hangar image build-base --with codex`` (it installs ``@openai/codex``
   from the npm registry on the host and copies the binary in); its session files
   (``~/.codex/sessions``) go into the evidence.
+- ``gemini``: Gemini CLI (``gemini -p ... -o stream-json``), talking the Gemini API to the
+  relay (``GOOGLE_GEMINI_BASE_URL``). Option: ``approval_mode`` (default, auto_edit,
+  yolo, plan; without it yolo). Its settings turn usage statistics, telemetry and update
+  checks off and its web search and fetch tools off. Image: ``hangar image build-base
+  --with gemini`` (its bundled script and Node.js 22 from the npm registry); its chat
+  files (``~/.gemini/tmp``) go into the evidence. It finds skills in ``~/.gemini/skills``.
 - ``claude``: Claude Code (``claude -p --output-format stream-json``), talking the
   Anthropic Messages API to the relay. Option: ``permission_mode`` (default,
   acceptEdits, plan, bypassPermissions; without it permissions are skipped). It finds
@@ -66,6 +72,10 @@ class Preset(BaseModel):
     mcp: str = ""
     """The text that points the CLI at its MCP servers' config (``{tools}``: their tool
     patterns), put at ``{mcp}`` in the command when the agent has servers."""
+    needs: str = ""
+    """The command the sandbox image must have (its CLI)."""
+    apis: tuple[str, ...] = ()
+    """The model APIs it speaks (what its models' ``provider`` may be)."""
 
     def render(self, chosen: dict[str, str], where: str) -> str:
         """The command with the `chosen` options in it (each checked)."""
@@ -92,6 +102,14 @@ class Preset(BaseModel):
 
 
 _CODEX_BYPASS = "--dangerously-bypass-approvals-and-sandbox"
+#: Gemini CLI's settings: no usage statistics, no update check, no tool that reaches the
+#: world (its web search and fetch), the API key (the relay's trial token) as its auth.
+_GEMINI_SETTINGS = (
+    '{"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false},'
+    '"general":{"disableAutoUpdate":true,"disableUpdateNag":true},'
+    '"tools":{"exclude":["google_web_search","web_fetch"]},'
+    '"security":{"auth":{"selectedType":"gemini-api-key"}}}'
+)
 _CLAUDE_SKIP = "--dangerously-skip-permissions"
 
 PRESETS: dict[str, Preset] = {
@@ -107,6 +125,8 @@ PRESETS: dict[str, Preset] = {
             '-m "$HANGAR_MODEL" - < "$HANGAR_CONTEXT_FILE"'
         ),
         collect=("~/.codex/sessions",),
+        needs="codex",
+        apis=("openai (responses)",),
         options={
             "reasoning_effort": Option(
                 values=("minimal", "low", "medium", "high", "xhigh"),
@@ -132,6 +152,8 @@ PRESETS: dict[str, Preset] = {
             '--disallowedTools WebSearch --model "$HANGAR_MODEL" < "$HANGAR_CONTEXT_FILE"'
         ),
         collect=("~/.claude/projects",),
+        needs="claude",
+        apis=("anthropic (messages)",),
         skills="~/.claude/skills",
         mcp='--mcp-config "$HOME/.hangar/mcp.json" --strict-mcp-config --allowedTools {tools}',
         env={
@@ -144,6 +166,26 @@ PRESETS: dict[str, Preset] = {
                 values=("default", "acceptEdits", "plan", "bypassPermissions"),
                 flag="--permission-mode {value}",
                 replaces=_CLAUDE_SKIP,
+            ),
+        },
+    ),
+    "gemini": Preset(
+        command=(
+            f"mkdir -p \"$HOME/.gemini\" && printf '%s' '{_GEMINI_SETTINGS}' "
+            '> "$HOME/.gemini/settings.json" && '
+            "gemini --skip-trust --approval-mode yolo {options} "
+            '-m "$HANGAR_MODEL" -o stream-json -p "$HANGAR_CONTEXT" < /dev/null'
+        ),
+        collect=("~/.gemini/tmp",),
+        needs="gemini",
+        apis=("google (gemini)",),
+        env={"GEMINI_CLI_NO_RELAUNCH": "true", "GEMINI_SANDBOX": "false", "NO_BROWSER": "true"},
+        skills="~/.gemini/skills",
+        options={
+            "approval_mode": Option(
+                values=("default", "auto_edit", "yolo", "plan"),
+                flag="--approval-mode {value}",
+                replaces="--approval-mode yolo",
             ),
         },
     ),

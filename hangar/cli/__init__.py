@@ -2,6 +2,7 @@
 and each kind's own group in its package, `hangar/kinds/<kind>/cli.py`)."""
 
 from hangar.cli import (
+    agents,
     baseline,
     cluster,
     dashboards,
@@ -24,6 +25,7 @@ from hangar.cli._app import add_kind_groups, app, main
 add_kind_groups()
 
 __all__ = [
+    "agents",
     "app",
     "baseline",
     "cluster",

@@ -3,7 +3,8 @@
 Each agent writes its session its own way: hangar's trace (`trace.jsonl`: command and
 chat agents, the relay's model calls), Codex rollout files (``~/.codex/sessions``),
 Claude Code project files (``~/.claude/projects``), Pi's session files
-(``~/.pi/agent/sessions``). A *format* (one small module each: `codex`, `claude`, `pi`,
+(``~/.pi/agent/sessions``), Gemini CLI's chat files (``~/.gemini/tmp/*/chats``). A
+*format* (one small module each: `codex`, `claude`, `pi`, `gemini`,
 `trace`) recognizes its files by their first record and turns each record into
 `SessionEvent` s: turns, messages, model calls and their usage, tool calls with their
 arguments and results (success or failure), shell commands with exit codes, files read
@@ -50,7 +51,7 @@ class SessionEvent(BaseModel):
     """One normalized event of an agent's session."""
 
     source: str
-    """The format it came from: ``trace``, ``codex``, ``claude``, ``pi``."""
+    """The format it came from: ``trace``, ``codex``, ``claude``, ``pi``, ``gemini``."""
     session: str = ""
     """The session's id (the file's, else its name)."""
     seq: int = 0
@@ -121,9 +122,9 @@ class Session(BaseModel):
 
 def formats() -> list[SessionFormat]:
     """Every format hangar reads (imported when first asked for)."""
-    from hangar.sessions import claude, codex, pi, trace
+    from hangar.sessions import claude, codex, gemini, pi, trace
 
-    return [trace.FORMAT, codex.FORMAT, claude.FORMAT, pi.FORMAT]
+    return [trace.FORMAT, codex.FORMAT, claude.FORMAT, pi.FORMAT, gemini.FORMAT]
 
 
 def read_records(path: Path) -> tuple[Records, int]:

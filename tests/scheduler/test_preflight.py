@@ -187,3 +187,41 @@ def test_a_missing_image_blocks_only_the_scenarios_that_use_it(
     assert len(blocked) == 2 and "image hangar/absent:1 is missing" in blocked[0].reason
     assert "hangar/absent:1' is not on the Docker engine" in blocked[0].reason
     assert tally.verdicts == {"pass": 2, "blocked_setup": 2} and tally.exit_code() == 3
+
+
+@pytest.mark.docker
+def test_a_preset_whose_image_lacks_its_cli_is_refused_naming_the_build(
+    docker_client: object, tmp_path: Path
+) -> None:
+    from hangar.scheduler.preflight import Needs, check_node, needs_of
+    from hangar.scheduler.sweep import load_sweep
+
+    scenario = yaml.safe_load(TINY.read_text())
+    scenario["repository"] = str((TINY.parent / scenario["repository"]).resolve())
+    scenario.pop("plugins")
+    (tmp_path / "scenario.yaml").write_text(yaml.safe_dump({**scenario, "image": BASE_IMAGE}))
+    path = tmp_path / "sweep.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "id": "presets",
+                "scenarios": [str(tmp_path / "scenario.yaml")],
+                "agents": {"codex": {"preset": "codex"}, "plain": {"command": "true"}},
+                "models": [{"id": "m", "api_key_env": "HOME"}],
+                "evidence": (tmp_path / "ev").as_uri(),
+            }
+        )
+    )
+    needs = needs_of(load_sweep(path), (tmp_path / "ev").as_uri())
+    assert needs.clis == [(BASE_IMAGE, "codex", "codex")]  # presets only: `plain` needs none
+    report = check_node(needs, "node-1")
+    (problem,) = [p for p in report.problems if "codex" in p]
+    assert f"image {BASE_IMAGE} has no `codex`" in problem
+    assert "hangar image build-base --with codex" in problem
+    ready = Needs(
+        backend=needs.backend,
+        images=needs.images,
+        evidence_url=needs.evidence_url,
+        clis=[(BASE_IMAGE, "shell", "sh")],
+    )
+    assert check_node(ready, "node-1").problems == []
