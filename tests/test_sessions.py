@@ -291,7 +291,7 @@ def test_a_gemini_cli_chat_file_reads_as_events(tmp_path: Path) -> None:
     session = read_session(real)
     assert session is not None and session.source == "gemini"
     shells = [e for e in session.events if e.type == "shell"]
-    assert [e.command for e in shells][0] == "sed -n 13,20p statkit/stats.py"
+    assert shells[0].command == "sed -n 13,20p statkit/stats.py"
     assert len(shells) == 2 and all(e.ok for e in shells)
     assert [e.path for e in session.events if e.type == "file_read"] == ["statkit/stats.py"]
     calls = [e for e in session.events if e.type == "model_call"]
