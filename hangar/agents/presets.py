@@ -21,6 +21,10 @@ The sandbox image must hold the CLI:
   checks off and its web search and fetch tools off. Image: ``hangar image build-base
   --with gemini`` (its bundled script and Node.js 22 from the npm registry); its chat
   files (``~/.gemini/tmp``) go into the evidence. It finds skills in ``~/.gemini/skills``.
+- ``qwen``: Qwen Code (``qwen ... -o stream-json``, a fork of Gemini CLI), talking the
+  OpenAI Chat Completions API to the relay. Option: ``approval_mode`` (plan, default,
+  auto-edit, auto, yolo; without it yolo). Image: ``hangar image build-base --with
+  qwen``; its chat files (``~/.qwen/projects``) go into the evidence.
 - ``claude``: Claude Code (``claude -p --output-format stream-json``), talking the
   Anthropic Messages API to the relay. Option: ``permission_mode`` (default,
   acceptEdits, plan, bypassPermissions; without it permissions are skipped). It finds
@@ -110,6 +114,12 @@ _GEMINI_SETTINGS = (
     '"tools":{"exclude":["google_web_search","web_fetch"]},'
     '"security":{"auth":{"selectedType":"gemini-api-key"}}}'
 )
+#: Qwen Code's (Gemini CLI's settings, its own web tools' names).
+_QWEN_SETTINGS = (
+    '{"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false},'
+    '"general":{"disableAutoUpdate":true,"disableUpdateNag":true},'
+    '"tools":{"exclude":["web_search","web_fetch"]}}'
+)
 _CLAUDE_SKIP = "--dangerously-skip-permissions"
 
 PRESETS: dict[str, Preset] = {
@@ -184,6 +194,31 @@ PRESETS: dict[str, Preset] = {
         options={
             "approval_mode": Option(
                 values=("default", "auto_edit", "yolo", "plan"),
+                flag="--approval-mode {value}",
+                replaces="--approval-mode yolo",
+            ),
+        },
+    ),
+    "qwen": Preset(
+        command=(
+            f"mkdir -p \"$HOME/.qwen\" && printf '%s' '{_QWEN_SETTINGS}' "
+            '> "$HOME/.qwen/settings.json" && '
+            "qwen --auth-type openai --approval-mode yolo {options} "
+            '--openai-base-url "$OPENAI_BASE_URL" -m "$HANGAR_MODEL" -o stream-json '
+            '"$HANGAR_CONTEXT" < /dev/null'
+        ),
+        collect=("~/.qwen/projects", "~/.qwen/tmp"),
+        env={
+            "QWEN_CODE_NO_RELAUNCH": "true",
+            "GEMINI_CLI_NO_RELAUNCH": "true",
+            "NO_BROWSER": "true",
+        },
+        needs="qwen",
+        apis=("openai (chat)",),
+        skills="~/.qwen/skills",
+        options={
+            "approval_mode": Option(
+                values=("plan", "default", "auto-edit", "auto", "yolo"),
                 flag="--approval-mode {value}",
                 replaces="--approval-mode yolo",
             ),

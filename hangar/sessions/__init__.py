@@ -3,8 +3,9 @@
 Each agent writes its session its own way: hangar's trace (`trace.jsonl`: command and
 chat agents, the relay's model calls), Codex rollout files (``~/.codex/sessions``),
 Claude Code project files (``~/.claude/projects``), Pi's session files
-(``~/.pi/agent/sessions``), Gemini CLI's chat files (``~/.gemini/tmp/*/chats``). A
-*format* (one small module each: `codex`, `claude`, `pi`, `gemini`,
+(``~/.pi/agent/sessions``), Gemini CLI's chat files (``~/.gemini/tmp/*/chats``), Qwen
+Code's (``~/.qwen/projects/*/chats``). A *format* (one small module each: `codex`,
+`claude`, `pi`, `gemini`, `qwen`,
 `trace`) recognizes its files by their first record and turns each record into
 `SessionEvent` s: turns, messages, model calls and their usage, tool calls with their
 arguments and results (success or failure), shell commands with exit codes, files read
@@ -51,7 +52,8 @@ class SessionEvent(BaseModel):
     """One normalized event of an agent's session."""
 
     source: str
-    """The format it came from: ``trace``, ``codex``, ``claude``, ``pi``, ``gemini``."""
+    """The format it came from: ``trace``, ``codex``, ``claude``, ``pi``, ``gemini``,
+    ``qwen``."""
     session: str = ""
     """The session's id (the file's, else its name)."""
     seq: int = 0
@@ -122,9 +124,10 @@ class Session(BaseModel):
 
 def formats() -> list[SessionFormat]:
     """Every format hangar reads (imported when first asked for)."""
-    from hangar.sessions import claude, codex, gemini, pi, trace
+    from hangar.sessions import claude, codex, gemini, pi, qwen, trace
 
-    return [trace.FORMAT, codex.FORMAT, claude.FORMAT, pi.FORMAT, gemini.FORMAT]
+    # qwen before claude: both write `sessionId` and `uuid` on every record
+    return [trace.FORMAT, codex.FORMAT, qwen.FORMAT, claude.FORMAT, pi.FORMAT, gemini.FORMAT]
 
 
 def read_records(path: Path) -> tuple[Records, int]:
