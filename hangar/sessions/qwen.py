@@ -56,7 +56,8 @@ class _Reader:
         events = [
             SessionEvent(**base, type="model_call", model=str(r.get("model", "")), usage={
                 "input": int(meta.get("promptTokenCount") or 0),
-                "output": int(meta.get("candidatesTokenCount") or 0) + thoughts,
+                # converted from the OpenAI API's usage: its candidates include the reasoning
+                "output": int(meta.get("candidatesTokenCount") or 0),
                 "cached_input": int(meta.get("cachedContentTokenCount") or 0),
                 "reasoning": thoughts,
             })

@@ -121,3 +121,58 @@ def ask_with_the_server(image: str, preset: str, model: ModelSpec, tmp_path: Pat
     agent = with_the_handbook_server(preset)
     spec = routing_trial(case, agent, model=model, evidence_url=(tmp_path / "ev").as_uri())  # type: ignore[arg-type]
     return run_trial(spec)
+
+
+#: The example's fix, as one shell command (what the scripted model asks a CLI to run).
+FIX = (
+    "python3 -c \"import pathlib; p = pathlib.Path('statkit/stats.py'); "
+    "p.write_text(p.read_text().replace('    return ordered[mid]\\n', "
+    "'    if len(ordered) % 2 == 0:\\n        return (ordered[mid - 1] + ordered[mid]) / 2\\n"
+    "    return ordered[mid]\\n'))\""
+)
+
+
+def fix_through_relay(
+    image: str,
+    preset: str,
+    model: dict[str, object],
+    shell: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[TrialResult, list[dict[str, object]]]:
+    """The example's fix by the `preset` CLI in `image`, its model (`model`: ModelSpec
+    fields but ``base_url``, a path after the scripted server's address) scripted to read
+    the file, fix it with its shell tool `shell`, and answer: (the result, the requests
+    the scripted server saw)."""
+    from hangar.testing.scripted import (
+        Conversation,
+        Reply,
+        Script,
+        ScriptedServer,
+        ScriptedUsage,
+        ToolCall,
+    )
+
+    def run(command: str) -> list[ToolCall]:
+        return [ToolCall(name=shell, arguments={"command": command})]
+
+    replies = [
+        Reply(tool_calls=run("sed -n 13,20p statkit/stats.py"),
+              usage=ScriptedUsage(input=1200, output=40)),
+        Reply(tool_calls=run(FIX), usage=ScriptedUsage(input=1500, output=120, cached=1000)),
+        Reply(content="Fixed: median() averages the two middle values.",
+              usage=ScriptedUsage(input=1800, output=30, cached=1400, reasoning=10)),
+    ]  # fmt: skip
+    spec = dict(model)
+    script = Script(
+        conversations=[Conversation(match="statkit", model=str(spec["id"]), replies=replies)]
+    )
+    server = ScriptedServer(script).start()
+    monkeypatch.setenv("HANGAR_TEST_CLI_KEY", f"{preset}-test-key")
+    try:
+        spec["base_url"] = server.url + str(spec.pop("path", ""))
+        spec["api_key_env"] = "HANGAR_TEST_CLI_KEY"
+        result = fix_the_example(image, preset, ModelSpec.model_validate(spec), tmp_path)
+    finally:
+        server.shutdown()
+    return result, server.requests

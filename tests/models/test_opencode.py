@@ -10,14 +10,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from hangar.models import ModelSpec
 from hangar.models.pricing import Price
 from hangar.results import Verdict
 from hangar.sandbox import SandboxSpec
 from hangar.sandbox.docker import DockerSandbox
-from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer, ToolCall
-from tests.models.cli_agents import cli_image, fix_the_example
-from tests.models.test_gemini_cli import FIX
+from tests.models.cli_agents import cli_image, fix_through_relay
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -36,38 +33,13 @@ def test_the_image_has_opencode(opencode_image: str) -> None:
 def test_opencode_fixes_the_bug_through_the_relay(
     opencode_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = Script(
-        conversations=[
-            Conversation(
-                match="statkit",
-                model="scripted-opencode",
-                replies=[
-                    Reply(tool_calls=[ToolCall(name="bash", arguments={
-                        "command": "sed -n 13,20p statkit/stats.py"})],
-                          usage={"input": 1200, "output": 40}),
-                    Reply(tool_calls=[ToolCall(name="bash", arguments={
-                        "command": FIX})], usage={"input": 1500, "output": 120, "cached": 1000}),
-                    Reply(content="Fixed: median() averages the two middle values.",
-                          usage={"input": 1800, "output": 30, "cached": 1400}),
-                ],
-            )
-        ]
-    )  # fmt: skip
-    server = ScriptedServer(script).start()
-    monkeypatch.setenv("HANGAR_TEST_OPENCODE_KEY", "sk-qwen-test")
-    try:
-        model = ModelSpec(
-            id="scripted-opencode",
-            provider="openai",
-            base_url=f"{server.url}/v1",
-            api_key_env="HANGAR_TEST_OPENCODE_KEY",
-            price=Price(input=0.4, output=1.2),
-        )
-        result = fix_the_example(opencode_image, "opencode", model, tmp_path)
-    finally:
-        server.shutdown()
-    calls = [r for r in server.requests if r["path"] == "/v1/chat/completions"]
-    assert result.verdict is Verdict.PASS, (result.reason, [r["path"] for r in server.requests])
+    model = {"id": "scripted-opencode", "provider": "openai", "path": "/v1",
+             "price": Price(input=0.4, output=1.2)}  # fmt: skip
+    result, requests = fix_through_relay(
+        opencode_image, "opencode", model, "bash", tmp_path, monkeypatch
+    )
+    calls = [r for r in requests if r["path"] == "/v1/chat/completions"]
+    assert result.verdict is Verdict.PASS, (result.reason, [r["path"] for r in requests])
     assert len(calls) >= 3 and all(r["model"] == "scripted-opencode" for r in calls)
     assert result.usage.input_tokens >= 4500 and result.usage.cost_usd > 0
     assert result.evidence_uri is not None

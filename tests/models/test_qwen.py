@@ -9,14 +9,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from hangar.models import ModelSpec
 from hangar.models.pricing import Price
 from hangar.results import Verdict
 from hangar.sandbox import SandboxSpec
 from hangar.sandbox.docker import DockerSandbox
-from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer, ToolCall
-from tests.models.cli_agents import check_session, cli_image, fix_the_example
-from tests.models.test_gemini_cli import FIX
+from tests.models.cli_agents import check_session, cli_image, fix_through_relay
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -35,38 +32,13 @@ def test_the_image_has_qwen_code(qwen_image: str) -> None:
 def test_qwen_code_fixes_the_bug_through_the_relay(
     qwen_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = Script(
-        conversations=[
-            Conversation(
-                match="statkit",
-                model="scripted-qwen",
-                replies=[
-                    Reply(tool_calls=[ToolCall(name="run_shell_command", arguments={
-                        "command": "sed -n 13,20p statkit/stats.py"})],
-                          usage={"input": 1200, "output": 40}),
-                    Reply(tool_calls=[ToolCall(name="run_shell_command", arguments={
-                        "command": FIX})], usage={"input": 1500, "output": 120, "cached": 1000}),
-                    Reply(content="Fixed: median() averages the two middle values.",
-                          usage={"input": 1800, "output": 30, "cached": 1400}),
-                ],
-            )
-        ]
-    )  # fmt: skip
-    server = ScriptedServer(script).start()
-    monkeypatch.setenv("HANGAR_TEST_QWEN_KEY", "sk-qwen-test")
-    try:
-        model = ModelSpec(
-            id="scripted-qwen",
-            provider="openai",
-            base_url=f"{server.url}/v1",
-            api_key_env="HANGAR_TEST_QWEN_KEY",
-            price=Price(input=0.4, output=1.2),
-        )
-        result = fix_the_example(qwen_image, "qwen", model, tmp_path)
-    finally:
-        server.shutdown()
-    calls = [r for r in server.requests if r["path"] == "/v1/chat/completions"]
-    assert result.verdict is Verdict.PASS, (result.reason, [r["path"] for r in server.requests])
+    model = {"id": "scripted-qwen", "provider": "openai", "path": "/v1",
+             "price": Price(input=0.4, output=1.2)}  # fmt: skip
+    result, requests = fix_through_relay(
+        qwen_image, "qwen", model, "run_shell_command", tmp_path, monkeypatch
+    )
+    calls = [r for r in requests if r["path"] == "/v1/chat/completions"]
+    assert result.verdict is Verdict.PASS, (result.reason, [r["path"] for r in requests])
     assert len(calls) >= 3 and all(r["model"] == "scripted-qwen" for r in calls)
     assert result.usage.input_tokens >= 4500 and result.usage.cost_usd > 0
     check_session(result, "qwen")  # its chat file, read into hangar's events
