@@ -34,6 +34,7 @@ from sqlalchemy import (
     func,
     inspect,
     select,
+    text,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -531,6 +532,16 @@ class ResultsStore:
                 if is_final and verdict not in reopen:
                     final.add(key)
         return final, last
+
+    def cost_history(self) -> list[dict[str, Any]]:
+        """Every counted trial's latest attempt (pass or fail, any sweep): its kind, task
+        version, model, arm, cost (the judge's included) and tokens; what estimates read."""
+        query = text(
+            "SELECT kind, scenario_digest, model, arm, cost_usd + judge_cost_usd AS cost_usd, "
+            "tokens_in, tokens_out FROM v_trials WHERE counted = 1"
+        )
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(query)]
 
     def cost(self, sweep_id: str) -> float:
         """What every attempt of the sweep cost, in USD (its judges' calls included)."""

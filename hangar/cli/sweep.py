@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -23,9 +23,17 @@ def sweep_check(
         bool, typer.Option(help="Also check each scenario's revision and image.")
     ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the check as JSON.")] = False,
+    estimate: Annotated[
+        bool,
+        typer.Option(
+            "--estimate",
+            help="Also estimate the cost and tokens of the trials still to run, from "
+            "earlier trials in the store.",
+        ),
+    ] = False,
 ) -> None:
-    """Print the matrix size, how it adds up, and every problem found. Exit 1 when
-    there is a problem."""
+    """Print the matrix size, how it adds up, and every problem found; with --estimate,
+    what the trials still to run are expected to cost. Exit 1 when there is a problem."""
     from hangar.scheduler.sweep import load_sweep
     from hangar.trials.kind import kind_of
 
@@ -36,6 +44,7 @@ def sweep_check(
     for task in sweep.tasks:
         problems += kind_of(task.kind).problems(task, matrix, deep=deep)
     problems = list(dict.fromkeys(problems))
+    guess = _estimate(sweep) if estimate else None
     if as_json:
         console.print_json(
             json.dumps(
@@ -46,6 +55,7 @@ def sweep_check(
                     "models": len(c.models),
                     "repeats": c.repeats,
                     "problems": problems,
+                    **({"estimate": guess.model_dump()} if guess else {}),
                 }
             )
         )
@@ -62,6 +72,42 @@ def sweep_check(
         f"{sweep.id}: {total} x {len(c.models)} models x {c.repeats} repeats = {sweep.size} trials",
         highlight=False,
     )
+    if guess is not None:
+        _print_estimate(guess)
     for problem in problems:
         err_console.print(f"[red]x[/] {escape(problem)}", highlight=False)
     raise typer.Exit(1 if problems else 0)
+
+
+def _estimate(sweep: Any) -> Any:
+    """The sweep's estimate from its store (no store yet: every trial unknown)."""
+    from hangar.errors import StoreError
+    from hangar.scores.estimate import estimate
+    from hangar.store import ResultsStore
+
+    try:  # a check creates no store
+        store: ResultsStore | None = ResultsStore(sweep.config.store, create=False)
+    except StoreError as exc:
+        err_console.print(
+            f"[yellow]![/] {escape(str(exc))}: nothing to estimate from", highlight=False
+        )
+        store = None
+    final = store.resume_state(sweep.id)[0] if store is not None else set()
+    return estimate(sweep.trials(sweep.config.evidence or ""), store, final)
+
+
+def _print_estimate(guess: Any) -> None:
+    from hangar.console import usd
+
+    console.print(
+        f"estimate: {guess.to_run} of {guess.trials} trials still to run, about "
+        f"{usd(guess.cost_usd)} (95% interval {usd(guess.low_usd)} to {usd(guess.high_usd)}), "
+        f"{guess.tokens_in} tokens in, {guess.tokens_out} out",
+        highlight=False,
+    )
+    for basis in guess.basis:
+        console.print(f"  {basis.trials} from earlier trials of the {basis.what}", highlight=False)
+    for unknown in guess.unknown:
+        err_console.print(
+            f"[yellow]![/] not estimated (no earlier trial): {escape(unknown)}", highlight=False
+        )

@@ -338,9 +338,13 @@ def test_a_spent_budget_starts_no_queued_trial(ray_local: None, tmp_path: Path) 
         tally, store = go(path)
     finally:
         server.shutdown()
-    # the first, and at most the one that took its slot before the driver saw its cost
-    assert tally.budget_exhausted and 1 <= tally.done <= 2, tally
-    assert len(list(store.results("drv"))) == tally.done and tally.not_run >= 4
+    # Four are in flight (max_in_flight) on the session's node, whose two slots run two at
+    # once: the first spends the budget; the other running one, and at most one queued
+    # trial that took the freed slot before the driver saw the cost, may finish. Without
+    # the board's refusal all four would (done == 4).
+    slots = sum(tally.board.slots.values()) if tally.board else 1
+    assert tally.budget_exhausted and 1 <= tally.done <= min(3, slots + 1), tally
+    assert len(list(store.results("drv"))) == tally.done and tally.not_run >= 3
 
 
 def test_missing_model_key_is_an_error_before_any_trial(tmp_path: Path) -> None:
