@@ -21,11 +21,11 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
 from hangar.store import ResultsStore
-from hangar.trials.spec import TrialSpec
 
 Z95 = 1.959963984540054
 
@@ -62,6 +62,15 @@ class Estimate(BaseModel):
     """Trials that could not be estimated, by task and model (with how many)."""
 
 
+class Trial(Protocol):
+    """What the estimate reads of a trial spec (`hangar.trials.spec.TrialSpec`)."""
+
+    trial_key: str
+    model: str
+    arm: str
+    task: Any
+
+
 class _Group:
     def __init__(self, rows: list[tuple[float, int, int]]) -> None:
         costs = [r[0] for r in rows]
@@ -72,7 +81,7 @@ class _Group:
         self.tokens_out = statistics.fmean(r[2] for r in rows)
 
 
-def estimate(specs: Iterable[TrialSpec], store: ResultsStore | None, final: set[str]) -> Estimate:
+def estimate(specs: Iterable[Trial], store: ResultsStore | None, final: set[str]) -> Estimate:
     """The estimate of the sweep whose trials are `specs` (`final`: keys already final;
     no `store`: nothing earlier to estimate from)."""
     by_arm: dict[tuple[str, ...], list[tuple[float, int, int]]] = defaultdict(list)
