@@ -281,7 +281,11 @@ def install(name: str, server: McpServer, cache: Path) -> Installed:
             for w in sorted(wheels.glob("*.whl"))
         }
         target = f"{ROOT}/{name}"
-        env = {"PYTHONPATH": f"{target}/site", "PYTHONDONTWRITEBYTECODE": "1", **server.env}
+        env = {
+            "PYTHONPATH": f"{target}/site",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **server.env,
+        }
         if server.package is not None:
             pkg = _normal(server.package.split("==")[0])
             version = server.package.split("==")[1]
@@ -312,6 +316,7 @@ def install(name: str, server: McpServer, cache: Path) -> Installed:
                 raise McpError(f"the data file {d.file} of {name} does not match its pin")
             (work / "data" / PurePosixPath(d.file).name).write_bytes(raw)
         shutil.rmtree(wheels, ignore_errors=True)
+        _compile(work, server.python)
         installed = Installed(name=name, folder=folder, argv=argv, env=env, wheels=found)
         (work / "installed.json").write_text(installed.model_dump_json())
         _make_readable(work)
@@ -323,6 +328,16 @@ def install(name: str, server: McpServer, cache: Path) -> Installed:
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _compile(folder: Path, python: str) -> None:
+    """Byte-compile the server's code when this host's Python is the sandbox's (the mount
+    is read-only: without it each start compiles everything again, seconds an agent CLI
+    may not wait before it asks the server for its tools)."""
+    import compileall
+
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == python:
+        compileall.compile_dir(str(folder), quiet=2, workers=1)
 
 
 def _ensure(path: Path) -> Path:

@@ -141,7 +141,8 @@ def test_claude_calls_a_pinned_mcp_server_in_its_sandbox(
         server.shutdown()
     assert result.verdict is not Verdict.BLOCKED_SETUP, result.reason
     assert len(server.requests) >= 2
-    told = json.dumps(server.requests[1]["body"])
+    # what the CLI sent back after the tool call (any later request: a CLI may make others)
+    told = json.dumps([r["body"] for r in server.requests[1:]])
     assert "docs/adr/0001-postgresql.md" in told and "We store the ledger in PostgreSQL" in told
     assert result.agent_settings["mcp"]["handbook"]["requirements"] == ["mcp==2.3.0"]
     assert result.evidence_uri is not None
