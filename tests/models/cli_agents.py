@@ -5,7 +5,9 @@ run by a preset in that image, through the relay, against the scripted server.""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,6 +134,31 @@ FIX = (
 )
 
 
+def scripted_trial(
+    match: str,
+    replies: list[Any],
+    model: dict[str, object],
+    monkeypatch: pytest.MonkeyPatch,
+    run: Callable[[ModelSpec], TrialResult],
+) -> tuple[TrialResult, list[dict[str, Any]]]:
+    """`run` with a model (`model`: ModelSpec fields but ``base_url``, a ``path`` after
+    the scripted server's address) that answers prompts holding `match` with `replies`:
+    (the result, the requests the scripted server saw). The key is ``cli-test-key``."""
+    from hangar.testing.scripted import Conversation, Script, ScriptedServer
+
+    spec = dict(model)
+    conversation = Conversation(match=match, model=str(spec["id"]), replies=replies)
+    server = ScriptedServer(Script(conversations=[conversation])).start()
+    monkeypatch.setenv("HANGAR_TEST_CLI_KEY", "cli-test-key")
+    try:
+        spec["base_url"] = server.url + str(spec.pop("path", ""))
+        spec["api_key_env"] = "HANGAR_TEST_CLI_KEY"
+        result = run(ModelSpec.model_validate(spec))
+    finally:
+        server.shutdown()
+    return result, server.requests
+
+
 def fix_through_relay(
     image: str,
     preset: str,
@@ -139,19 +166,10 @@ def fix_through_relay(
     shell: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> tuple[TrialResult, list[dict[str, object]]]:
-    """The example's fix by the `preset` CLI in `image`, its model (`model`: ModelSpec
-    fields but ``base_url``, a path after the scripted server's address) scripted to read
-    the file, fix it with its shell tool `shell`, and answer: (the result, the requests
-    the scripted server saw)."""
-    from hangar.testing.scripted import (
-        Conversation,
-        Reply,
-        Script,
-        ScriptedServer,
-        ScriptedUsage,
-        ToolCall,
-    )
+) -> tuple[TrialResult, list[dict[str, Any]]]:
+    """The example's fix by the `preset` CLI in `image`, its model scripted to read the
+    file, fix it with its shell tool `shell`, and answer (`scripted_trial`)."""
+    from hangar.testing.scripted import Reply, ScriptedUsage, ToolCall
 
     def run(command: str) -> list[ToolCall]:
         return [ToolCall(name=shell, arguments={"command": command})]
@@ -163,16 +181,27 @@ def fix_through_relay(
         Reply(content="Fixed: median() averages the two middle values.",
               usage=ScriptedUsage(input=1800, output=30, cached=1400, reasoning=10)),
     ]  # fmt: skip
-    spec = dict(model)
-    script = Script(
-        conversations=[Conversation(match="statkit", model=str(spec["id"]), replies=replies)]
-    )
-    server = ScriptedServer(script).start()
-    monkeypatch.setenv("HANGAR_TEST_CLI_KEY", f"{preset}-test-key")
-    try:
-        spec["base_url"] = server.url + str(spec.pop("path", ""))
-        spec["api_key_env"] = "HANGAR_TEST_CLI_KEY"
-        result = fix_the_example(image, preset, ModelSpec.model_validate(spec), tmp_path)
-    finally:
-        server.shutdown()
-    return result, server.requests
+    return scripted_trial(
+        "statkit", replies, model, monkeypatch,
+        lambda spec: fix_the_example(image, preset, spec, tmp_path),
+    )  # fmt: skip
+
+
+def check_the_server_answered(result: TrialResult, requests: list[dict[str, Any]]) -> None:
+    """What a CLI sent back after calling the handbook server's search is the server's
+    answer; the trial records the server's pins, wheels and tools."""
+    import json
+    import tarfile
+
+    from hangar.results import Verdict
+
+    assert result.verdict is not Verdict.BLOCKED_SETUP, result.reason
+    assert len(requests) >= 2
+    # any request after the first (a CLI may make others beside the turn)
+    told = json.dumps([r["body"] for r in requests[1:]])
+    assert "docs/adr/0001-postgresql.md" in told and "We store the ledger in PostgreSQL" in told
+    assert result.agent_settings["mcp"]["handbook"]["requirements"] == ["mcp==2.3.0"]
+    assert result.evidence_uri is not None
+    with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
+        names = tar.getnames()
+    assert "mcp.json" in names and "mcp-tools.json" in names

@@ -16,15 +16,20 @@ from hangar.models.pricing import Price
 from hangar.results import Verdict
 from hangar.sandbox import SandboxSpec
 from hangar.sandbox.docker import DockerSandbox
-from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer, ToolCall
+from hangar.testing.scripted import Reply, ScriptedServer, ToolCall
 from tests.models.cli_agents import (
     TDD_DESCRIPTION,
     ask_with_the_server,
     check_session,
+    check_the_server_answered,
     cli_image,
     fix_the_example,
     route_the_example,
+    scripted_trial,
 )
+
+#: The scripted model the routing and MCP tests talk to.
+CLAUDE: dict[str, object] = {"id": "scripted-claude", "provider": "anthropic"}
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -75,32 +80,16 @@ def test_claude_code_routes_to_the_skill_it_finds_natively(
     """The routing case's catalog, installed in ~/.claude/skills, reaches the model through
     Claude Code's Skill tool; the scripted model calls it for tdd, and the route Claude
     Code's transcript shows is graded exactly."""
-    script = Script(
-        conversations=[
-            Conversation(
-                match="parse_csv() drops the last field",
-                model="scripted-claude",
-                replies=[
-                    Reply(tool_calls=[ToolCall(name="Skill", arguments={"skill": "tdd"})]),
-                    Reply(content="A failing test first, then the fix."),
-                ],
-            )
-        ]
-    )
-    server = ScriptedServer(script).start()
-    monkeypatch.setenv("HANGAR_TEST_CLAUDE_KEY", "sk-ant-claude-test")
-    try:
-        model = ModelSpec(
-            id="scripted-claude",
-            provider="anthropic",
-            base_url=server.url,
-            api_key_env="HANGAR_TEST_CLAUDE_KEY",
-        )
-        result = route_the_example(claude_image, "claude", model, tmp_path)
-    finally:
-        server.shutdown()
+    replies = [
+        Reply(tool_calls=[ToolCall(name="Skill", arguments={"skill": "tdd"})]),
+        Reply(content="A failing test first, then the fix."),
+    ]
+    result, requests = scripted_trial(
+        "parse_csv() drops the last field", replies, CLAUDE, monkeypatch,
+        lambda model: route_the_example(claude_image, "claude", model, tmp_path),
+    )  # fmt: skip
     assert (result.verdict, result.reason) == (Verdict.PASS, "routed exactly: tdd")
-    messages = [r for r in server.requests if r["path"] == "/v1/messages"]
+    messages = [r for r in requests if r["path"] == "/v1/messages"]
     assert any(TDD_DESCRIPTION in json.dumps(r["body"]) for r in messages), (
         "Claude Code did not offer the installed skills to the model"
     )
@@ -119,33 +108,9 @@ def test_claude_calls_a_pinned_mcp_server_in_its_sandbox(
     natively (--mcp-config): the scripted model calls its search tool, and what the CLI
     sends back is the server's answer, computed in the sandbox with the network off."""
     call = ToolCall(name="mcp__handbook__search", arguments={"query": "PostgreSQL MongoDB"})
-    script = Script(
-        conversations=[
-            Conversation(
-                match="parse_csv() drops the last field",
-                replies=[Reply(tool_calls=[call]), Reply(content="Found ADR 0001.")],
-            )
-        ]
-    )
-    server = ScriptedServer(script).start()
-    monkeypatch.setenv("HANGAR_TEST_CLAUDE_KEY", "sk-test")
-    try:
-        model = ModelSpec(
-            id="scripted-claude",
-            provider="anthropic",
-            base_url=server.url,
-            api_key_env="HANGAR_TEST_CLAUDE_KEY",
-        )
-        result = ask_with_the_server(claude_image, "claude", model, tmp_path)
-    finally:
-        server.shutdown()
-    assert result.verdict is not Verdict.BLOCKED_SETUP, result.reason
-    assert len(server.requests) >= 2
-    # what the CLI sent back after the tool call (any later request: a CLI may make others)
-    told = json.dumps([r["body"] for r in server.requests[1:]])
-    assert "docs/adr/0001-postgresql.md" in told and "We store the ledger in PostgreSQL" in told
-    assert result.agent_settings["mcp"]["handbook"]["requirements"] == ["mcp==2.3.0"]
-    assert result.evidence_uri is not None
-    with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
-        names = tar.getnames()
-    assert "mcp.json" in names and "mcp-tools.json" in names
+    replies = [Reply(tool_calls=[call]), Reply(content="Found ADR 0001.")]
+    result, requests = scripted_trial(
+        "parse_csv() drops the last field", replies, CLAUDE, monkeypatch,
+        lambda model: ask_with_the_server(claude_image, "claude", model, tmp_path),
+    )  # fmt: skip
+    check_the_server_answered(result, requests)

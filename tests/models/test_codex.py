@@ -13,15 +13,20 @@ import pytest
 from hangar.models import ModelSpec
 from hangar.models.pricing import Price
 from hangar.results import Verdict
-from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer, ToolCall
+from hangar.testing.scripted import Reply, ScriptedServer, ToolCall
 from tests.models.cli_agents import (
     TDD_DESCRIPTION,
     ask_with_the_server,
     check_session,
+    check_the_server_answered,
     cli_image,
     fix_the_example,
     route_the_example,
+    scripted_trial,
 )
+
+#: The scripted model the routing and MCP tests talk to.
+CODEX: dict[str, object] = {"id": "scripted-codex", "provider": "openai", "path": "/v1"}
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -63,38 +68,14 @@ def test_codex_routes_to_the_skill_it_finds_natively(
     """The routing case's catalog, installed in ~/.agents/skills, reaches the model through
     Codex's own skill listing; the scripted model reads tdd's SKILL.md with a shell command,
     and the route Codex's session shows is graded exactly."""
-    script = Script(
-        conversations=[
-            Conversation(
-                match="parse_csv() drops the last field",
-                replies=[
-                    Reply(
-                        tool_calls=[
-                            ToolCall(
-                                name="exec_command",
-                                arguments={"cmd": "cat ~/.agents/skills/tdd/SKILL.md"},
-                            )
-                        ]
-                    ),
-                    Reply(content="A failing test first, then the fix."),
-                ],
-            )
-        ]
-    )
-    server = ScriptedServer(script).start()
-    monkeypatch.setenv("HANGAR_TEST_CODEX_KEY", "sk-codex-test")
-    try:
-        model = ModelSpec(
-            id="scripted-codex",
-            provider="openai",
-            base_url=f"{server.url}/v1",
-            api_key_env="HANGAR_TEST_CODEX_KEY",
-        )
-        result = route_the_example(codex_image, "codex", model, tmp_path)
-    finally:
-        server.shutdown()
+    read = ToolCall(name="exec_command", arguments={"cmd": "cat ~/.agents/skills/tdd/SKILL.md"})
+    replies = [Reply(tool_calls=[read]), Reply(content="A failing test first, then the fix.")]
+    result, requests = scripted_trial(
+        "parse_csv() drops the last field", replies, CODEX, monkeypatch,
+        lambda model: route_the_example(codex_image, "codex", model, tmp_path),
+    )  # fmt: skip
     assert (result.verdict, result.reason) == (Verdict.PASS, "routed exactly: tdd")
-    first = json.dumps(server.requests[0]["body"])
+    first = json.dumps(requests[0]["body"])
     assert TDD_DESCRIPTION in first, "Codex did not list the installed skills to the model"
     assert result.details["route"]["loaded"] == ["tdd"]
     sources = {load["source"] for load in _loads(result)}
@@ -119,39 +100,15 @@ def test_codex_calls_a_pinned_mcp_server_in_its_sandbox(
     call = ToolCall(
         name="search", namespace="mcp__handbook", arguments={"query": "PostgreSQL MongoDB"}
     )
-    script = Script(
-        conversations=[
-            Conversation(
-                match="parse_csv() drops the last field",
-                # a look around first, as models do (Codex starts its MCP servers beside
-                # the turn: a call in the very first reply can come before they are up)
-                replies=[
-                    Reply(tool_calls=[ToolCall(name="exec_command", arguments={"cmd": "ls"})]),
-                    Reply(tool_calls=[call]),
-                    Reply(content="Found ADR 0001."),
-                ],
-            )
-        ]
-    )
-    server = ScriptedServer(script).start()
-    monkeypatch.setenv("HANGAR_TEST_CODEX_KEY", "sk-test")
-    try:
-        model = ModelSpec(
-            id="scripted-codex",
-            provider="openai",
-            base_url=f"{server.url}/v1",
-            api_key_env="HANGAR_TEST_CODEX_KEY",
-        )
-        result = ask_with_the_server(codex_image, "codex", model, tmp_path)
-    finally:
-        server.shutdown()
-    assert result.verdict is not Verdict.BLOCKED_SETUP, result.reason
-    assert len(server.requests) >= 2
-    # what the CLI sent back after the tool call (any later request: a CLI may make others)
-    told = json.dumps([r["body"] for r in server.requests[1:]])
-    assert "docs/adr/0001-postgresql.md" in told and "We store the ledger in PostgreSQL" in told
-    assert result.agent_settings["mcp"]["handbook"]["requirements"] == ["mcp==2.3.0"]
-    assert result.evidence_uri is not None
-    with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
-        names = tar.getnames()
-    assert "mcp.json" in names and "mcp-tools.json" in names
+    # a look around first, as models do (Codex starts its MCP servers beside the turn: a
+    # call in the very first reply can come before they are up)
+    replies = [
+        Reply(tool_calls=[ToolCall(name="exec_command", arguments={"cmd": "ls"})]),
+        Reply(tool_calls=[call]),
+        Reply(content="Found ADR 0001."),
+    ]
+    result, requests = scripted_trial(
+        "parse_csv() drops the last field", replies, CODEX, monkeypatch,
+        lambda model: ask_with_the_server(codex_image, "codex", model, tmp_path),
+    )  # fmt: skip
+    check_the_server_answered(result, requests)
