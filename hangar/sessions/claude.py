@@ -8,7 +8,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from hangar.sessions import Records, SessionEvent, SessionFormat
-from hangar.sessions.common import as_text, capped, digest, read_events, shell_events
+from hangar.sessions.common import (
+    as_text,
+    assistant_blocks,
+    capped,
+    digest,
+    read_events,
+    shell_events,
+)
 
 #: Records of the CLI's own bookkeeping: nothing the agent did.
 BOOKKEEPING = {
@@ -86,25 +93,9 @@ class _Reader:
                 )
             )
         self.last_stop = str(message.get("stop_reason") or "")
-        for block in message.get("content") or []:
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "text":
-                events.append(
-                    SessionEvent(
-                        **base, type="assistant", model=model, text=capped(block.get("text"))
-                    )
-                )
-            elif block.get("type") == "tool_use":
-                call_id, name = str(block.get("id", "")), str(block.get("name", ""))
-                given = block.get("input")
-                arguments: dict[str, Any] = given if isinstance(given, dict) else {}
-                self.calls[call_id] = (name, arguments)
-                events.append(
-                    SessionEvent(
-                        **base, type="tool_call", tool=name, call_id=call_id, arguments=arguments
-                    )
-                )
+        events += assistant_blocks(
+            base, message.get("content"), model, self.calls, call="tool_use", arguments="input"
+        )
         return events
 
     def user(

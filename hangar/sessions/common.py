@@ -121,3 +121,33 @@ def shell_events(
         events += read_events(base, path, output)
     events += [SessionEvent(**base, type="file_write", path=path) for path in writes]
     return events
+
+
+def assistant_blocks(
+    base: dict[str, Any],
+    blocks: Any,
+    model: str,
+    calls: dict[str, tuple[str, dict[str, Any]]],
+    *,
+    call: str,
+    arguments: str,
+) -> list[SessionEvent]:
+    """An assistant message's content blocks: its texts, and its tool calls (blocks of type
+    `call`, their arguments under `arguments`), each remembered in `calls` for its result."""
+    events = []
+    for block in blocks if isinstance(blocks, list) else []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text":
+            events.append(
+                SessionEvent(**base, type="assistant", model=model, text=capped(block.get("text")))
+            )
+        elif block.get("type") == call:
+            call_id, name = str(block.get("id", "")), str(block.get("name", ""))
+            given = block.get(arguments)
+            args: dict[str, Any] = given if isinstance(given, dict) else {}
+            calls[call_id] = (name, args)
+            events.append(
+                SessionEvent(**base, type="tool_call", tool=name, call_id=call_id, arguments=args)
+            )
+    return events

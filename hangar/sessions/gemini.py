@@ -45,20 +45,36 @@ def _tool_events(base: dict[str, Any], call: dict[str, Any]) -> list[SessionEven
         SessionEvent(**base, type="tool_result", tool=name, call_id=call_id, ok=ok,
                      text=capped(text), sha256=digest(text)),
     ]  # fmt: skip
+    return events + tool_effects(base, name, call_id, arguments, text, ok)
+
+
+def tool_effects(
+    base: dict[str, Any],
+    name: str,
+    call_id: str,
+    arguments: dict[str, Any],
+    text: str,
+    ok: bool,
+    exit_code: int | None = None,
+) -> list[SessionEvent]:
+    """What a finished call of one of Gemini CLI's tools (and its forks') did: the shell
+    command it ran, the file it read or wrote, the skill it activated."""
     path = str(
         arguments.get("file_path") or arguments.get("absolute_path") or arguments.get("path") or ""
     )
     if name in SHELL_TOOLS:
         command = str(arguments.get("command", ""))
-        events.append(SessionEvent(**base, type="shell", call_id=call_id, command=command, ok=ok))
-        events += shell_events(base, command, text, ok)
-    elif name in READ_TOOLS and path and ok:
-        events += read_events(base, path, text)
-    elif name in WRITE_TOOLS and path and ok:
-        events.append(SessionEvent(**base, type="file_write", path=path))
-    elif name in SKILL_TOOLS and ok and arguments.get("name"):
-        events.append(SessionEvent(**base, type="skill", skill=str(arguments["name"])))
-    return events
+        shell = SessionEvent(
+            **base, type="shell", call_id=call_id, command=command, exit_code=exit_code, ok=ok
+        )
+        return [shell, *shell_events(base, command, text, ok)]
+    if name in READ_TOOLS and path and ok:
+        return read_events(base, path, text)
+    if name in WRITE_TOOLS and path and ok:
+        return [SessionEvent(**base, type="file_write", path=path)]
+    if name in SKILL_TOOLS and ok and arguments.get("name"):
+        return [SessionEvent(**base, type="skill", skill=str(arguments["name"]))]
+    return []
 
 
 def _events(records: Records, name: str) -> Iterator[SessionEvent]:

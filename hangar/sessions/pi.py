@@ -9,7 +9,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from hangar.sessions import Records, SessionEvent, SessionFormat
-from hangar.sessions.common import as_text, capped, digest, read_events, shell_events
+from hangar.sessions.common import (
+    as_text,
+    assistant_blocks,
+    capped,
+    digest,
+    read_events,
+    shell_events,
+)
 
 #: Entries that change settings or the view of the tree, not what the agent did.
 SETTINGS = {"model_change", "thinking_level_change", "label", "session_info", "custom"}
@@ -76,25 +83,9 @@ class _Reader:
                     },
                 )
             )
-        for block in m.get("content") or []:
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "text":
-                events.append(
-                    SessionEvent(
-                        **base, type="assistant", model=model, text=capped(block.get("text"))
-                    )
-                )
-            elif block.get("type") == "toolCall":
-                call_id, name = str(block.get("id", "")), str(block.get("name", ""))
-                given = block.get("arguments")
-                arguments: dict[str, Any] = given if isinstance(given, dict) else {}
-                self.calls[call_id] = (name, arguments)
-                events.append(
-                    SessionEvent(
-                        **base, type="tool_call", tool=name, call_id=call_id, arguments=arguments
-                    )
-                )
+        events += assistant_blocks(
+            base, m.get("content"), model, self.calls, call="toolCall", arguments="arguments"
+        )
         if self.last_stop in ("error", "aborted"):
             events.append(
                 SessionEvent(

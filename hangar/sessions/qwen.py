@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from hangar.sessions import Records, SessionEvent, SessionFormat
-from hangar.sessions.common import capped, digest, read_events, shell_events
-from hangar.sessions.gemini import READ_TOOLS, SHELL_TOOLS, SKILL_TOOLS, WRITE_TOOLS
+from hangar.sessions.common import capped, digest
+from hangar.sessions.gemini import tool_effects
 
 
 def _recognizes(first: dict[str, Any]) -> bool:
@@ -93,21 +93,9 @@ class _Reader:
         text = str((display or {}).get("output") or (body or {}).get("output") or "")
         events = [SessionEvent(**base, type="tool_result", tool=name, call_id=call_id, ok=ok,
                                text=capped(text), sha256=digest(text))]  # fmt: skip
-        path = str(args.get("file_path") or args.get("absolute_path") or args.get("path") or "")
-        if name in SHELL_TOOLS:
-            code = (display or {}).get("exitCode")
-            command = str(args.get("command", ""))
-            exit_code = code if isinstance(code, int) else None
-            events.append(SessionEvent(**base, type="shell", call_id=call_id, command=command,
-                                       exit_code=exit_code, ok=ok))  # fmt: skip
-            events += shell_events(base, command, text, ok)
-        elif name in READ_TOOLS and path and ok:
-            events += read_events(base, path, text)
-        elif name in WRITE_TOOLS and path and ok:
-            events.append(SessionEvent(**base, type="file_write", path=path))
-        elif name in SKILL_TOOLS and ok and args.get("name"):
-            events.append(SessionEvent(**base, type="skill", skill=str(args["name"])))
-        return events
+        code = (display or {}).get("exitCode")
+        exit_code = code if isinstance(code, int) else None
+        return events + tool_effects(base, name, call_id, args, text, ok, exit_code)
 
 
 def _events(records: Records, name: str) -> Iterator[SessionEvent]:
