@@ -9,12 +9,12 @@ from typing import Any
 
 from hangar.sessions import Records, SessionEvent, SessionFormat
 from hangar.sessions.common import (
+    ToolNames,
     as_text,
     assistant_blocks,
+    call_effects,
     capped,
     digest,
-    read_events,
-    shell_events,
 )
 
 #: Records of the CLI's own bookkeeping: nothing the agent did.
@@ -30,9 +30,15 @@ BOOKKEEPING = {
     "file-history-snapshot",
     "cost-state",
 }
-#: Tools whose input names the file they read or write.
-READ_TOOLS = {"Read", "NotebookRead"}
-WRITE_TOOLS = {"Write", "Edit", "MultiEdit", "NotebookEdit"}
+#: Its tools by kind.
+TOOLS = ToolNames(
+    shells=frozenset({"Bash"}),
+    read=frozenset({"Read", "NotebookRead"}),
+    write=frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"}),
+    skill=frozenset({"Skill"}),
+    paths=("file_path", "notebook_path"),
+    skill_argument="skill",
+)
 
 
 def _recognizes(first: dict[str, Any]) -> bool:
@@ -127,22 +133,11 @@ class _Reader:
                 text=capped(text), sha256=digest(text),
             )
         ]  # fmt: skip
-        path = str(arguments.get("file_path") or arguments.get("notebook_path") or "")
-        if tool == "Bash":
-            command = str(arguments.get("command", ""))
-            output = str(result.get("stdout", text)) + str(result.get("stderr", ""))
-            events.append(
-                SessionEvent(**base, type="shell", call_id=call_id, command=command, ok=not failed)
-            )
-            events += shell_events(base, command, output, not failed)
-        elif tool == "Skill" and arguments.get("skill") and not failed:
-            # the skill tool loaded it (a skill it does not have is an error result)
-            events.append(SessionEvent(**base, type="skill", skill=str(arguments["skill"])))
-        elif tool in READ_TOOLS and path and not failed:
-            events += read_events(base, path, text)
-        elif tool in WRITE_TOOLS and path and not failed:
-            events.append(SessionEvent(**base, type="file_write", path=path))
-        return events
+        output = str(result.get("stdout", text)) + str(result.get("stderr", ""))
+        # its Skill tool loads a skill it has (one it does not have is an error result)
+        return events + call_effects(
+            base, TOOLS, tool, call_id, arguments, text, not failed, shell_output=output
+        )
 
 
 def _events(records: Records, name: str) -> Iterator[SessionEvent]:

@@ -7,7 +7,7 @@ import hashlib
 import re
 import shlex
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 from hangar.sessions import TEXT_CAP, SessionEvent
 
@@ -151,3 +151,48 @@ def assistant_blocks(
                 SessionEvent(**base, type="tool_call", tool=name, call_id=call_id, arguments=args)
             )
     return events
+
+
+class ToolNames(NamedTuple):
+    """How one agent names its tools: which run a shell, read, write or load a skill."""
+
+    shells: frozenset[str]
+    read: frozenset[str]
+    write: frozenset[str]
+    skill: frozenset[str] = frozenset()
+    paths: tuple[str, ...] = ("file_path", "path")
+    """The arguments that name a file, first found wins."""
+    skill_argument: str = "name"
+    """The argument that names a skill."""
+
+
+def call_effects(
+    base: dict[str, Any],
+    tools: ToolNames,
+    name: str,
+    call_id: str,
+    arguments: dict[str, Any],
+    text: str,
+    ok: bool,
+    *,
+    exit_code: int | None = None,
+    shell_output: str | None = None,
+) -> list[SessionEvent]:
+    """What a finished tool call did, by its tool's kind: the shell command it ran (with
+    the files its words read and wrote; `shell_output`: what the command printed, when it
+    is not the result's `text`), the file it read or wrote, the skill it loaded."""
+    path = next((str(arguments[k]) for k in tools.paths if arguments.get(k)), "")
+    if name in tools.shells:
+        command = str(arguments.get("command", ""))
+        shell = SessionEvent(
+            **base, type="shell", call_id=call_id, command=command, exit_code=exit_code, ok=ok
+        )
+        printed = text if shell_output is None else shell_output
+        return [shell, *shell_events(base, command, printed, ok)]
+    if name in tools.read and path and ok:
+        return read_events(base, path, text)
+    if name in tools.write and path and ok:
+        return [SessionEvent(**base, type="file_write", path=path)]
+    if name in tools.skill and ok and arguments.get(tools.skill_argument):
+        return [SessionEvent(**base, type="skill", skill=str(arguments[tools.skill_argument]))]
+    return []

@@ -9,13 +9,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from hangar.sessions import Records, SessionEvent, SessionFormat
-from hangar.sessions.common import as_text, capped, digest, read_events, shell_events
+from hangar.sessions.common import ToolNames, as_text, call_effects, capped, digest
 
-#: Tools whose arguments name the file they read or write.
-READ_TOOLS = {"read_file", "read_many_files"}
-WRITE_TOOLS = {"write_file", "replace", "edit"}
-SHELL_TOOLS = {"run_shell_command"}
-SKILL_TOOLS = {"activate_skill"}
+#: Its tools by kind (Qwen Code, a fork, names them the same).
+TOOLS = ToolNames(
+    shells=frozenset({"run_shell_command"}),
+    read=frozenset({"read_file", "read_many_files"}),
+    write=frozenset({"write_file", "replace", "edit"}),
+    skill=frozenset({"activate_skill"}),
+    paths=("file_path", "absolute_path", "path"),
+)
 
 
 def _recognizes(first: dict[str, Any]) -> bool:
@@ -57,24 +60,8 @@ def tool_effects(
     ok: bool,
     exit_code: int | None = None,
 ) -> list[SessionEvent]:
-    """What a finished call of one of Gemini CLI's tools (and its forks') did: the shell
-    command it ran, the file it read or wrote, the skill it activated."""
-    path = str(
-        arguments.get("file_path") or arguments.get("absolute_path") or arguments.get("path") or ""
-    )
-    if name in SHELL_TOOLS:
-        command = str(arguments.get("command", ""))
-        shell = SessionEvent(
-            **base, type="shell", call_id=call_id, command=command, exit_code=exit_code, ok=ok
-        )
-        return [shell, *shell_events(base, command, text, ok)]
-    if name in READ_TOOLS and path and ok:
-        return read_events(base, path, text)
-    if name in WRITE_TOOLS and path and ok:
-        return [SessionEvent(**base, type="file_write", path=path)]
-    if name in SKILL_TOOLS and ok and arguments.get("name"):
-        return [SessionEvent(**base, type="skill", skill=str(arguments["name"]))]
-    return []
+    """What a finished call of one of Gemini CLI's tools (and its forks') did."""
+    return call_effects(base, TOOLS, name, call_id, arguments, text, ok, exit_code=exit_code)
 
 
 def _events(records: Records, name: str) -> Iterator[SessionEvent]:

@@ -10,16 +10,26 @@ from typing import Any
 
 from hangar.sessions import Records, SessionEvent, SessionFormat
 from hangar.sessions.common import (
+    ToolNames,
     as_text,
     assistant_blocks,
+    call_effects,
     capped,
     digest,
-    read_events,
     shell_events,
 )
 
 #: Entries that change settings or the view of the tree, not what the agent did.
 SETTINGS = {"model_change", "thinking_level_change", "label", "session_info", "custom"}
+
+
+#: Its tools by kind.
+TOOLS = ToolNames(
+    shells=frozenset({"bash"}),
+    read=frozenset({"read"}),
+    write=frozenset({"write", "edit"}),
+    paths=("path", "file_path"),
+)
 
 
 def _recognizes(first: dict[str, Any]) -> bool:
@@ -109,18 +119,7 @@ class _Reader:
             sha256=digest(text),
         )
         events = [result]
-        path = str(arguments.get("path") or arguments.get("file_path") or "")
-        if tool == "bash":
-            command = str(arguments.get("command", ""))
-            events.append(
-                SessionEvent(**base, type="shell", call_id=call_id, command=command, ok=ok)
-            )
-            events += shell_events(base, command, text, ok)
-        elif tool == "read" and path and ok:
-            events += read_events(base, path, text)
-        elif tool in ("write", "edit") and path and ok:
-            events.append(SessionEvent(**base, type="file_write", path=path))
-        return events
+        return events + call_effects(base, TOOLS, tool, call_id, arguments, text, ok)
 
 
 def _events(records: Records, name: str) -> Iterator[SessionEvent]:
