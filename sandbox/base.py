@@ -448,6 +448,12 @@ class Sandbox(ABC):
         return None
 
     @classmethod
+    def image_record(cls, image: str) -> dict[str, object]:
+        """What a trial's evidence records of `image` ({}: this backend cannot tell): its
+        id and hangar's labels (the recipe, an agent CLI's packages and wheels)."""
+        return {}
+
+    @classmethod
     def engine_problem(cls, config: BaseModel | None = None) -> str | None:
         """Why this node cannot start sandboxes with `config` (the engine does not answer,
         lacks a runtime...), with what to do; None when it can (a sweep's preflight)."""

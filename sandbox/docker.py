@@ -160,6 +160,15 @@ class DockerSandbox(Sandbox):
         return True
 
     @classmethod
+    def image_record(cls, image: str) -> dict[str, object]:
+        try:
+            found = docker_client().images.get(image)
+        except (docker.errors.ImageNotFound, docker.errors.APIError):
+            return {}
+        labels = {k: v for k, v in (found.labels or {}).items() if k.startswith("hangar.")}
+        return {"image": image, "id": str(found.id), "labels": labels}
+
+    @classmethod
     def image_folder(cls, image: str, path: str, cache: Path) -> Path | None:
         """A tar archive of folder `path` as it is in `image`, or None if it has none.
 

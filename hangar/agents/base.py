@@ -20,10 +20,13 @@ class AgentConfig(BaseModel):
     def digest(self) -> str:
         """sha256 of the agent's config (part of the trial key). Its MCP servers count by
         their pins (their bytes are pinned by sha256); an agent without any has the digest
-        it had before agents took MCP servers."""
+        it had before agents took MCP servers, and one that is no preset's CLI the digest it
+        had before presets recorded their CLI's packages."""
         from hangar.agents.mcp import DIGEST_EXCLUDE
 
-        exclude: Any = DIGEST_EXCLUDE if getattr(self, "mcp", None) else {"mcp"}
+        exclude: Any = dict(DIGEST_EXCLUDE) if getattr(self, "mcp", None) else {"mcp": True}
+        if not getattr(self, "cli", None):
+            exclude["cli"] = True
         return hashlib.sha256(self.model_dump_json(exclude=exclude).encode()).hexdigest()
 
     def servers(self) -> dict[str, object]:

@@ -46,6 +46,9 @@ class CommandAgent(AgentConfig):
     """The preset's options as chosen (reasoning effort, approval policy, sandbox mode)."""
     mcp: dict[Name, McpServer] = Field(default_factory=dict)
     """MCP servers it gets, pinned (`hangar.agents.mcp`), configured for its CLI."""
+    cli: list[str] = Field(default_factory=list)
+    """The packages a preset's CLI is built from, as pinned (``sandbox.images``): a
+    different version is a different agent."""
 
     def settings(self) -> dict[str, object]:
         """The settings a result records: kind, preset and options, the command's sha256,
@@ -55,6 +58,7 @@ class CommandAgent(AgentConfig):
             "preset": self.preset,
             **self.options,
             "command_sha256": hashlib.sha256(self.command.encode()).hexdigest(),
+            **({"cli": self.cli} if self.cli else {}),
             **self.servers(),
         }
 

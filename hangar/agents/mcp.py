@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -35,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from hangar.errors import ConfigError, HangarError
 from hangar.files import check_pin
+from hangar.wheels import console_script, install_target, launcher, normal_name
 
 #: Where a server is mounted in the sandbox.
 ROOT = "/opt/hangar/mcp"
@@ -198,65 +198,6 @@ class Installed(BaseModel):
         return f"{ROOT}/{self.name}"
 
 
-def _platform(python: str) -> list[str]:
-    tag = python.replace(".", "")
-    platforms = ["manylinux_2_28_x86_64", "manylinux2014_x86_64", "linux_x86_64"]
-    return [
-        "--only-binary=:all:",
-        "--python-version",
-        python,
-        "--implementation",
-        "cp",
-        "--abi",
-        f"cp{tag}",
-        *[x for p in platforms for x in ("--platform", p)],
-    ]
-
-
-def _pip(args: list[str], what: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-    )
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
-        raise McpError(f"{what} failed: {' '.join(lines[-3:]) or f'pip exited {proc.returncode}'}")
-
-
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
-
-
-def _entry(site: Path, package: str, command: str | None) -> str:
-    """The ``module:function`` of the package's console script `command`."""
-    dist = _normal(package.split("==")[0])
-    scripts: dict[str, str] = {}
-    for info in site.glob("*.dist-info"):
-        if _normal(info.name.split("-")[0]) != dist or not (info / "entry_points.txt").is_file():
-            continue
-        section = ""
-        for line in (info / "entry_points.txt").read_text().splitlines():
-            line = line.strip()
-            if line.startswith("["):
-                section = line.strip("[]")
-            elif section == "console_scripts" and "=" in line:
-                key, value = (x.strip() for x in line.split("=", 1))
-                scripts[key] = value
-    if command is not None:
-        if command not in scripts:
-            raise McpError(f"{package} has no console script {command!r} ({sorted(scripts)})")
-        return scripts[command]
-    if len(scripts) != 1:
-        raise McpError(
-            f"{package} has {len(scripts)} console scripts ({sorted(scripts)}): name one "
-            "with `command:`"
-        )
-    return next(iter(scripts.values()))
-
-
 def install(name: str, server: McpServer, cache: Path) -> Installed:
     """`server` resolved on this node, once (see the module docstring); an artifact whose
     sha256 is not the pin, or a resolution that fails, is an `McpError` saying so."""
@@ -270,12 +211,7 @@ def install(name: str, server: McpServer, cache: Path) -> Installed:
         site = work / "site"
         wheels = work / "wheels"
         if server.requirement_list:
-            platform = _platform(server.python)
-            _pip(["download", *platform, "-d", str(wheels), *server.requirement_list],
-                 f"resolving {', '.join(server.requirement_list)}")  # fmt: skip
-            _pip(["install", "--no-index", "--find-links", str(wheels), *platform,
-                  "--target", str(site), *server.requirement_list],
-                 f"installing {', '.join(server.requirement_list)}")  # fmt: skip
+            install_target(server.requirement_list, server.python, wheels, site, McpError)
         found = {
             w.name: "sha256:" + hashlib.sha256(w.read_bytes()).hexdigest()
             for w in sorted(wheels.glob("*.whl"))
@@ -287,9 +223,9 @@ def install(name: str, server: McpServer, cache: Path) -> Installed:
             **server.env,
         }
         if server.package is not None:
-            pkg = _normal(server.package.split("==")[0])
+            pkg = normal_name(server.package.split("==")[0])
             version = server.package.split("==")[1]
-            mine = [w for w in found if _normal(w.split("-")[0]) == pkg and f"-{version}-" in w]
+            mine = [w for w in found if normal_name(w.split("-")[0]) == pkg and f"-{version}-" in w]
             if not mine:
                 raise McpError(
                     f"no wheel of {server.package} was resolved (wheels: {sorted(found)})"
@@ -299,9 +235,8 @@ def install(name: str, server: McpServer, cache: Path) -> Installed:
                     f"the artifact of {server.package} ({mine[0]}) has {found[mine[0]]}; the pin "
                     f"says {server.sha256}: pin the artifact you mean"
                 )
-            module, _, function = _entry(site, server.package, server.command).partition(":")
-            call = f"import sys; from {module} import {function.split('.')[0]} as f; sys.exit(f())"
-            argv = ["python3", "-c", call, *server.args]
+            entry = console_script(site, server.package, server.command, McpError)
+            argv = ["python3", "-c", launcher(entry), *server.args]
         else:
             raw = base64.b64decode(server.source_b64)
             if "sha256:" + hashlib.sha256(raw).hexdigest() != server.sha256:

@@ -54,8 +54,12 @@ class Option(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    values: tuple[str, ...]
+    values: tuple[str, ...] = ()
     """The values the CLI accepts."""
+    pattern: str = ""
+    """A regular expression the value must match instead (a count: ``[1-9][0-9]*``)."""
+    meaning: str = ""
+    """What a value matching `pattern` is, in words (for the error that refuses one)."""
     flag: str
     """The text added to the command, ``{value}`` standing for the (quoted) value."""
     replaces: str = ""
@@ -93,7 +97,9 @@ class Preset(BaseModel):
             if option is None:
                 known = ", ".join(self.options) or "none"
                 raise ConfigError(f"{where}: unknown option {name!r} (this preset takes: {known})")
-            if value not in option.values:
+            if option.pattern and not re.fullmatch(option.pattern, value):
+                raise ConfigError(f"{where}: {name} must be {option.meaning}, got {value!r}")
+            if not option.pattern and value not in option.values:
                 raise ConfigError(
                     f"{where}: {name} must be one of {', '.join(option.values)}, got {value!r}"
                 )
@@ -262,10 +268,40 @@ PRESETS: dict[str, Preset] = {
             ),
         },
     ),
+    "mini-swe-agent": Preset(
+        command=(
+            'MSWEA_GLOBAL_CONFIG_DIR="$HOME/.mini-swe-agent" mini '
+            # its cost limit off: litellm knows no price of the trial's model; the sweep's
+            # budget and the per-model caps are hangar's
+            "--agent-class default --cost-limit 0 -c mini.yaml {options} "
+            '-c "model.model_kwargs.api_base=$OPENAI_BASE_URL" -m "openai/$HANGAR_MODEL" '
+            '-o "$HOME/.mini-swe-agent/trajectory.traj.json" -t "$HANGAR_CONTEXT" < /dev/null'
+        ),
+        collect=("~/.mini-swe-agent",),
+        env={
+            "MSWEA_CONFIGURED": "true",
+            "MSWEA_SILENT_STARTUP": "1",
+            "MSWEA_COST_TRACKING": "ignore_errors",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        },
+        needs="mini",
+        apis=("openai (chat)",),
+        options={
+            "step_limit": Option(
+                pattern="[1-9][0-9]{0,4}",
+                meaning="a number of steps (1 to 99999)",
+                flag="-c agent.step_limit={value}",
+            ),
+            "reasoning_effort": Option(
+                values=("minimal", "low", "medium", "high"),
+                flag="-c model.model_kwargs.reasoning_effort={value}",
+            ),
+        },
+    ),
 }
 
 #: Fields of an agent config that are not a preset's options.
-_AGENT_FIELDS = {"preset", "command", "env", "collect", "kind", "name", "script", "mcp"}
+_AGENT_FIELDS = {"preset", "command", "env", "collect", "kind", "name", "script", "mcp", "cli"}
 
 
 def expand_preset(data: dict[str, Any], where: str) -> dict[str, Any]:
@@ -286,6 +322,15 @@ def expand_preset(data: dict[str, Any], where: str) -> dict[str, Any]:
         "command": preset.with_servers(rendered, servers),
         "collect": list(preset.collect),
         "env": dict(preset.env),
+        "cli": cli_pins(name),
         **rest,
         "options": chosen,
     }
+
+
+def cli_pins(name: str) -> list[str]:
+    """The packages preset `name`'s CLI image is built from (``sandbox.images``)."""
+    from hangar.sandbox.images import AGENT_CLIS
+
+    cli = AGENT_CLIS.get(name)
+    return list(cli.pins) if cli is not None else []

@@ -27,7 +27,7 @@ def agent_rows() -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for name, preset in PRESETS.items():
         cli = AGENT_CLIS.get(name)
-        version = cli.packages[0].rpartition("@")[2] if cli else ""
+        version = cli.version if cli else ""
         rows.append(
             {
                 "name": name,

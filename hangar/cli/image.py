@@ -29,7 +29,11 @@ def image_build_base(
     force: Annotated[bool, typer.Option(help="Rebuild even when the image is up to date.")] = False,
     with_cli: Annotated[
         list[str] | None,
-        typer.Option("--with", help="Also build <tag>-<cli> with an agent CLI (codex, claude)."),
+        typer.Option(
+            "--with",
+            help="Also build <tag>-<cli> with an agent CLI (repeatable; `hangar agents list` "
+            "names them: codex, claude, gemini, qwen, opencode, mini-swe-agent, aider).",
+        ),
     ] = None,
 ) -> None:
     """Build the base sandbox image from Debian's packages, with no registry, and its stock

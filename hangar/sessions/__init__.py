@@ -4,8 +4,8 @@ Each agent writes its session its own way: hangar's trace (`trace.jsonl`: comman
 chat agents, the relay's model calls), Codex rollout files (``~/.codex/sessions``),
 Claude Code project files (``~/.claude/projects``), Pi's session files
 (``~/.pi/agent/sessions``), Gemini CLI's chat files (``~/.gemini/tmp/*/chats``), Qwen
-Code's (``~/.qwen/projects/*/chats``). A *format* (one small module each: `codex`,
-`claude`, `pi`, `gemini`, `qwen`,
+Code's (``~/.qwen/projects/*/chats``), mini-swe-agent's trajectory (``*.traj.json``). A
+*format* (one small module each: `codex`, `claude`, `pi`, `gemini`, `qwen`, `mini`,
 `trace`) recognizes its files by their first record and turns each record into
 `SessionEvent` s: turns, messages, model calls and their usage, tool calls with their
 arguments and results (success or failure), shell commands with exit codes, files read
@@ -53,7 +53,7 @@ class SessionEvent(BaseModel):
 
     source: str
     """The format it came from: ``trace``, ``codex``, ``claude``, ``pi``, ``gemini``,
-    ``qwen``."""
+    ``qwen``, ``mini``."""
     session: str = ""
     """The session's id (the file's, else its name)."""
     seq: int = 0
@@ -124,16 +124,26 @@ class Session(BaseModel):
 
 def formats() -> list[SessionFormat]:
     """Every format hangar reads (imported when first asked for)."""
-    from hangar.sessions import claude, codex, gemini, pi, qwen, trace
+    from hangar.sessions import claude, codex, gemini, mini, pi, qwen, trace
 
     # qwen before claude: both write `sessionId` and `uuid` on every record
-    return [trace.FORMAT, codex.FORMAT, qwen.FORMAT, claude.FORMAT, pi.FORMAT, gemini.FORMAT]
+    return [
+        trace.FORMAT, codex.FORMAT, qwen.FORMAT, claude.FORMAT, pi.FORMAT, gemini.FORMAT,
+        mini.FORMAT,
+    ]  # fmt: skip
 
 
 def read_records(path: Path) -> tuple[Records, int]:
-    """The JSON objects of a JSON Lines file, and how many lines were not one."""
+    """The JSON objects of a JSON Lines file, and how many lines were not one (a ``.json``
+    file, such as a trajectory written whole, is one record)."""
     records: Records = []
     bad = 0
+    if path.suffix == ".json":
+        try:
+            value = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        except (OSError, json.JSONDecodeError):
+            return [], 1
+        return ([value], 0) if isinstance(value, dict) else ([], 1)
     with path.open(encoding="utf-8", errors="replace") as handle:
         for line in handle:
             if not line.strip():
@@ -170,8 +180,10 @@ def read_session(path: Path) -> Session | None:
 
 
 def sessions_under(root: Path) -> list[Session]:
-    """Every session file under `root` (a file, or a folder searched for ``*.jsonl``)."""
-    paths = [root] if root.is_file() else sorted(root.rglob("*.jsonl"))
+    """Every session file under `root` (a file, or a folder searched for ``*.jsonl`` and
+    trajectories, ``*.traj.json``)."""
+    found_paths = [*root.rglob("*.jsonl"), *root.rglob("*.traj.json")] if root.is_dir() else []
+    paths = [root] if root.is_file() else sorted(found_paths)
     found = []
     for path in paths:
         if path.is_symlink() or not path.is_file() or path.name == "session.jsonl":

@@ -209,6 +209,8 @@ class SandboxedTrial(TrialRun):
             sandbox.start()
         except ImageNotFound as exc:
             raise Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
+        if record := self.backend.image_record(sandbox.spec.image):
+            self.write("image.json", record)
         return sandbox
 
     def release(self, sandbox: Sandbox, *, stop: bool) -> None:

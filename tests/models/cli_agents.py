@@ -166,9 +166,11 @@ def fix_through_relay(
     shell: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    finish: str | None = None,
 ) -> tuple[TrialResult, list[dict[str, Any]]]:
     """The example's fix by the `preset` CLI in `image`, its model scripted to read the
-    file, fix it with its shell tool `shell`, and answer (`scripted_trial`)."""
+    file, fix it with its shell tool `shell`, and answer (`scripted_trial`); with
+    `finish`, the answer also runs that command (an agent that ends its turn by one)."""
     from hangar.testing.scripted import Reply, ScriptedUsage, ToolCall
 
     def run(command: str) -> list[ToolCall]:
@@ -179,6 +181,7 @@ def fix_through_relay(
               usage=ScriptedUsage(input=1200, output=40)),
         Reply(tool_calls=run(FIX), usage=ScriptedUsage(input=1500, output=120, cached=1000)),
         Reply(content="Fixed: median() averages the two middle values.",
+              tool_calls=run(finish) if finish else [],
               usage=ScriptedUsage(input=1800, output=30, cached=1400, reasoning=10)),
     ]  # fmt: skip
     return scripted_trial(
