@@ -105,9 +105,11 @@ def console_script(
     return next(iter(scripts.values()))
 
 
-def launcher(entry: str) -> str:
-    """The Python code that runs the ``module:function`` `entry` as a command would."""
+def launcher(entry: str, command: str = "") -> str:
+    """The Python code that runs the ``module:function`` `entry` as its `command` would
+    (named so in ``sys.argv[0]``, where a CLI reads its own name)."""
     module, _, function = entry.partition(":")
     head, _, rest = function.partition(".")
     call = f"f.{rest}()" if rest else "f()"
-    return f"import sys; from {module} import {head} as f; sys.exit({call})"
+    name = f"sys.argv[0] = {command!r}; " if command else ""
+    return f"import sys; {name}from {module} import {head} as f; sys.exit({call})"

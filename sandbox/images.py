@@ -305,6 +305,10 @@ class AgentCli(BaseModel):
     """Command in /usr/local/bin -> the console script of the first `pip` package it runs."""
     python: str = "3.11"
     """The image's Python, the one `pip` packages are resolved for."""
+    children_see_site: bool = False
+    """Put the site folder on ``PYTHONPATH`` instead, for a CLI that runs its own packages
+    as child processes (Aider lints with ``python3 -m flake8``); its commands' children
+    see its packages then."""
 
     @property
     def pins(self) -> tuple[str, ...]:
@@ -353,8 +357,14 @@ AGENT_CLIS: dict[str, AgentCli] = {
     ),
     # mini-swe-agent from PyPI (with litellm, which it calls models through).
     "mini-swe-agent": AgentCli(pip=("mini-swe-agent==2.4.6",), scripts={"mini": "mini"}),
+    # Aider from PyPI (its dependencies pinned exactly by its own metadata).
+    "aider": AgentCli(
+        pip=("aider-chat==0.86.2",), scripts={"aider": "aider"}, children_see_site=True
+    ),
 }
 LABEL_CLI = "hangar.cli"
+#: Bumped whenever the launchers of PyPI CLIs change, so their images are rebuilt.
+LAUNCHER = 2
 
 
 def _npm_install(packages: tuple[str, ...], prefix: Path, progress: Progress) -> None:
@@ -392,7 +402,7 @@ def build_agent_image(
         base_id = str(docker_client().images.get(base_tag).id)
     except docker.errors.ImageNotFound as exc:
         raise ImageBuildError(f"build the base image {base_tag} first") from exc
-    stamp = f"{' '.join(cli.pins)} on {base_id}"
+    stamp = f"{' '.join(cli.pins)} on {base_id}" + (f" launcher {LAUNCHER}" if cli.pip else "")
     if not force:
         try:
             if (docker_client().images.get(tag).labels or {}).get(LABEL_CLI) == stamp:
@@ -468,10 +478,14 @@ def _pip_layers(name: str, cli: AgentCli, context: Path, progress: Progress) -> 
     lines = [f"COPY site {root}"]
     for command, script in cli.scripts.items():
         entry = console_script(folder / "site", cli.pip[0], script, ImageBuildError)
-        code = f"import sys; sys.path.insert(0, {root!r}); {launcher(entry)}"
-        (context / f"bin-{command}").write_text(f'#!/bin/sh\nexec python3 -c "{code}" "$@"\n')
+        if cli.children_see_site:
+            run = f'PYTHONPATH={root} exec python3 -c "{launcher(entry, command)}" "$@"'
+        else:
+            code = f"import sys; sys.path.insert(0, {root!r}); {launcher(entry, command)}"
+            run = f'exec python3 -c "{code}" "$@"'
+        (context / f"bin-{command}").write_text(f"#!/bin/sh\n{run}\n")
         lines.append(f"COPY bin-{command} /usr/local/bin/{command}")
-    wheels = hashlib.sha256((folder / "wheels.json").read_bytes()).hexdigest()
-    lines.append(f'LABEL {LABEL_CLI}.wheels="sha256:{wheels}"')
+    listed = hashlib.sha256((folder / "wheels.json").read_bytes()).hexdigest()
+    lines.append(f'LABEL {LABEL_CLI}.wheels="sha256:{listed}"')
     modes = " ".join(f"/usr/local/bin/{c}" for c in cli.scripts)
     return [*lines, f"RUN chmod 755 {modes} && python3 -m compileall -q {root} > /dev/null || true"]

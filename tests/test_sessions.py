@@ -317,7 +317,7 @@ def test_a_mini_swe_agent_trajectory_reads_as_events(tmp_path: Path) -> None:
     (session,) = sessions_under(tmp_path)
     assert session.source == "mini"
     shells = [e for e in session.events if e.type == "shell"]
-    assert [e.command for e in shells][0] == "sed -n 13,20p statkit/stats.py"
+    assert shells[0].command == "sed -n 13,20p statkit/stats.py"
     assert len(shells) == 2 and all(e.ok and e.exit_code == 0 for e in shells)
     assert [e.path for e in session.events if e.type == "file_read"] == ["statkit/stats.py"]
     calls = [e for e in session.events if e.type == "model_call"]

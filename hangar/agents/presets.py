@@ -298,6 +298,45 @@ PRESETS: dict[str, Preset] = {
             ),
         },
     ),
+    "aider": Preset(
+        command=(
+            # its model-price download answered from a cache it believes fresh (the
+            # network is off); the rest said by its own switches
+            'mkdir -p "$HOME/.aider/caches" && printf \'{"offline": {}}\' '
+            '> "$HOME/.aider/caches/model_prices_and_context_window.json" && '
+            'aider --model "openai/$HANGAR_MODEL" --openai-api-base "$OPENAI_BASE_URL" '
+            "--edit-format diff {options} --yes-always --no-auto-commits --no-dirty-commits "
+            "--no-gitignore --no-check-update --no-show-release-notes --analytics-disable "
+            "--no-show-model-warnings --no-detect-urls --no-stream --no-pretty "
+            "--no-fancy-input --no-notifications --env-file /dev/null "
+            '--chat-history-file "$HOME/.aider/chat.history.md" '
+            '--input-history-file "$HOME/.aider/input.history" '
+            '--llm-history-file "$HOME/.aider/llm.history" '
+            '--message "$HANGAR_CONTEXT" < /dev/null; '
+            # its repository map's cache, which it keeps in the repository's root: the
+            # tool's own file, not the agent's work (not in the diff, not in the scope)
+            "code=$?; rm -rf .aider.tags.cache.v*; exit $code"
+        ),
+        collect=("~/.aider",),
+        env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "AIDER_ANALYTICS": "false"},
+        needs="aider",
+        apis=("openai (chat)",),
+        options={
+            "edit_format": Option(
+                values=("diff", "diff-fenced", "udiff", "whole", "architect"),
+                flag="--edit-format {value}",
+                replaces="--edit-format diff",
+            ),
+            "map_tokens": Option(
+                pattern="[0-9]{1,6}",
+                meaning="a number of tokens for its repository map (0: none)",
+                flag="--map-tokens {value}",
+            ),
+            "reasoning_effort": Option(
+                values=("minimal", "low", "medium", "high"), flag="--reasoning-effort {value}"
+            ),
+        },
+    ),
 }
 
 #: Fields of an agent config that are not a preset's options.

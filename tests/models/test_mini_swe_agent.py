@@ -41,6 +41,7 @@ def test_the_image_has_mini_swe_agent(mini_image: str) -> None:
     assert all(len(sha) == 64 for sha in found.values())
     labels = docker.from_env().images.get(mini_image).labels
     assert labels["hangar.cli"].startswith("mini-swe-agent==2.4.6 on ")
+    assert labels["hangar.cli"].endswith(" launcher 2")
     assert labels["hangar.cli.wheels"].startswith("sha256:")
 
 
