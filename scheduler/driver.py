@@ -29,7 +29,7 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -45,8 +45,11 @@ from hangar.scheduler.board import Snapshot, node_slots, open_board
 from hangar.scheduler.dispatch import Dispatch
 from hangar.scheduler.metrics import metric
 from hangar.scheduler.preflight import missing_images, preflight
+from hangar.scheduler.sequential import Rounds
 from hangar.scheduler.sweep import Sweep
 from hangar.scheduler.task import put, run_trial_task
+from hangar.scores.report import DEFAULT_MARGIN
+from hangar.scores.sequential import SequentialOutcome
 from hangar.store import ResultsStore
 from hangar.trials import Task, TrialSpec, lost_result, result_of
 from hangar.trials.kind import kind_of
@@ -182,6 +185,10 @@ class SweepTally:
     """Models whose provider refused the key: no more of their trials were scheduled."""
     board: Snapshot = field(default_factory=Snapshot)
     """Running trials per node, as last read from the sweep's board (a few seconds old)."""
+    saved: int = 0
+    """Trials a sweep run until decided never needed (its comparisons were decided)."""
+    decided: list[SequentialOutcome] = field(default_factory=list)
+    """How its comparisons ended (a sweep run until decided)."""
 
     @property
     def finished(self) -> int:
@@ -191,7 +198,7 @@ class SweepTally:
     @property
     def not_run(self) -> int:
         """Trials with no final verdict yet (budget, stopped models, Ctrl-C, infra_error)."""
-        return self.total - self.finished
+        return self.total - self.finished - self.saved
 
     def exit_code(self, *, failures_ok: bool = False) -> int:
         """`hangar run`'s exit status (documented in the README): 0 when every trial
@@ -249,6 +256,14 @@ class SweepRunner:
         self._board: Any = None
         self._board_read: Any = None
         self._board_at = 0.0
+        self._window = 1
+        self._submit: Callable[[TrialSpec], Any] | None = None
+        self._recorded: dict[str, Any] = {}
+        plan = sweep.config.until_decided
+        self.rounds = (
+            Rounds(sweep, plan, sweep.margin or DEFAULT_MARGIN) if plan is not None else None
+        )
+        """The rounds of a sweep run until decided (None: all its trials at once)."""
 
     # -- Ctrl-C ---------------------------------------------------------------------------
 
@@ -265,9 +280,11 @@ class SweepRunner:
         check_keys([m for m in config.models if m.provider != "none"])
         final, last_attempt = self._resume()
         # Nothing to do (every trial of this matrix is final: results of an earlier version
-        # of a scenario or sample have other keys and do not count): do not start Ray.
-        if all(spec.trial_key in final for spec in self.sweep.trials(self.evidence_url)):
-            self.tally.skipped = self.sweep.size - self.tally.done
+        # of a scenario or sample have other keys and do not count, or a comparison run
+        # until decided was decided by them): do not start Ray.
+        decided = self.rounds is not None and self._replay(final)
+        if decided or all(spec.trial_key in final for spec in self.sweep.trials(self.evidence_url)):
+            self.tally.skipped = self.sweep.size - self.tally.done - self.tally.saved
             for verdict, *_, n in self.store.counts(self.sweep.id):
                 self.tally.verdicts[verdict] += n
             return self.tally
@@ -285,15 +302,7 @@ class SweepRunner:
             self.tally.verdicts[Verdict.BLOCKED_SETUP.value] += self._unloadable
         final |= self._block_missing_images(final, last_attempt)
         ensure_reapers()
-        self.dispatch = Dispatch(
-            self.sweep.trials(self.evidence_url),
-            window=window,
-            policy=self.policy,
-            caps=self.caps,
-            final=final,
-            last_attempt=last_attempt,
-        )
-        self.tally.stopped_models = self.dispatch.stopped
+        self._window = window
         self._board = open_board(ray, f"hangar-board-{self.sweep.id}-{uuid.uuid4().hex[:8]}")
         self.tally.board = Snapshot(slots=node_slots(nodes, SANDBOX_RESOURCE))
         event(
@@ -309,13 +318,82 @@ class SweepRunner:
         )
         previous = signal.signal(signal.SIGINT, self._on_sigint)
         try:
-            self._loop(ray, self._submitter(ray))
+            if self.rounds is None:
+                self._round(ray, self.sweep.trials(self.evidence_url), final, last_attempt)
+            else:
+                self._run_rounds(ray, final, last_attempt)
         finally:
             signal.signal(signal.SIGINT, previous)
             ray.kill(self._board)
         self.tally.interrupted = self._stop > 0
         self._log_end()
         return self.tally
+
+    # -- rounds ---------------------------------------------------------------------------
+
+    def _round(
+        self, ray: Any, trials: Iterable[TrialSpec], final: set[str], last_attempt: dict[str, int]
+    ) -> None:
+        """Send `trials` (those not final) and collect them, to the end of the round."""
+        stopped = self.tally.stopped_models
+        self.dispatch = Dispatch(
+            trials,
+            window=self._window,
+            policy=self.policy,
+            caps=self.caps,
+            final=final,
+            last_attempt=last_attempt,
+        )
+        self.dispatch.stopped.update(stopped)  # a refused key stays refused across rounds
+        self.tally.stopped_models = self.dispatch.stopped
+        if self._submit is None:
+            self._submit = self._submitter(ray)
+        self._loop(ray, self._submit)
+
+    def _replay(self, final: set[str]) -> bool:
+        """Go through the rounds an earlier run finished (all their trials final), looking
+        after each as it did; True when every comparison was decided there."""
+        rounds = self.rounds
+        assert rounds is not None
+        while True:
+            trials = list(rounds.trials(self.evidence_url))
+            if not all(spec.trial_key in final for spec in trials):
+                return False
+            self.tally.skipped += len(trials)
+            rounds.look(self.store.results(self.sweep.id))
+            if not rounds.advance():
+                self._record_rounds()
+                self.tally.saved = rounds.unscheduled()
+                return True
+
+    def _run_rounds(self, ray: Any, final: set[str], last_attempt: dict[str, int]) -> None:
+        """A sweep run until decided: round after round, looking after each, until every
+        comparison is closed, the units run out, or Ctrl-C or the budget stop it."""
+        rounds = self.rounds
+        assert rounds is not None
+        while True:
+            self._round(ray, rounds.trials(self.evidence_url), final, last_attempt)
+            results = list(self.store.results(self.sweep.id))
+            if self._stop or self.tally.budget_exhausted:
+                rounds.cut_short(results)
+                break
+            rounds.look(results)
+            self._record_rounds()
+            if not rounds.advance():
+                break
+            now_final, last_attempt = self.store.resume_state(self.sweep.id)
+            final = final | now_final
+        self._record_rounds()
+        self.tally.saved = rounds.unscheduled()
+
+    def _record_rounds(self) -> None:
+        """The comparisons' outcomes so far, recorded with the sweep (reports read them)."""
+        assert self.rounds is not None
+        outcomes = [o.model_dump(mode="json") for o in self.rounds.outcomes()]
+        self.tally.decided = self.rounds.outcomes()
+        self.store.ensure_sweep(
+            self.sweep.id, {**self._recorded, "sequential": outcomes}, self.sweep.size
+        )
 
     def _resume(self) -> tuple[set[str], dict[str, int]]:
         """Register the sweep, read what earlier runs finished, and record the
@@ -327,6 +405,7 @@ class SweepRunner:
             "left_out": self.sweep.left_out,
             "margin": self.sweep.margin,
         }
+        self._recorded = recorded
         self.store.ensure_sweep(self.sweep.id, recorded, self.sweep.size)
         self.tally.spent_before = self.store.cost(self.sweep.id)
         final, last_attempt = self.store.resume_state(self.sweep.id, reopen=self.reopen)

@@ -93,6 +93,27 @@ class SweepNetwork(BaseModel):
     network and a verifier that needs one is blocked_setup."""
 
 
+class UntilDecided(BaseModel):
+    """Run a comparison with fixed roles in rounds of paired units and stop it once its
+    decision is reached (`hangar.scores.sequential`): ``hangar run --until-decided``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    baseline: str
+    """The baseline's value of the factor compared (an arm, a model or an agent)."""
+    candidate: str
+    """The candidate's value of the same factor."""
+    metric: str | None = None
+    """The metric the decision is on (default: the first the two groups share of
+    ``pass``, ``correct``, ``resolved``, ``reward``, else the first by name)."""
+    round: int = Field(default=10, gt=0)
+    """Paired units (tasks) added per round."""
+    max_units: int | None = Field(default=None, gt=0)
+    """The most paired units a comparison runs on (default: every task of the sweep)."""
+    seed: int = 0
+    """Seed of the random order the units are drawn in."""
+
+
 class SweepFile(BaseModel):
     """A sweep file as written (paths relative to it)."""
 
@@ -144,6 +165,9 @@ class SweepFile(BaseModel):
     """Points of a metric's range the comparisons' decision sentences are about (default:
     the margin its decision suites declare, else 5); recorded with the results, so every
     report of the sweep says the same sentence."""
+    until_decided: UntilDecided | None = None
+    """Run the comparison of these roles in rounds and stop once decided (see
+    `UntilDecided`); reports say it stopped early, after how many units and why."""
     repo_map: dict[str, str] = Field(default_factory=dict)
     """Repositories of image tasks rewritten: a URL or a SWE-bench ``owner/name`` -> a
     mirror's URL or a local path (relative to the sweep file)."""

@@ -42,7 +42,7 @@ def report(
     """Scores per agent, model and arm and per metric, the pass matrix, requirements and
     paired comparisons (with --baseline and --candidate, in those roles)."""
     from hangar.scores.render import render_html, render_markdown, render_text
-    from hangar.scores.report import build_report
+    from hangar.scores.report import build_report, sweep_design
 
     fmt = output_format(fmt, as_json)
     renderers = {"text": render_text, "md": render_markdown, "html": render_html}
@@ -52,8 +52,18 @@ def report(
         raise ConfigError("give both --baseline and --candidate (or neither)")
     roles = (baseline, candidate) if baseline is not None and candidate is not None else None
     sweep_id, _, results = resolve_sweep(sweep, store)
-    points = margin if margin is not None else sweep_margin(_recorded(sweep, results, sweep_id))
-    built = build_report(sweep_id, results.results(sweep_id), margin=points / 100, roles=roles)
+    recorded = _recorded(sweep, results, sweep_id)
+    points = margin if margin is not None else sweep_margin(recorded)
+    # a sweep run until decided is reported in its roles, with its decisions
+    design, ended = sweep_design(recorded)
+    roles = roles or design
+    built = build_report(
+        sweep_id,
+        results.results(sweep_id),
+        margin=points / 100,
+        roles=roles,
+        sequential=ended if roles == design and margin is None else (),
+    )
     if not built.groups:
         raise ConfigError(f"no results for sweep {sweep_id!r} in {results.safe_url}")
     built.left_out = left_out_of(sweep, results)

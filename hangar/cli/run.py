@@ -16,6 +16,7 @@ from rich.text import Text
 
 from hangar.cli._app import app, resolve_sweep
 from hangar.console import console, err_console
+from hangar.errors import ConfigError
 from hangar.logs import LogFormat
 from hangar.logs import configure as configure_logs
 from hangar.results import COUNTED_VERDICTS, Verdict
@@ -75,6 +76,27 @@ def run(
             "or image may have been added since; checking costs no model call)."
         ),
     ] = True,
+    until_decided: Annotated[
+        bool,
+        typer.Option(
+            "--until-decided",
+            help="Run the comparison of --baseline against --candidate in rounds of paired "
+            "units and stop each once its decision is reached (an anytime-valid 95% "
+            "confidence sequence; the sweep's `until_decided:` does the same).",
+        ),
+    ] = False,
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="With --until-decided: the baseline arm, model or agent."),
+    ] = None,
+    candidate: Annotated[
+        str | None,
+        typer.Option(help="With --until-decided: the candidate arm, model or agent."),
+    ] = None,
+    round_units: Annotated[
+        int | None,
+        typer.Option("--round", min=1, help="With --until-decided: paired units per round."),
+    ] = None,
 ) -> None:
     """Run a sweep: new trials only, resuming where an earlier run stopped.
 
@@ -92,6 +114,7 @@ def run(
 
     configure_logs(log_format)
     sweep = load_sweep(sweep_file).narrowed(filter_, repeat)
+    sweep = _until_decided(sweep, until_decided, baseline, candidate, round_units)
     for bad in sweep.unloadable:
         err_console.print(
             f"[yellow]blocked_setup:[/] {bad.path} does not load: {bad.error}", highlight=False
@@ -141,6 +164,29 @@ def run(
     raise typer.Exit(tally.exit_code(failures_ok=allow_failures))
 
 
+def _until_decided(
+    sweep: Any, on: bool, baseline: str | None, candidate: str | None, round_units: int | None
+) -> Any:
+    """`sweep` with the command line's ``--until-decided`` roles in its config."""
+    from hangar.scheduler.sweep import UntilDecided
+
+    given = sweep.config.until_decided
+    if not on:
+        if baseline or candidate or round_units:
+            raise ConfigError("--baseline, --candidate and --round go with --until-decided")
+        return sweep
+    if given is None and (baseline is None or candidate is None):
+        raise ConfigError(
+            "--until-decided needs the roles: --baseline X --candidate Y (arms, models or "
+            "agents of the sweep), or `until_decided: {baseline: X, candidate: Y}` in it"
+        )
+    fields = {"baseline": baseline, "candidate": candidate, "round": round_units}
+    chosen = {k: v for k, v in fields.items() if v is not None}
+    plan = given.model_copy(update=chosen) if given else UntilDecided.model_validate(chosen)
+    config = sweep.config.model_copy(update={"until_decided": plan})
+    return sweep.model_copy(update={"config": config})
+
+
 def _warn_unpriced(models: list[Any]) -> None:
     """Say before the run which models have no price (their cost would read as $0)."""
     from hangar.models.pricing import has_price
@@ -169,6 +215,8 @@ def _outcome(tally: SweepTally, sweep: str, store: str, failures_ok: bool) -> di
         "interrupted": tally.interrupted,
         "budget_exhausted": tally.budget_exhausted,
         "stopped_models": {m: e.message for m, e in tally.stopped_models.items()},
+        "saved_by_deciding": tally.saved,
+        "decided": [{**o.model_dump(mode="json"), "sentence": o.sentence} for o in tally.decided],
         "store": store,
         "exit_code": tally.exit_code(failures_ok=failures_ok),
     }
@@ -200,6 +248,16 @@ def _print_tally(tally: SweepTally, sweep: str, budget_usd: float | None, path: 
             console.print(f"  {n} {words}", highlight=False)
     if tally.not_run > 0:
         console.print(f"  {tally.not_run} not run yet: run the sweep again", highlight=False)
+    for outcome in tally.decided:
+        console.print(
+            f"until decided ({escape(outcome.within)}): {escape(outcome.sentence)}; "
+            f"{escape(outcome.why)}",
+            highlight=False,
+        )
+    if tally.saved:
+        console.print(
+            f"  {tally.saved} trials not needed: their comparisons were decided", highlight=False
+        )
     if tally.budget_exhausted and budget_usd is not None:
         spent = tally.spent_before + tally.cost_usd
         console.print(

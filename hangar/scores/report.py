@@ -15,15 +15,17 @@ summarised (`MetricSummary`) and compared (`hangar.scores.comparisons`).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from statistics import median
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from hangar.results import COUNTED_VERDICTS, Scale, Score, TrialResult, Verdict
 from hangar.scores import stats
-from hangar.scores.comparisons import Comparison, GroupKey, compare_groups
+from hangar.scores.comparisons import Comparison, GroupKey, compare_groups, metric_words
+from hangar.scores.sequential import SequentialOutcome
 from hangar.scores.versions import NotComparable, split_versions
 
 COUNTED = COUNTED_VERDICTS
@@ -197,6 +199,9 @@ class Report(BaseModel):
     """Trials of older scenario or agent versions, set aside."""
     notes: list[str] = Field(default_factory=list)
     """Caveats a reader should see (few scenarios, no counted trials...)."""
+    sequential: list[SequentialOutcome] = Field(default_factory=list)
+    """How the comparisons of a sweep run until decided ended (their sentences replace the
+    fixed design's, whose interval does not hold after stopping early)."""
 
 
 #: Points of a metric's range a decision sentence is about, when the sweep names none.
@@ -321,6 +326,17 @@ def _unjudged(
     ]
 
 
+def sweep_design(
+    config: dict[str, Any] | None,
+) -> tuple[tuple[str, str] | None, list[SequentialOutcome]]:
+    """The roles a sweep was run until decided with (None: it was not), and how its
+    comparisons ended, as the store recorded them with its config."""
+    plan = (config or {}).get("until_decided") or {}
+    roles = (str(plan["baseline"]), str(plan["candidate"])) if plan else None
+    ended = (config or {}).get("sequential") or []
+    return roles, [SequentialOutcome.model_validate(o) for o in ended]
+
+
 def build_report(
     sweep: str,
     results: Iterable[TrialResult],
@@ -328,9 +344,11 @@ def build_report(
     margin: float = 0.05,
     seed: int = 0,
     roles: tuple[str, str] | None = None,
+    sequential: Sequence[SequentialOutcome] = (),
 ) -> Report:
     """The report of a sweep's latest attempts; `roles` (baseline, candidate) fixes the
-    comparisons' roles (see `hangar.scores.comparisons`)."""
+    comparisons' roles (see `hangar.scores.comparisons`); `sequential`: how the
+    comparisons of a sweep run until decided ended (their decisions are those)."""
     kept, aside = split_versions(results)
     by_group: dict[tuple[str, str, str], list[TrialResult]] = defaultdict(list)
     for r in kept:
@@ -344,6 +362,8 @@ def build_report(
     )
     voided, blocked = _unjudged(kept, labels)
     notes = [a.sentence for a in aside]
+    comparisons, said = _decided(comparisons, sequential)
+    notes += said
     if len(matrix) < 5 and comparisons:
         notes.append(
             f"only {len(matrix)} scenario(s): the paired intervals reflect too few "
@@ -364,7 +384,27 @@ def build_report(
         blocked=blocked,
         not_comparable=aside,
         notes=notes,
+        sequential=list(sequential),
     )
+
+
+def _decided(
+    comparisons: list[Comparison], sequential: Sequence[SequentialOutcome]
+) -> tuple[list[Comparison], list[str]]:
+    """The comparisons with the decisions of those run until decided, and a note for each
+    saying it stopped early, after how many units and why."""
+    ended = {(o.factor, o.within, o.metric, o.baseline, o.candidate): o for o in sequential}
+    out = []
+    for c in comparisons:
+        o = ended.get((c.factor, c.within, c.metric, c.baseline, c.candidate))
+        out.append(c if o is None else c.model_copy(update={"sentence": o.sentence}))
+    notes = [
+        f"run until decided ({o.within}, {metric_words(o.metric)}): {o.sentence}; {o.why} "
+        f"(anytime-valid 95% interval {o.low / o.margin * o.points:+.1f} to "
+        f"{o.high / o.margin * o.points:+.1f} points)"
+        for o in sequential
+    ]
+    return out, notes
 
 
 def _requirements(
@@ -384,6 +424,19 @@ def _requirements(
             for req, (p, n) in sorted(tally.items())
         ]
     return rows
+
+
+def comparison_values(
+    results: Iterable[TrialResult],
+) -> tuple[dict[GroupKey, dict[str, dict[str, list[float]]]], dict[str, float]]:
+    """What comparisons are computed from: group -> metric -> scenario -> the assessed
+    scores of its counted trials (the latest version of each task only), and each
+    metric's range."""
+    kept, _ = split_versions(results)
+    by_group: dict[tuple[str, str, str], list[TrialResult]] = defaultdict(list)
+    for r in kept:
+        by_group[_group_key(r)].append(r)
+    return _values(by_group), _spans(kept)
 
 
 def _values(

@@ -30,7 +30,7 @@ from sqlalchemy import and_, func, or_, select
 from hangar.errors import HangarError
 from hangar.results import TrialResult
 from hangar.sandbox.archive import extract_untrusted
-from hangar.scores.report import LeftOut, Report, build_report, sweep_margin
+from hangar.scores.report import LeftOut, Report, build_report, sweep_design, sweep_margin
 from hangar.store import ResultsStore, sweeps, trials
 from hangar.verifiers.bundle import BundleCheck, verify_bundle
 from hangar.verifiers.store import bundle_key, open_store, split_uri
@@ -351,7 +351,14 @@ class ReportCache:
             state = self.catalog.state(sweep_id)
             config = self.catalog.store.sweep_config(sweep_id) or {}
             margin = self.margin if self.margin is not None else sweep_margin(config) / 100
-            report = build_report(sweep_id, self.catalog.store.results(sweep_id), margin=margin)
+            roles, ended = sweep_design(config)
+            report = build_report(
+                sweep_id,
+                self.catalog.store.results(sweep_id),
+                margin=margin,
+                roles=roles,
+                sequential=ended if self.margin is None else (),
+            )
             report.left_out = [LeftOut.model_validate(t) for t in config.get("left_out", [])]
             with self._lock:
                 self._cache[sweep_id] = CachedReport(report=report, state=state)
