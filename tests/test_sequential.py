@@ -193,6 +193,11 @@ def test_a_clear_loss_stops_after_the_first_round(ray_local: None, tmp_path: Pat
     assert c["sentence"] == decided["sentence"] and c["scenarios"] == 10
     (note,) = [n for n in data["notes"] if n.startswith("run until decided")]
     assert "stopped after 10 of 60 paired units" in note and "lower bound reached 15" in note
+    from hangar.store import ResultsStore
+    from hangar.viewer.data import Catalog, ReportCache
+
+    viewed = ReportCache(Catalog(ResultsStore(f"sqlite:///{tmp_path}/clear.db"))).get("clear")
+    assert note in viewed.report.notes and viewed.report.roles == ("control", "skill")
 
 
 @pytest.mark.ray
