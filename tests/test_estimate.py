@@ -77,7 +77,7 @@ def test_the_estimate_comes_from_earlier_trials_of_the_same_task_arm_and_model(
     assert again["to_run"] == 24 and again["cost_usd"] == pytest.approx(spent)
     text = runner.invoke(app, ["sweep", "check", str(sweep), "--estimate"])
     assert "24 of 32 trials still to run" in text.stdout
-    assert "not estimated (no earlier trial)" in text.output
+    assert "not estimated (no earlier trial; its tokens cannot be told" in text.output
 
 
 def test_a_check_creates_no_store_to_estimate_from(tmp_path: Path) -> None:
@@ -89,3 +89,45 @@ def test_a_check_creates_no_store_to_estimate_from(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     assert "nothing to estimate from" in out.output
     assert not (tmp_path / "decision" / "runs").exists()
+
+
+def test_a_first_run_is_estimated_from_its_prompts_tokens_and_the_price(tmp_path: Path) -> None:
+    """No earlier trial at all: each decision trial from its prompts' tokens (counted
+    offline) and an answer's allowance, at the model's price; the interval spans no
+    answer to twice the allowance."""
+    from hangar.kinds.decision import ANSWER_TOKENS
+    from hangar.kinds.decision.trial import render_prompt
+    from hangar.models.tokens import count_tokens
+    from hangar.scores.estimate import PROMPT_BASIS
+
+    shutil.copytree(EXAMPLES / "decision", tmp_path / "decision")
+    sweep = tmp_path / "decision" / "sweep.yaml"
+    data = yaml.safe_load(sweep.read_text())
+    data.update(store=f"sqlite:///{tmp_path}/r.db", evidence=(tmp_path / "ev").as_uri())
+    sweep.write_text(yaml.safe_dump(data))
+    out = runner.invoke(app, ["sweep", "check", str(sweep), "--estimate", "--json"])
+    assert out.exit_code == 0, out.output
+    guess = json.loads(out.stdout)["estimate"]
+    assert guess["basis"] == [{"what": PROMPT_BASIS, "trials": 16}] and not guess["unknown"]
+    system = PromptAgent.model_validate(data["agents"]["prompt"] | {"name": "p"}).system_prompt
+    cases = load_decision_suite(tmp_path / "decision" / "suite.yaml")
+    tokens = [count_tokens(system) + count_tokens(render_prompt(c, arm))
+              for c in cases for arm in ("skill", "control")]  # fmt: skip
+    price = data["models"][0]["price"]  # USD per 1M: input 1.25, output 10
+    answers = 16 * ANSWER_TOKENS * price["output"] / 1e6
+    expected = sum(tokens) * price["input"] / 1e6 + answers
+    assert guess["tokens_in"] == sum(tokens) and guess["tokens_out"] == 16 * ANSWER_TOKENS
+    assert guess["cost_usd"] == pytest.approx(expected)
+    assert guess["low_usd"] == pytest.approx(expected - answers)
+    assert guess["high_usd"] == pytest.approx(expected + answers)
+    # `hangar run` says it before the first trial, and refuses past --confirm-above off a
+    # terminal (nothing run, no Ray started), naming --yes
+    refused = runner.invoke(app, ["run", str(sweep), "--confirm-above", "0.001"])
+    assert "estimated cost of the 16 trials to run" in refused.output
+    assert "above --confirm-above ($0.0010)" in str(refused.exception)
+    assert "--yes" in str(refused.exception)
+    assert not list(ResultsStore(f"sqlite:///{tmp_path}/r.db").results(data["id"]))
+    data["budget_usd"] = 0.002
+    sweep.write_text(yaml.safe_dump(data))
+    over = runner.invoke(app, ["run", str(sweep)])
+    assert "above the budget ($0.0020)" in str(over.exception)

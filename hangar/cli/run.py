@@ -97,12 +97,30 @@ def run(
         int | None,
         typer.Option("--round", min=1, help="With --until-decided: paired units per round."),
     ] = None,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", "-y", help="Run without asking, whatever the estimated cost."),
+    ] = False,
+    confirm_above: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            envvar="HANGAR_CONFIRM_ABOVE_USD",
+            help="Ask before running when the trials still to run are estimated to cost "
+            "more than this many USD (or more than the sweep's budget); off a terminal, "
+            "refuse instead unless --yes.",
+        ),
+    ] = 10.0,
 ) -> None:
     """Run a sweep: new trials only, resuming where an earlier run stopped.
 
+    Before the first trial it says what the trials still to run are estimated to cost,
+    and asks when that is past --confirm-above or the budget.
+
     Exit status: 0 every trial passed; 1 some failed; 3 some are blocked_setup,
     infra_error, verifier_error or void, or were not run (budget, a refused key); 130
-    Ctrl-C; 2 a configuration error (or a missing file, store or sweep).
+    Ctrl-C; 2 a configuration error (or a missing file, store or sweep, or an estimate
+    not confirmed).
     """
     from rich.live import Live
 
@@ -133,6 +151,7 @@ def run(
             highlight=False,
         )
 
+    _confirm_cost(sweep, store, yes=yes, above=confirm_above)
     view = SweepView(sweep.id, sweep.size)
 
     def listen(tally: SweepTally, result: object) -> None:
@@ -162,6 +181,37 @@ def run(
             highlight=False,
         )
     raise typer.Exit(tally.exit_code(failures_ok=allow_failures))
+
+
+def _confirm_cost(sweep: Any, store: Any, *, yes: bool, above: float) -> None:
+    """Say what the trials still to run are estimated to cost (`hangar sweep check
+    --estimate`), and ask before an estimate past `above` or the sweep's budget (off a
+    terminal: refuse, unless `yes`)."""
+    from hangar.cli.sweep import token_guess
+    from hangar.console import usd
+    from hangar.scores.estimate import estimate
+
+    final = store.resume_state(sweep.id)[0]
+    guess = estimate(sweep.trials(sweep.config.evidence or ""), store, final, token_guess)
+    if guess.to_run == 0 or (guess.cost_usd == 0 and not guess.unknown):
+        return
+    unknown = sum(int(u.rsplit(" x", 1)[1]) for u in guess.unknown)
+    apart = f"; {unknown} not estimated (`hangar sweep check --estimate` names them)"
+    err_console.print(
+        f"estimated cost of the {guess.to_run} trials to run: {usd(guess.cost_usd)} (95% "
+        f"interval {usd(guess.low_usd)} to {usd(guess.high_usd)}){apart if unknown else ''}",
+        highlight=False,
+    )
+    budget = sweep.config.budget_usd
+    limit = min(above, budget) if budget is not None else above
+    if yes or guess.cost_usd <= limit:
+        return
+    which = "the budget" if budget is not None and budget <= above else "--confirm-above"
+    said = f"the estimate, {usd(guess.cost_usd)}, is above {which} ({usd(limit)})"
+    if not sys.stdin.isatty():
+        raise ConfigError(f"{said}: run with --yes to pay for it, or narrow the sweep")
+    if not typer.confirm(f"{said}. Run it?", default=False, err=True):
+        raise ConfigError(f"not run: {said}")
 
 
 def _until_decided(

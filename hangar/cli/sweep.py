@@ -93,7 +93,14 @@ def _estimate(sweep: Any) -> Any:
         )
         store = None
     final = store.resume_state(sweep.id)[0] if store is not None else set()
-    return estimate(sweep.trials(sweep.config.evidence or ""), store, final)
+    return estimate(sweep.trials(sweep.config.evidence or ""), store, final, token_guess)
+
+
+def token_guess(spec: Any) -> tuple[int, int] | None:
+    """A trial's tokens told from its task by its kind (`Kind.token_guess`)."""
+    from hangar.trials.kind import kind_of
+
+    return kind_of(spec.task.kind).token_guess(spec)
 
 
 def _print_estimate(guess: Any) -> None:
@@ -105,9 +112,14 @@ def _print_estimate(guess: Any) -> None:
         f"{guess.tokens_in} tokens in, {guess.tokens_out} out",
         highlight=False,
     )
+    from hangar.scores.estimate import PROMPT_BASIS
+
     for basis in guess.basis:
-        console.print(f"  {basis.trials} from earlier trials of the {basis.what}", highlight=False)
+        source = basis.what if basis.what == PROMPT_BASIS else f"earlier trials of the {basis.what}"
+        console.print(f"  {basis.trials} from {source}", highlight=False)
     for unknown in guess.unknown:
         err_console.print(
-            f"[yellow]![/] not estimated (no earlier trial): {escape(unknown)}", highlight=False
+            f"[yellow]![/] not estimated (no earlier trial; its tokens cannot be told from the "
+            f"task, or its model has no price): {escape(unknown)}",
+            highlight=False,
         )

@@ -8,11 +8,17 @@ nothing more), the expected cost and tokens come from the store's earlier counte
    mean, and their spread when there are two or more;
 2. else of that task version with that model in another arm;
 3. else of the same model on other tasks of the same kind;
-4. else it cannot be estimated, and is named (a first run of a model or a kind).
+4. else, for a trial whose kind can tell its tokens from the task alone (a decision
+   case: its prompts' tokens, counted offline, and an answer's allowance; `Kind.token_guess`),
+   from those tokens and the model's price (its own ``price``, else the genai-prices
+   table);
+5. else it cannot be estimated, and is named (a first run of an agent's loop, a model
+   with no price).
 
 The total is the sum of the means, with a 95% interval from the sum of the spreads
 (the trials' costs taken as independent: a normal approximation; a one-trial basis lends
-its group's spread). Nothing here calls a model or counts a prompt's tokens.
+its group's spread); a trial estimated from its prompt widens it by its answer's whole
+cost each way (no answer at all, or twice the allowance). Nothing here calls a model.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
@@ -69,6 +75,26 @@ class Trial(Protocol):
     model: str
     arm: str
     task: Any
+    model_spec: Any
+
+
+#: A trial's (input, output) tokens told from its task alone, or None (`Kind.token_guess`).
+Guess = Callable[[Any], tuple[int, int] | None]
+
+
+def _priced(spec: Trial, tokens_in: int, tokens_out: int) -> float | None:
+    """The cost of those tokens at the trial's model's price (None: it has none)."""
+    from hangar.models.pricing import cost_of, has_price
+    from hangar.results import Usage
+
+    model = spec.model_spec
+    if model is None:
+        return None
+    provider = model.price_provider or model.provider
+    if not has_price(model.id, provider, model.price):
+        return None
+    usage = Usage(input_tokens=tokens_in, output_tokens=tokens_out)
+    return cost_of(usage, model.id, provider, model.price).cost_usd
 
 
 class _Group:
@@ -81,9 +107,12 @@ class _Group:
         self.tokens_out = statistics.fmean(r[2] for r in rows)
 
 
-def estimate(specs: Iterable[Trial], store: ResultsStore | None, final: set[str]) -> Estimate:
+def estimate(
+    specs: Iterable[Trial], store: ResultsStore | None, final: set[str], guess: Guess | None = None
+) -> Estimate:
     """The estimate of the sweep whose trials are `specs` (`final`: keys already final;
-    no `store`: nothing earlier to estimate from)."""
+    no `store`: nothing earlier to estimate from; `guess`: a trial's tokens from its task,
+    for those with no earlier trial)."""
     by_arm: dict[tuple[str, ...], list[tuple[float, int, int]]] = defaultdict(list)
     by_task: dict[tuple[str, ...], list[tuple[float, int, int]]] = defaultdict(list)
     by_kind: dict[tuple[str, ...], list[tuple[float, int, int]]] = defaultdict(list)
@@ -97,7 +126,7 @@ def estimate(specs: Iterable[Trial], store: ResultsStore | None, final: set[str]
         ("same task and model", {k: _Group(v) for k, v in by_task.items()}),
         ("same model and kind", {k: _Group(v) for k, v in by_kind.items()}),
     ]
-    total = var = tin = tout = 0.0
+    total = var = tin = tout = answers = 0.0
     counted: dict[str, int] = defaultdict(int)
     unknown: dict[str, int] = defaultdict(int)
     n = to_run = 0
@@ -117,7 +146,16 @@ def estimate(specs: Iterable[Trial], store: ResultsStore | None, final: set[str]
                  if key in groups]  # fmt: skip
         wide = levels[2][1].get(keys[2])
         if not found:
-            unknown[f"{spec.task.id} ({spec.task.kind}) with model {spec.model}"] += 1
+            told = _from_prompt(spec, guess)
+            if told is None:
+                unknown[f"{spec.task.id} ({spec.task.kind}) with model {spec.model}"] += 1
+                continue
+            counted[PROMPT_BASIS] += 1
+            cost, answer, tokens = told
+            total += cost
+            answers += answer
+            tin += tokens[0]
+            tout += tokens[1]
             continue
         what, group = found[0]
         counted[what] += 1
@@ -131,10 +169,27 @@ def estimate(specs: Iterable[Trial], store: ResultsStore | None, final: set[str]
         trials=n,
         to_run=to_run,
         cost_usd=total,
-        low_usd=max(0.0, total - half),
-        high_usd=total + half,
+        low_usd=max(0.0, total - half - answers),
+        high_usd=total + half + answers,
         tokens_in=round(tin),
         tokens_out=round(tout),
         basis=[Basis(what=w, trials=c) for w, c in sorted(counted.items())],
         unknown=[f"{what} x{count}" for what, count in sorted(unknown.items())],
     )
+
+
+#: How a trial estimated from its prompt is said.
+PROMPT_BASIS = "its prompt's tokens and the model's price"
+
+
+def _from_prompt(spec: Trial, guess: Guess | None) -> tuple[float, float, tuple[int, int]] | None:
+    """(cost, its answer's part of it, (input, output) tokens) of a trial estimated from
+    its prompt; None when its kind cannot tell or its model has no price."""
+    told = guess(spec) if guess is not None else None
+    if told is None:
+        return None
+    cost = _priced(spec, *told)
+    answer = _priced(spec, 0, told[1])
+    if cost is None or answer is None:
+        return None
+    return cost, answer, told

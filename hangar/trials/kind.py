@@ -180,6 +180,12 @@ class Kind(ABC):
         """The sandbox image `task`'s trials start (None: no sandbox)."""
         return None
 
+    def token_guess(self, spec: TrialSpec) -> tuple[int, int] | None:
+        """(input, output) tokens of a trial's model calls when the task alone tells them (a
+        prompt trial's prompt and an answer's allowance), for the estimate of a model's
+        first run (`hangar.scores.estimate`); None when it cannot (an agent's loop)."""
+        return None
+
     def shipper(self, put: Put) -> Callable[[Task], Any]:
         """Driver side: what a trial of a task carries to the worker beside its spec."""
         return lambda task: None

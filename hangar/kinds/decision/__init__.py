@@ -50,6 +50,11 @@ def case_trial(
     )
 
 
+#: What a decision answer is allowed, for a first run's estimate: the JSON of the choices
+#: and a short explanation (a reasoning model's thinking is not counted in it).
+ANSWER_TOKENS = 200
+
+
 class DecisionKind(Kind):
     """Decision cases (see the module docstring)."""
 
@@ -73,6 +78,17 @@ class DecisionKind(Kind):
     def arms(self, task: Task | None, matrix: Matrix) -> list[Arm]:
         """``skill`` and ``control``."""
         return [Arm(name=SKILL_ARM), Arm(name=CONTROL_ARM)]
+
+    def token_guess(self, spec: TrialSpec) -> tuple[int, int] | None:
+        """The system and user prompts' tokens (o200k_base), and `ANSWER_TOKENS` out."""
+        from hangar.kinds.decision.trial import render_prompt
+        from hangar.models.tokens import count_tokens
+
+        assert isinstance(spec.task, LoadedCase)
+        system = getattr(spec.agent, "system_prompt", "")
+        return count_tokens(system) + count_tokens(render_prompt(spec.task, spec.arm)), (
+            ANSWER_TOKENS
+        )
 
     def spec(
         self, task: Task, agent: AgentSpec, arm: Arm, model: ModelSpec, repeat: int, m: Matrix

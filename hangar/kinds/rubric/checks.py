@@ -15,13 +15,11 @@ tiktoken downloads its vocabulary at first use.
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import Any
 
 from pydantic import BaseModel
 
-from hangar.errors import ConfigError
 from hangar.kinds.rubric.formats import (
     Check,
     HasSection,
@@ -30,8 +28,7 @@ from hangar.kinds.rubric.formats import (
     NoPlaceholder,
     ReferencesPattern,
 )
-
-TOKENIZER = "o200k_base (bpe-openai)"
+from hangar.models.tokens import count_tokens
 
 
 class CheckResult(BaseModel):
@@ -45,22 +42,6 @@ class CheckResult(BaseModel):
     """Whether it passed."""
     detail: str
     """What was found."""
-
-
-@functools.cache
-def _encoding() -> Any:
-    try:
-        import bpe_openai  # type: ignore[import-untyped]
-    except ImportError as exc:  # an install without the dependency
-        raise ConfigError(
-            "max_tokens needs the bpe-openai package: pip install 'bpe-openai>=0.1.4'"
-        ) from exc
-    return bpe_openai.get_encoding("o200k_base")
-
-
-def count_tokens(text: str) -> int:
-    """Tokens of `text` in ``o200k_base`` (see the module docstring)."""
-    return len(_encoding().encode(text))
 
 
 def run_check(check: Check, output: str) -> tuple[bool, str]:

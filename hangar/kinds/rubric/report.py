@@ -27,7 +27,6 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, Field, PlainSerializer
 
 from hangar.errors import ConfigError
-from hangar.kinds.rubric.checks import TOKENIZER
 from hangar.kinds.rubric.formats import (
     Baseline,
     BaselineFile,
@@ -37,6 +36,7 @@ from hangar.kinds.rubric.formats import (
     write_yaml,
 )
 from hangar.kinds.rubric.scoring import Calibration, calibrate
+from hangar.models.tokens import TOKENIZER
 from hangar.results import TrialResult, Verdict
 
 T = TypeVar("T")

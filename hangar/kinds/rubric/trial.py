@@ -17,10 +17,11 @@ from typing import Any
 import yaml
 
 from hangar.kinds.rubric.benchmark import LoadedSample
-from hangar.kinds.rubric.checks import TOKENIZER, CheckResult, run_checks
+from hangar.kinds.rubric.checks import CheckResult, run_checks
 from hangar.kinds.rubric.judge import Judged, judge_output
 from hangar.kinds.rubric.scoring import SampleScores, score_sample
 from hangar.models.complete import Completion, complete
+from hangar.models.tokens import TOKENIZER
 from hangar.results import COUNTED_VERDICTS, CheckOutcome, Usage, Verdict
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun
