@@ -34,9 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from hangar.cluster.nodes import local_head
 from hangar.cluster.reaper import ensure_reapers
-from hangar.errors import ConfigError, RayUnavailable
+from hangar.errors import ClusterError, ConfigError, RayUnavailable
 from hangar.logs import event
 from hangar.models import check_keys
 from hangar.paths import default_evidence_url
@@ -67,10 +66,12 @@ EMBEDDED = "embedded"
 """`address` that always starts an embedded Ray, even beside a warm local head."""
 
 
-def connect(address: str | None, slots: int) -> int:
-    """Attach to `address`, else to the warm head `hangar cluster start --head` left on
-    this machine, else start an embedded Ray (also when `address` is ``embedded``);
-    returns the cluster's sandbox slots."""
+def connect(address: str | None, slots: int, needs: tuple[str, ...] = ()) -> int:
+    """Attach to `address`, else to this machine's warm head (`hangar cluster start
+    --head`, or the one `hangar run` keeps warm, started here if need be: `needs` names
+    the environment variables the sweep's trials need as this process has them), else
+    start an embedded Ray (also when `address` is ``embedded``); returns the cluster's
+    sandbox slots."""
     # Ray's token auth is on, embedded or not (nodes started by `hangar cluster` use it
     # too). Said explicitly, so Ray does not warn about its default at every run; Ray
     # reads the mode when it is imported, so this must come first.
@@ -83,13 +84,8 @@ def connect(address: str | None, slots: int) -> int:
             return total
         raise RayUnavailable("the running Ray has no hangar_sandbox resource")
     node_ip = None
-    if address is None and (warm := local_head()) is not None:
+    if address is None and (warm := _warm_head(slots, needs)) is not None:
         address, node_ip = warm
-        log.warning(
-            "attached to the local Ray head at %s (started by `hangar cluster start`); "
-            "`hangar cluster stop` to go back to an embedded Ray per run",
-            address,
-        )
     try:
         if address in (None, EMBEDDED):
             _start_embedded(ray, slots)
@@ -106,13 +102,50 @@ def connect(address: str | None, slots: int) -> int:
     except Exception as exc:
         where = address if address not in (None, EMBEDDED) else "an embedded node"
         raise RayUnavailable(f"cannot start or reach Ray at {where}: {exc}") from exc
-    total = int(ray.cluster_resources().get(SANDBOX_RESOURCE, 0))
+    total = _sandbox_slots(ray, wait_s=30.0 if node_ip == "127.0.0.1" else 0.0)
     if not total:
         raise RayUnavailable(
             f"no node of the Ray cluster at {address} offers {SANDBOX_RESOURCE}: start nodes "
             "with `hangar cluster start --head` / `hangar cluster join ADDRESS`"
         )
     return total
+
+
+def _warm_head(slots: int, needs: tuple[str, ...]) -> tuple[str, str] | None:
+    """(address, node IP) of this machine's warm head, started if need be; None: embedded."""
+    from hangar.cluster.warm import ensure_warm, record
+
+    before = record()
+    try:
+        warm = ensure_warm(slots, needs)
+    except ClusterError as exc:
+        log.warning("no warm Ray head (%s): an embedded Ray for this run", exc)
+        return None
+    if warm is None:
+        return None
+    head = record() or {}
+    if not head.get("auto"):
+        how = "started by `hangar cluster start`; `hangar cluster stop` to go back to an "
+        how += "embedded Ray per run"
+    elif before is not None and before.get("keeper") == head.get("keeper"):
+        how = "kept warm by an earlier `hangar run`"
+    else:
+        how = (
+            f"started now and kept warm for later runs, stopped after {head.get('idle_s')} s "
+            "idle; HANGAR_WARM_HEAD=0 for an embedded Ray per run"
+        )
+    log.warning("attached to the local Ray head at %s (%s)", warm[0], how)
+    return warm
+
+
+def _sandbox_slots(ray: Any, wait_s: float) -> int:
+    """The cluster's sandbox slots (waiting up to `wait_s` for a head just started)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        total = int(ray.cluster_resources().get(SANDBOX_RESOURCE, 0))
+        if total or time.monotonic() >= deadline:
+            return total
+        time.sleep(0.2)
 
 
 def _start_embedded(ray: Any, slots: int) -> None:
@@ -275,7 +308,14 @@ class SweepRunner:
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> SweepTally:
-        """Run the sweep; returns the tally."""
+        """Run the sweep; returns the tally. While it runs, it holds this machine's warm
+        Ray head (`hangar.cluster.warm`), so the head is not stopped as idle meanwhile."""
+        from hangar.cluster.warm import attached
+
+        with attached() if self.address is None else contextlib.nullcontext():
+            return self._run()
+
+    def _run(self) -> SweepTally:
         config = self.sweep.config
         check_keys([m for m in config.models if m.provider != "none"])
         final, last_attempt = self._resume()
@@ -288,7 +328,8 @@ class SweepRunner:
             for verdict, *_, n in self.store.counts(self.sweep.id):
                 self.tally.verdicts[verdict] += n
             return self.tally
-        slots = connect(self.address, config.concurrency.sandbox_slots)
+        needs = tuple(sorted({m.key_env for m in config.models if m.provider != "none"}))
+        slots = connect(self.address, config.concurrency.sandbox_slots, needs)
         import ray  # after connect(), which sets Ray's environment first
 
         nodes = sandbox_nodes()

@@ -25,6 +25,9 @@ for _name, _value in (
     ("HANGAR_SCRIPTED_KEY", "scripted"),  # the scripted model's fake key, sent to loopback only
 ):
     os.environ.setdefault(_name, _value)
+# `hangar run` keeps a warm local Ray head by default; tests start their own Ray (or an
+# embedded one per run), and the warm head's own test turns it on with a cache of its own.
+os.environ.setdefault("HANGAR_WARM_HEAD", "0")
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from hangar.cli._app import app
-from hangar.console import console
+from hangar.console import JsonFlag, console
 
 cluster_app = typer.Typer(help="Start, join and stop Ray nodes with sandbox slots.")
 app.add_typer(cluster_app, name="cluster")
@@ -96,8 +96,48 @@ def cluster_install_helm() -> None:
 
 @cluster_app.command("stop")
 def cluster_stop() -> None:
-    """Stop this machine's Ray processes."""
+    """Stop this machine's Ray processes (the head `hangar run` keeps warm included)."""
     from hangar.cluster.nodes import stop
+    from hangar.cluster.warm import stop_warm
 
+    stop_warm()
     stop()
     console.print("stopped")
+
+
+@cluster_app.command("status")
+def cluster_status(as_json: JsonFlag = False) -> None:
+    """This machine's local Ray head: who started it (`hangar cluster start`, or `hangar
+    run`, which keeps one warm and stops it after an idle time), its address and slots,
+    the runs attached to it now and how long it has been idle."""
+    import json
+
+    from hangar.cluster.warm import status
+
+    found = status()
+    if as_json:
+        console.print_json(json.dumps(found))
+        return
+    if not found["running"]:
+        how = (
+            f"`hangar run` starts one and keeps it warm ({found['idle_s']:g} s idle at most)"
+            if found["warm_heads"]
+            else "HANGAR_WARM_HEAD is off: `hangar run` starts an embedded Ray per run"
+        )
+        console.print(f"no local Ray head; {how}", highlight=False)
+        return
+    idle = found["idle_for_s"]
+    runs = [str(pid) for pid in found["active_runs"]]  # type: ignore[attr-defined]
+    said = (
+        f"{len(runs)} run(s) attached (pids {', '.join(runs)})"
+        if runs
+        else f"idle for {idle:.0f} s"
+        if isinstance(idle, float)
+        else "idle"
+    )
+    console.print(
+        f"local Ray head at {found['address']}, started by {found['started_by']}, "
+        f"{found['sandbox_slots']} sandbox slots; {said}"
+        + (f"; stopped after {found['idle_s']:g} s idle" if found.get("idle_s") else ""),
+        highlight=False,
+    )

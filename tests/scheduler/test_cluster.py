@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -287,3 +288,67 @@ def test_run_attaches_to_a_warm_local_head(tmp_path: Path, monkeypatch: pytest.M
         kill_processes(ray_tmp)
     wait_for(lambda: local_head() is None, 30, "the stopped head to be forgotten")
     assert not (tmp_path / "cache" / "local-ray.json").exists()
+
+
+def test_run_keeps_a_local_head_warm_and_stops_it_once_idle(tmp_path: Path) -> None:
+    """The first `hangar run` starts a local head and keeps it warm; the next attaches to it
+    (no Ray start-up); a run whose sweep needs a key the head's environment lacks restarts
+    it; `hangar cluster status` shows it; once no run holds it for the idle time, it stops
+    and its record is gone."""
+    ray_tmp = tempfile.mkdtemp(prefix="hrv-")
+    cache = Path(tempfile.mkdtemp(prefix="hcv-"))  # short: trial sockets live under it
+    env = {**os.environ, "HANGAR_WARM_HEAD": "1", "HANGAR_WARM_IDLE_S": "6",
+           "HANGAR_CACHE_DIR": str(cache), "RAY_TMPDIR": ray_tmp}  # fmt: skip
+    env.pop("HANGAR_WARM_TEST_KEY", None)
+
+    def sweep(name: str, **extra: Any) -> Path:
+        return write(tmp_path / f"{name}.yaml", {
+            "id": name, "scenarios": [str(TINY)], "backend": "local", "repeats": 2,
+            "agents": {"ok": {"command": "true"}}, "store": f"sqlite:///{tmp_path}/r.db",
+            "evidence": (tmp_path / "ev").as_uri(), **extra,
+        })  # fmt: skip
+
+    def run(path: Path, **more: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([HANGAR, "run", str(path), "--json"], capture_output=True,
+                              text=True, timeout=300, env={**env, **more})  # fmt: skip
+        assert proc.returncode == 0, (proc.stderr[-3000:], proc.stdout[-3000:])
+        assert json.loads(proc.stdout)["done"] == 2
+        return proc
+
+    def status() -> dict[str, Any]:
+        proc = subprocess.run([HANGAR, "cluster", "status", "--json"], capture_output=True,
+                              text=True, timeout=60, env=env)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return dict(json.loads(proc.stdout))
+
+    try:
+        assert status()["running"] is False
+        first = run(sweep("warm-a"))
+        assert "started now and kept warm for later runs" in first.stderr
+        shown = status()
+        assert shown["running"] and shown["started_by"] == "hangar run (kept warm)"
+        assert shown["active_runs"] == [] and shown["sandbox_slots"] == 2
+        keeper = json.loads((cache / "local-ray.json").read_text())["keeper"]
+        second = run(sweep("warm-b"))
+        assert "kept warm by an earlier `hangar run`" in second.stderr
+        # a key the head was started without: an idle head is started again with it
+        model = {
+            "id": "m",
+            "provider": "openai",
+            "api_key_env": "HANGAR_WARM_TEST_KEY",
+            "base_url": "http://127.0.0.1:9/v1",
+            "price": {"input": 1, "output": 1},
+        }
+        third = run(sweep("warm-c", models=[model]), HANGAR_WARM_TEST_KEY="k1")
+        assert "started now and kept warm" in third.stderr
+        record = json.loads((cache / "local-ray.json").read_text())
+        assert record["keeper"] != keeper and "k1" not in json.dumps(record)
+        wait_for(lambda: not status()["running"], 90, "the idle warm head to stop")
+        assert not (cache / "local-ray.json").exists()
+        # the keeper exits once its head has drained (a zombie left to init counts as gone)
+        proc_status = Path(f"/proc/{record['keeper']}/status")
+        wait_for(lambda: not proc_status.exists() or "\tZ" in proc_status.read_text(),
+                 90, "the keeper to exit")  # fmt: skip
+    finally:
+        kill_processes(ray_tmp)
+        shutil.rmtree(cache, ignore_errors=True)
