@@ -149,8 +149,9 @@ def free_port() -> int:
 
 def ray_startup() -> float:
     code = (
-        "import time, ray; t = time.monotonic(); ray.init(include_dashboard=False, "
-        "_node_ip_address='127.0.0.1'); ray.shutdown(); print(time.monotonic() - t)"
+        "import time, ray; t = time.monotonic(); ray.init(address='local', "
+        "include_dashboard=False, _node_ip_address='127.0.0.1'); ray.shutdown(); "
+        "print(time.monotonic() - t)"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     return float(out.stdout.strip().splitlines()[-1])
