@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -118,14 +119,14 @@ def ensure_warm(slots: int, needs: Iterable[str] = ()) -> tuple[str, str] | None
     head = record()
     if head is not None and not head.get("auto"):
         return local_head()  # started by hand: used as it is
+    if not enabled():
+        return None  # an embedded Ray per run, even beside a head kept warm earlier
     if head is not None:
         if not _stale(head, needs):
             return local_head()
         if [pid for pid in active_runs() if pid != os.getpid()]:
             return None  # held by another run, with other keys: not ours to restart
         stop_warm()
-    if not enabled():
-        return None
     return start_warm(slots)
 
 
@@ -205,8 +206,12 @@ def status() -> dict[str, object]:
 
 def keep(port: int, slots: int, idle_s: float, poll_s: float = 2.0) -> int:
     """Run the head as a child and stop it once idle (see the module docstring)."""
+    # A temp folder of its own (short: Ray's sockets live in it): Ray records the "current
+    # cluster" there, not in /tmp/ray, where a later bare `ray.init()` would find a head
+    # that has stopped and try to join it.
+    temp = Path(f"/tmp/hangar-ray-{os.getuid()}-{port}")
     argv = [_ray(), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
-            "--include-dashboard=false", "--disable-usage-stats",
+            "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
             f"--resources={json.dumps({'hangar_sandbox': slots})}"]  # fmt: skip
     child = subprocess.Popen(argv, env=ray_env())
     stopping = False
@@ -247,7 +252,19 @@ def keep(port: int, slots: int, idle_s: float, poll_s: float = 2.0) -> int:
                 child.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 child.kill()
+        _forget(port)
+        shutil.rmtree(temp, ignore_errors=True)
     return 0
+
+
+def _forget(port: int) -> None:
+    """Remove Ray's record of the current cluster where it names this head (Ray may
+    write it to its default folder too)."""
+    for folder in {Path(os.environ.get("RAY_TMPDIR") or "/tmp") / "ray", Path("/tmp/ray")}:
+        current = folder / "ray_current_cluster"
+        with contextlib.suppress(OSError):
+            if current.read_text().strip().endswith(f":{port}"):
+                current.unlink()
 
 
 def _answers(port: int) -> bool:

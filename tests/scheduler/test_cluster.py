@@ -349,6 +349,13 @@ def test_run_keeps_a_local_head_warm_and_stops_it_once_idle(tmp_path: Path) -> N
         proc_status = Path(f"/proc/{record['keeper']}/status")
         wait_for(lambda: not proc_status.exists() or "\tZ" in proc_status.read_text(),
                  90, "the keeper to exit")  # fmt: skip
+        # no record of the stopped head is left for a later bare `ray.init()` to join
+        currents = [
+            Path("/tmp/ray/ray_current_cluster"),
+            Path(ray_tmp, "ray", "ray_current_cluster"),
+        ]
+        assert not [c for c in currents
+                    if c.exists() and c.read_text().strip().endswith(f":{record['port']}")]  # fmt: skip
     finally:
         kill_processes(ray_tmp)
         shutil.rmtree(cache, ignore_errors=True)
