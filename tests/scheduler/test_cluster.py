@@ -354,8 +354,8 @@ def test_run_keeps_a_local_head_warm_and_stops_it_once_idle(tmp_path: Path) -> N
             Path("/tmp/ray/ray_current_cluster"),
             Path(ray_tmp, "ray", "ray_current_cluster"),
         ]
-        assert not [c for c in currents
-                    if c.exists() and c.read_text().strip().endswith(f":{record['port']}")]  # fmt: skip
+        port = f":{record['port']}"
+        assert not [c for c in currents if c.exists() and c.read_text().strip().endswith(port)]
     finally:
         kill_processes(ray_tmp)
         shutil.rmtree(cache, ignore_errors=True)
