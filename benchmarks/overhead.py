@@ -19,20 +19,20 @@ against the same plain loop.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 import docker
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine import cpu_seconds, kept_warm
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "examples" / "repos" / "statkit.bundle"
@@ -76,12 +76,6 @@ def plain_trial(client: docker.DockerClient, work: Path, i: int) -> None:
         shutil.rmtree(ws.parent)
 
 
-def cpu_seconds() -> float:
-    """CPU time the whole machine has spent (user, system, irq), in seconds."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf("SC_CLK_TCK")
-
-
 def run_plain(trials: int, concurrency: int) -> float:
     client = docker.from_env(version="auto")
     with tempfile.TemporaryDirectory() as tmp:
@@ -119,32 +113,6 @@ def run_hangar(trials: int, concurrency: int, *, warm: str) -> float:
         if warm and warm not in out.stderr:
             raise SystemExit(f"the run did not say {warm!r}:\n{out.stderr}")
         return time.monotonic() - started
-
-
-@contextmanager
-def kept_warm() -> Iterator[None]:
-    """`hangar run` keeping its own head warm (`hangar.cluster.warm`), recorded in a private
-    cache folder (the user's own warm head, if any, is not touched), stopped afterwards."""
-    with tempfile.TemporaryDirectory(prefix="hwb-") as cache:
-        saved = {k: os.environ.get(k) for k in ("HANGAR_CACHE_DIR", "HANGAR_WARM_HEAD")}
-        os.environ.update(HANGAR_CACHE_DIR=cache, HANGAR_WARM_HEAD="1")
-        try:
-            yield
-        finally:
-            from hangar.cluster.warm import stop_warm
-
-            stop_warm()
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ray_startup() -> float:

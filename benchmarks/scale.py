@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from dispatch import PeakRss  # noqa: E402
+from machine import cpu_seconds, free_port  # noqa: E402
 
 from hangar.cluster.nodes import run_ray, start_argv  # noqa: E402
 from hangar.results import TrialResult  # noqa: E402
@@ -62,12 +63,6 @@ def sleep_trial(
     admitted(board, spec, where)
     time.sleep(TRIAL_S)
     return result_of(spec, Verdict.PASS, "slept", started, datetime.now(UTC))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Cluster:
@@ -186,12 +181,6 @@ def steady_rate(done_at: list[float]) -> float:
     """Completions per second between 10% and 90% of them."""
     lo, hi = len(done_at) // 10, len(done_at) * 9 // 10
     return (hi - lo) / (done_at[hi] - done_at[lo])
-
-
-def cpu_seconds() -> float:
-    """CPU time the whole machine has spent (user, system, irq), in seconds."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(cluster: Cluster, trials: int) -> dict[str, float]:

@@ -24,6 +24,11 @@ _PIN = re.compile(r"^sha256:[0-9a-f]{64}$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 
 
+#: PyYAML's safe loader, libyaml's C one where PyYAML was built with it (a suite of a
+#: thousand cases parses in a tenth of the time).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file; errors name the file, line and column."""
     try:
@@ -33,7 +38,7 @@ def read_yaml(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read it: {exc}") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""

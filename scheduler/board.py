@@ -61,6 +61,10 @@ class Board:
         )
         return True
 
+    def started(self, entries: list[Running]) -> None:
+        """Trials a pool started (`scheduler.pool`: told in batches, not asked)."""
+        self._running.update((r.trial_key, r) for r in entries)
+
     def stop(self) -> None:
         """No trial starts from now on (the first Ctrl-C)."""
         self._stopping = True

@@ -8,8 +8,9 @@
   verdict is final.
 - A bounded window of in-flight trials (memory stays flat whatever the sweep's size),
   per-model in-flight caps, and trials already final in the store are skipped (resume).
-- Results are written after every wait, in one transaction for all that finished, so a
-  fast sweep is not slowed by commits and a crash loses nothing already reported.
+- Results are written at least every quarter second, in one transaction for all that
+  came back meanwhile, so a fast sweep is not slowed by commits; a crash loses at most
+  that quarter second's results (their trials run again on the next run).
 - Ctrl-C once: stop submitting and let running trials finish; twice: cancel them.
 - A sweep budget (``budget_usd``): once this run's and earlier runs' cost reach it, no
   new trial is scheduled; running ones finish. A model's missing API key is an error
@@ -43,6 +44,7 @@ from hangar.results import COUNTED_VERDICTS, ProviderError, TrialResult, Verdict
 from hangar.scheduler.board import Snapshot, node_slots, open_board
 from hangar.scheduler.dispatch import Dispatch
 from hangar.scheduler.metrics import metric
+from hangar.scheduler.pool import Pools
 from hangar.scheduler.preflight import missing_images, preflight
 from hangar.scheduler.sequential import Rounds
 from hangar.scheduler.sweep import Sweep
@@ -58,6 +60,10 @@ log = logging.getLogger(__name__)
 SANDBOX_RESOURCE = "hangar_sandbox"
 #: How often the driver reads the board of running trials.
 BOARD_EVERY_S = 2.0
+#: Results collected are written at least this often (and at the end of every round).
+RECORD_EVERY_S = 0.25
+#: ... or once this many wait.
+RECORD_AT = 500
 #: Terminal colours in Ray's error reports (evidence is plain text).
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -287,6 +293,9 @@ class SweepRunner:
         self._stopping = False
         self._unloadable = 0
         self._board: Any = None
+        self._unrecorded: list[TrialResult] = []
+        self._recorded_at = 0.0
+        self._pools: Pools | None = None
         self._board_read: Any = None
         self._board_at = 0.0
         self._window = 1
@@ -344,8 +353,10 @@ class SweepRunner:
         final |= self._block_missing_images(final, last_attempt)
         ensure_reapers()
         self._window = window
-        self._board = open_board(ray, f"hangar-board-{self.sweep.id}-{uuid.uuid4().hex[:8]}")
+        board = f"hangar-board-{self.sweep.id}-{uuid.uuid4().hex[:8]}"
+        self._board = open_board(ray, board)
         self.tally.board = Snapshot(slots=node_slots(nodes, SANDBOX_RESOURCE))
+        self._pools = Pools(ray, window, board, self.policy.node_retries)
         event(
             log,
             f"sweep {self.sweep.id}: {self.sweep.size} trials on {len(nodes)} node(s)",
@@ -365,6 +376,7 @@ class SweepRunner:
                 self._run_rounds(ray, final, last_attempt)
         finally:
             signal.signal(signal.SIGINT, previous)
+            self._pools.kill()
             ray.kill(self._board)
         self.tally.interrupted = self._stop > 0
         self._log_end()
@@ -507,10 +519,9 @@ class SweepRunner:
             max_retries=self.policy.node_retries,
             retry_exceptions=False,
         )
-        # A trial that needs no sandbox (a prompt): only the window bounds it.
-        free_task = ray.remote(run_trial_task).options(
-            num_cpus=0, max_retries=self.policy.node_retries, retry_exceptions=False
-        )
+        # A trial that needs no sandbox (a prompt) goes to a pool (`scheduler.pool`).
+        pools = self._pools
+        assert pools is not None
         shippers: dict[str, Callable[[Task], Any]] = {}
 
         def submit(spec: TrialSpec) -> Any:
@@ -518,13 +529,21 @@ class SweepRunner:
             if kind.name not in shippers:
                 shippers[kind.name] = kind.shipper(lambda data: put(ray, data))
             shipped = shippers[kind.name](spec.task)
-            return (task if kind.sandboxed else free_task).remote(spec, shipped, self._board)
+            if kind.sandboxed:
+                return task.remote(spec, shipped, self._board)
+            return pools.submit(spec, shipped)
 
         return submit
 
     def _loop(self, ray: Any, submit: Callable[[TrialSpec], Any]) -> None:
         """Send what `self.dispatch` allows, collect what comes back, until the sweep ends,
-        Ctrl-C or the budget stops it."""
+        Ctrl-C or the budget stops it; every result collected is in the store after it."""
+        try:
+            self._send_and_collect(ray, submit)
+        finally:
+            self._record([], now=True)
+
+    def _send_and_collect(self, ray: Any, submit: Callable[[TrialSpec], Any]) -> None:
         dispatch = self.dispatch
         skipped_before = self.tally.skipped
         in_flight: dict[Any, tuple[TrialSpec, float]] = {}
@@ -536,6 +555,8 @@ class SweepRunner:
                 # Trials Ray queued for a slot must not start now (Ctrl-C, or the budget is
                 # spent: each would cost more): the board refuses them.
                 self._board.stop.remote()
+                assert self._pools is not None
+                self._pools.stop()
                 self._stopping = True
             while self._stop == 0 and not self.tally.budget_exhausted:
                 spec = dispatch.next(time.monotonic())
@@ -566,15 +587,19 @@ class SweepRunner:
         infra_error, so the next run of the sweep runs it again)."""
         from datetime import UTC, datetime
 
+        assert self._pools is not None
         for ref in in_flight:
-            ray.cancel(ref, force=True)
+            # A pool's trials end with their pool (an actor's calls cannot be forced).
+            if not self._pools.owns(ref):
+                ray.cancel(ref, force=True)
+        self._pools.kill()
         lost = [
             lost_result(
                 spec, "interrupted: cancelled by a second Ctrl-C", datetime.fromtimestamp(t, UTC)
             )
             for spec, t in in_flight.values()
         ]
-        self.store.record(lost)
+        self._record(lost, now=True)
         for result in lost:
             self._count(result, retrying=False)
 
@@ -624,8 +649,10 @@ class SweepRunner:
             running = [r for r in board.running if r.trial_key not in ended]
             self.tally.board = board.model_copy(update={"running": running})
         results = []
+        assert self._pools is not None
         for ref, spec, submitted in done:
             result = self._collect(ref, spec, submitted)
+            self._pools.done(ref)
             if result is None:  # never started (Ctrl-C): not run, the next run's to do
                 dispatch.dropped(spec)
                 continue
@@ -641,9 +668,20 @@ class SweepRunner:
                     dispatch.stopped[spec.model].message,
                 )
             metric("in_flight").set(dispatch.per_model[spec.model], tags={"model": spec.model})
-        self.store.record(results)
+        self._record(results)
         for result in results:
             self._count(result, retrying=dispatch.will_retry(result))
+
+    def _record(self, results: list[TrialResult], *, now: bool = False) -> None:
+        """Write `results` to the store with those collected before, in one commit, once
+        `RECORD_EVERY_S` passed since the last (or `now`): a fast sweep of prompt trials
+        collects a few results per wait, and a commit each was most of the driver's work."""
+        self._unrecorded += results
+        due = time.monotonic() - self._recorded_at >= RECORD_EVERY_S
+        if self._unrecorded and (now or due or len(self._unrecorded) >= RECORD_AT):
+            self.store.record(self._unrecorded)
+            self._unrecorded = []
+            self._recorded_at = time.monotonic()
 
     def _over_budget(self) -> bool:
         budget = self.sweep.config.budget_usd

@@ -60,19 +60,25 @@ def run_trial_task(spec: TrialSpec, shipped: Any = None, board: Any = None) -> T
     gauge.set(1, tags={"node": node})
     node_id = ray.get_runtime_context().get_node_id()
 
-    def localise(spec: TrialSpec) -> TrialSpec:
-        cache = spec.cache_root or cache_dir()
-        return kind_of(spec.task.kind).localise(spec, shipped, fetch, cache)
-
     where = f"{node}/{node_id[:12]}"
     if not admitted(board, spec, where):
         gauge.set(0, tags={"node": node})
         return None
     try:
         spec = spec.model_copy(update={"node": where})
-        return run_trial(spec, wait_teardown=False, localise=localise)
+        return run_trial(spec, wait_teardown=False, localise=localiser(shipped))
     finally:
         gauge.set(0, tags={"node": node})
+
+
+def localiser(shipped: Any) -> Callable[[TrialSpec], TrialSpec]:
+    """What turns a spec into this node's: its kind's copy of the task from `shipped`."""
+
+    def localise(spec: TrialSpec) -> TrialSpec:
+        cache = spec.cache_root or cache_dir()
+        return kind_of(spec.task.kind).localise(spec, shipped, fetch, cache)
+
+    return localise
 
 
 def admitted(board: Any, spec: TrialSpec, where: str) -> bool:

@@ -35,6 +35,11 @@ def sha256_file(path: Path) -> str:
 
 def write_manifest(artifacts: Path) -> dict[str, str]:
     """Write `manifest.json` (sha256 of every regular file) into `artifacts`."""
+    return _manifest(artifacts, {})
+
+
+def _manifest(artifacts: Path, read: dict[str, bytes]) -> dict[str, str]:
+    """`write_manifest`, keeping the bytes of the small files it read in `read`."""
     files: dict[str, str] = {}
     skipped: list[str] = []
     for path in sorted(artifacts.rglob("*")):
@@ -44,27 +49,56 @@ def write_manifest(artifacts: Path) -> dict[str, str]:
         if path.is_symlink() or not (path.is_file() or path.is_dir()):
             skipped.append(rel)
         elif path.is_file():
-            files[rel] = sha256_file(path)
+            if path.stat().st_size <= _KEEP_BYTES:
+                read[rel] = data = path.read_bytes()
+                files[rel] = hashlib.sha256(data).hexdigest()
+            else:
+                files[rel] = sha256_file(path)
     manifest = {"version": MANIFEST_VERSION, "files": files, "skipped": skipped}
-    (artifacts / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    read[MANIFEST] = text.encode()
+    (artifacts / MANIFEST).write_bytes(read[MANIFEST])
     return files
 
 
+#: Files up to this size are read once for both their hash and the archive.
+_KEEP_BYTES = 1 << 20
+
+
+class _Hashing(io.RawIOBase):
+    """A file object that hashes what is written through it."""
+
+    def __init__(self, raw: io.BufferedWriter) -> None:
+        self.raw, self.sha = raw, hashlib.sha256()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.sha.update(data)
+        return self.raw.write(data)
+
+
 def build_bundle(artifacts: Path, out: Path) -> str:
-    """Write the manifest and the archive `out`; returns the archive's sha256."""
-    files = write_manifest(artifacts)
-    with (
-        out.open("wb") as raw,
-        # No file name in the gzip header: the archive depends on its contents alone.
-        gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz,
-        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
-    ):
-        for rel in [MANIFEST, *sorted(files)]:
-            data = (artifacts / rel).read_bytes()
-            info = tarfile.TarInfo(rel)
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
-            tar.addfile(info, io.BytesIO(data))
-    return sha256_file(out)
+    """Write the manifest and the archive `out`; returns the archive's sha256 (each file
+    is read once, and the archive hashed as it is written)."""
+    read: dict[str, bytes] = {}
+    files = _manifest(artifacts, read)
+    with out.open("wb") as raw:
+        hashing = _Hashing(raw)
+        with (
+            # No file name in the gzip header: the archive depends on its contents alone.
+            gzip.GzipFile(filename="", fileobj=hashing, mode="wb", mtime=0) as gz,
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            for rel in [MANIFEST, *sorted(files)]:
+                data = read.pop(rel, None)
+                if data is None:
+                    data = (artifacts / rel).read_bytes()
+                info = tarfile.TarInfo(rel)
+                info.size, info.mode, info.mtime = len(data), 0o644, 0
+                tar.addfile(info, io.BytesIO(data))
+    return hashing.sha.hexdigest()
 
 
 class BundleCheck(BaseModel):

@@ -40,6 +40,7 @@ host-side calls (`PolicyTransport`), so both kinds of agent live by one set of r
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import re
@@ -326,7 +327,7 @@ class PolicyTransport:
         self, policy: RelayPolicy, http: Any, on_refused: Callable[[str, str], None]
     ) -> None:
         self.policy, self.http, self.on_refused = policy, http, on_refused
-        self.inner = http.HTTPTransport()
+        self.inner = http.HTTPTransport(verify=ssl_context(http.__name__))
 
     def handle_request(self, request: Any) -> Any:
         """Judge the request; forward it (rewritten) or answer it here."""
@@ -365,6 +366,14 @@ class PolicyTransport:
     def close(self) -> None:
         """Close the inner transport."""
         self.inner.close()
+
+
+@functools.cache
+def ssl_context(http: str) -> Any:
+    """The TLS context every transport of HTTP module `http` shares (the one it would make
+    itself, certificates and ``SSL_CERT_*`` included): made once per process, since loading
+    the CA bundle is most of a prompt trial's CPU when each call makes its own."""
+    return importlib.import_module(http).create_ssl_context()
 
 
 def policy_client(

@@ -10,7 +10,6 @@ See docs/architecture.md for the lifecycle of each kind.
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import tempfile
@@ -22,6 +21,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import pydantic_core
 
 from hangar.errors import SandboxError
 from hangar.paths import cache_dir
@@ -76,8 +77,10 @@ class TrialRun:
         """Write an evidence file under the artifacts folder (text, or data as JSON)."""
         path = self.artifacts / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = data if isinstance(data, str) else json.dumps(data, indent=1, default=str)
-        path.write_text(text)
+        if isinstance(data, str):
+            path.write_text(data)
+        else:  # pydantic's encoder: json's indents in pure Python (a prompt trial's CPU)
+            path.write_bytes(pydantic_core.to_json(data, indent=1, fallback=str))
         return path
 
     def run(self) -> None:

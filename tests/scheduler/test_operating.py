@@ -126,6 +126,27 @@ def test_log_format_json_is_one_record_per_line(tmp_path: Path) -> None:
         assert t["node"] and t["evidence"].startswith("file://") and not t["retrying"]
     assert records[-1]["verdicts"] == {"fail": 2} and records[-1]["done"] == 2
     assert proc.stdout.startswith("ops: 2 of 2 trials final; this run cost $0.00.\n  2 failed\n")
+    assert f"Look further: hangar report {path}  ·  hangar view {path}" in proc.stdout
+
+
+def test_hangar_run_names_a_model_without_a_price_before_it_runs(tmp_path: Path) -> None:
+    # A model no price table knows: its cost would read $0, so the run says so first.
+    model = {"id": "mystery-1", "provider": "openai", "api_key_env": "HANGAR_SCRIPTED_KEY"}
+    path = write_sweep(tmp_path, "true", repeats=1, models=[model])
+    proc = subprocess.run([HANGAR, "run", str(path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "no price for model mystery-1: its cost is recorded as 0" in " ".join(proc.stderr.split())
+    assert "1 passed" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("usd", "text"),
+    [(0, "$0.00"), (0.0024, "$0.0024"), (0.25, "$0.25"), (0.01234, "$0.012"), (12.345, "$12.35")],
+)
+def test_costs_read_to_their_significant_digits(usd: float, text: str) -> None:
+    from hangar.console import usd as fmt
+
+    assert fmt(usd) == text
 
 
 def test_status_watch_follows_a_sweep_to_its_end(tmp_path: Path) -> None:

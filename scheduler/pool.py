@@ -1,0 +1,160 @@
+"""Trials that need no sandbox (a decision case's prompt, a rubric sample), many at once in a
+few long-lived processes instead of a Ray task each.
+
+A Ray task per prompt trial cost more than the trial: Ray starts a worker process for each
+task running at once (a task of no CPU is bounded only by the window), each importing
+hangar and the model SDKs, and every task is leased, scheduled and reported on its own
+(`benchmarks/prompt.py`). A `TrialPool` is a threaded Ray actor: one process, started once
+per sweep run, that runs every trial sent to it in a thread of its own while the others
+wait on their model calls. The driver opens a few per node (`open_pools`: about one per
+core, each holding at least `SHARE` trials) and sends each trial to the pool with the
+fewest in flight, one actor call per trial; everything else is the trial's own path
+(`hangar.trials.run_trial`: the relay's policy, metering, the evidence bundle) and the
+driver's (the window, caps, retries, the store).
+
+Each pool admits a trial only until `stop` (the first Ctrl-C): the driver never sends
+more than the window, and each pool has a thread for all of them and one more, so `stop`
+is never queued behind trials. Which trials run where reaches the sweep's board in
+batches (`Board.started`), not a call each. A pool that dies (its node, or the second
+Ctrl-C: `ray.kill`) fails its trials' calls, which the driver records as it records a
+dead task's.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+from hangar.results import TrialResult
+from hangar.scheduler.board import Running
+from hangar.trials import TrialSpec, run_trial
+
+SHARE = 8
+"""In-flight trials a pool is opened for, at least (fewer pools than that share is not
+worth a process)."""
+
+#: How often a pool tells the board which trials it started.
+NOTE_EVERY_S = 1.0
+
+
+class TrialPool:
+    """The Ray actor (see the module docstring)."""
+
+    def __init__(self, board: str | None = None) -> None:
+        import ray
+
+        self._board = ray.get_actor(board, namespace="hangar") if board else None
+        self._stopping = False
+        self._lock = threading.Lock()
+        self._started: list[Running] = []
+        self._node = f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:12]}"
+        if self._board is not None:
+            threading.Thread(target=self._note_loop, daemon=True).start()
+
+    def run(self, spec: TrialSpec, shipped: Any = None) -> TrialResult | None:
+        """One trial attempt; None when the sweep is stopping (it never started)."""
+        import time
+
+        from hangar.scheduler.task import localiser
+
+        if self._stopping:
+            return None
+        label = f"{spec.task.id} · {spec.agent.name} · {spec.model} · {spec.arm}"
+        with self._lock:
+            self._started.append(
+                Running(trial_key=spec.trial_key, label=label, node=self._node, started=time.time())
+            )
+        spec = spec.model_copy(update={"node": self._node})
+        return run_trial(spec, wait_teardown=False, localise=localiser(shipped))
+
+    def stop(self) -> None:
+        """No trial starts from now on."""
+        self._stopping = True
+
+    def _note_loop(self) -> None:
+        import time
+
+        while True:
+            time.sleep(NOTE_EVERY_S)
+            with self._lock:
+                started, self._started = self._started, []
+            if started:
+                self._board.started.remote(started)
+
+
+class Pools:
+    """The driver's side: the pools of one sweep run, opened on first use."""
+
+    def __init__(self, ray: Any, window: int, board: str | None, node_retries: int) -> None:
+        """`board`: the name of the sweep's board actor (a handle would be kept in the
+        object store for the pools' restarts)."""
+        self._ray, self._window, self._board, self._retries = ray, window, board, node_retries
+        self._pools: list[Any] = []
+        self._load: list[int] = []
+        self._of: dict[Any, int] = {}
+
+    def submit(self, spec: TrialSpec, shipped: Any) -> Any:
+        """Send `spec` to the least busy pool; its result's object reference."""
+        if not self._pools:
+            self._open()
+        i = min(range(len(self._pools)), key=self._load.__getitem__)
+        ref = self._pools[i].run.remote(spec, shipped)
+        self._load[i] += 1
+        self._of[ref] = i
+        return ref
+
+    def owns(self, ref: Any) -> bool:
+        return ref in self._of
+
+    def done(self, ref: Any) -> None:
+        """`ref` came back (or was given up)."""
+        i = self._of.pop(ref, None)
+        if i is not None:
+            self._load[i] -= 1
+
+    def stop(self) -> None:
+        for pool in self._pools:
+            pool.stop.remote()
+
+    def kill(self) -> None:
+        """End every pool (its running trials with it)."""
+        for pool in self._pools:
+            self._ray.kill(pool)
+        self._pools, self._load, self._of = [], [], {}
+
+    def _open(self) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        places = pool_places(self._ray.nodes(), self._window)
+        actor = self._ray.remote(TrialPool)
+        for node_id in places:
+            here = NodeAffinitySchedulingStrategy(node_id, soft=True)
+            self._pools.append(
+                actor.options(
+                    num_cpus=0,
+                    max_concurrency=self._window + 1,
+                    max_restarts=-1,
+                    max_task_retries=self._retries,
+                    scheduling_strategy=here,
+                ).remote(self._board)
+            )
+            self._load.append(0)
+
+
+def pool_places(nodes: list[dict[str, Any]], window: int) -> list[str]:
+    """The node of each pool to open: about one per core of each alive node, no more than
+    the window holds at `SHARE` trials each, spread over the nodes in turn."""
+    cores = [
+        (n["NodeID"], max(1, int(n["Resources"].get("CPU", 1))))
+        for n in nodes
+        if n.get("Alive", True)
+    ]
+    wanted = max(1, min(sum(c for _, c in cores), -(-window // SHARE)))
+    places: list[str] = []
+    while len(places) < wanted:
+        for node_id, c in cores:
+            if places.count(node_id) < c and len(places) < wanted:
+                places.append(node_id)
+    return places
+
