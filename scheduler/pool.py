@@ -157,4 +157,3 @@ def pool_places(nodes: list[dict[str, Any]], window: int) -> list[str]:
             if places.count(node_id) < c and len(places) < wanted:
                 places.append(node_id)
     return places
-

@@ -8,8 +8,8 @@ from __future__ import annotations
 import functools
 import importlib.machinery
 import importlib.util
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import cast
 
 from hangar.errors import ConfigError

@@ -135,7 +135,8 @@ def test_hangar_run_names_a_model_without_a_price_before_it_runs(tmp_path: Path)
     path = write_sweep(tmp_path, "true", repeats=1, models=[model])
     proc = subprocess.run([HANGAR, "run", str(path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "no price for model mystery-1: its cost is recorded as 0" in " ".join(proc.stderr.split())
+    said = " ".join(proc.stderr.split())
+    assert "no price for model mystery-1: its cost is recorded as 0" in said
     assert "1 passed" in proc.stdout
 
 
