@@ -1,0 +1,185 @@
+"""Trials that need no sandbox run in pools (`hangar.scheduler.pool`): a few threaded actors
+per node instead of a Ray task each, with the guarantees of every trial kept (results,
+evidence, the board, the first and second Ctrl-C, resumption)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from hangar.results import TrialResult, Verdict
+from hangar.scheduler.driver import SweepRunner, SweepTally
+from hangar.scheduler.pool import pool_places
+from hangar.scheduler.sweep import load_sweep
+from hangar.store import ResultsStore
+from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer
+from tests.services import wait_for
+
+ANSWER = json.dumps({"selected": ["B"], "explanation": "A failing test shows the bug."})
+
+
+def test_pools_are_about_one_per_core_and_each_holds_a_share_of_the_window() -> None:
+    nodes = [
+        {"NodeID": "a", "Alive": True, "Resources": {"CPU": 2.0}},
+        {"NodeID": "b", "Alive": True, "Resources": {"CPU": 4.0}},
+        {"NodeID": "dead", "Alive": False, "Resources": {"CPU": 64.0}},
+    ]
+    assert pool_places(nodes, 8) == ["a"]  # one pool holds 8 trials
+    assert pool_places(nodes, 32) == ["a", "b", "a", "b"]  # spread over the nodes in turn
+    assert pool_places(nodes, 1000) == ["a", "b", "a", "b", "b", "b"]  # a core each at most
+    assert pool_places([{"NodeID": "c", "Resources": {}}], 64) == ["c"]  # no CPU said: one
+
+
+@pytest.fixture
+def slow_model() -> Iterator[ScriptedServer]:
+    """A model that answers every case after two seconds (the board is read every two)."""
+    reply = Reply(content=ANSWER, delay_s=2.0)
+    server = ScriptedServer(Script(conversations=[Conversation(replies=[reply])])).start()
+    yield server
+    server.shutdown()
+
+
+def write_sweep(tmp_path: Path, url: str, cases: int, in_flight: int) -> Path:
+    (tmp_path / "skills" / "tdd").mkdir(parents=True)
+    (tmp_path / "skills" / "tdd" / "SKILL.md").write_text("A failing test comes first.\n")
+    suite = {
+        "kind": "decision",
+        "id": "pooled",
+        "skills": {"tdd": "skills/tdd/SKILL.md"},
+        "cases": [
+            {
+                "id": f"tdd:case-{i}",
+                "skill": "tdd",
+                "scenario": f"CASE-{i}: a bug report arrives. What first?",
+                "choices": [{"id": "A", "text": "patch"}, {"id": "B", "text": "test first"}],
+                "expected": ["B"],
+            }
+            for i in range(cases)
+        ],
+    }
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    sweep = {
+        "id": "pool",
+        "scenarios": ["suite.yaml"],
+        "agents": {"prompt": {"kind": "prompt"}},
+        "models": [
+            {"id": "decider", "base_url": f"{url}/v1", "api_key_env": "HANGAR_SCRIPTED_KEY"}
+        ],
+        "concurrency": {"max_in_flight": in_flight},
+        "store": f"sqlite:///{tmp_path}/r.db",
+        "evidence": (tmp_path / "ev").as_uri(),
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    return path
+
+
+def go(path: Path, listener: Any = None) -> tuple[SweepTally, ResultsStore]:
+    sweep = load_sweep(path)
+    store = ResultsStore(sweep.config.store)
+    return SweepRunner(sweep, store, listener=listener, poll_s=0.1).run(), store
+
+
+def ray_workers() -> list[str]:
+    """The titles of this machine's Ray worker processes (``ray::<what it runs>``)."""
+    titles = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            line = " ".join(proc.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if line.startswith("ray::"):
+            titles.append(line.split()[0])
+    return titles
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_prompt_trials_run_in_pools_with_their_evidence_and_the_board(
+    ray_local: None, tmp_path: Path, slow_model: ScriptedServer
+) -> None:
+    path = write_sweep(tmp_path, slow_model.url, cases=12, in_flight=8)
+    seen: list[tuple[int, list[str]]] = []
+
+    def watch(tally: SweepTally, result: TrialResult | None) -> None:
+        if tally.board.running and len(seen) < 3:
+            seen.append((len(tally.board.running), ray_workers()))
+
+    tally, store = go(path, watch)
+    results = list(store.results("pool"))
+    assert tally.done == 24 and len(results) == 24 and tally.verdicts["pass"] == 24
+    assert all(r.evidence_uri and Path(r.evidence_uri[7:]).is_file() for r in results)
+    assert all(r.usage.input_tokens > 0 and r.node for r in results)
+    assert len(slow_model.requests) == 24
+    # The board heard of the running trials (in batches), and they ran in a pool: no Ray
+    # task of their own.
+    assert seen, "the board never showed a running trial"
+    running, workers = seen[0]
+    assert running >= 2 and "ray::TrialPool" in {w.split(".")[0] for w in workers}, workers
+    assert not [w for w in workers if w.startswith("ray::run_trial_task")], workers
+    # The pools end with the run (Ray kills them asynchronously).
+    wait_for(lambda: "ray::TrialPool" not in ray_workers(), 30, "the end of the pools")
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_after_one_ctrl_c_no_pooled_trial_starts_and_the_rest_run_next_time(
+    ray_local: None, tmp_path: Path, slow_model: ScriptedServer
+) -> None:
+    path = write_sweep(tmp_path, slow_model.url, cases=12, in_flight=4)
+
+    def interrupt(tally: SweepTally, result: TrialResult | None) -> None:
+        if result is not None and tally.done == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    tally, store = go(path, interrupt)
+    asked = len(slow_model.requests)
+    assert tally.interrupted and asked <= 1 + 4  # the first, and those already sent
+    assert len(list(store.results("pool"))) == tally.done == asked  # each that started
+    assert tally.not_run == 24 - asked
+    rest, _ = go(path)
+    assert rest.skipped == asked and rest.done == 24 - asked
+    assert len(slow_model.requests) == 24  # none asked twice
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_second_ctrl_c_ends_the_pooled_trials_as_interrupted(
+    ray_local: None, tmp_path: Path
+) -> None:
+    reply = Reply(content=ANSWER, delay_s=30.0)
+    server = ScriptedServer(Script(conversations=[Conversation(replies=[reply])])).start()
+    path = write_sweep(tmp_path, server.url, cases=2, in_flight=4)
+    started = threading.Event()
+
+    def twice() -> None:
+        started.wait(60)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    def watch(tally: SweepTally, result: TrialResult | None) -> None:
+        if tally.board.running:
+            started.set()
+
+    threading.Thread(target=twice, daemon=True).start()
+    began = time.monotonic()
+    try:
+        tally, store = go(path, watch)
+    finally:
+        server.shutdown()
+    assert tally.interrupted and time.monotonic() - began < 30
+    rows = list(store.results("pool"))
+    assert len(rows) == 4 and {r.verdict for r in rows} == {Verdict.INFRA_ERROR}
+    assert {r.reason for r in rows} == {"interrupted: cancelled by a second Ctrl-C"}
+    assert store.resume_state("pool")[0] == set()  # not final: the next run runs them again
