@@ -93,6 +93,7 @@ class Pools:
         self._pools: list[Any] = []
         self._load: list[int] = []
         self._of: dict[Any, int] = {}
+        self._stops: list[Any] = []
 
     def submit(self, spec: TrialSpec, shipped: Any) -> Any:
         """Send `spec` to the least busy pool; its result's object reference."""
@@ -114,14 +115,18 @@ class Pools:
             self._load[i] -= 1
 
     def stop(self) -> None:
-        for pool in self._pools:
-            pool.stop.remote()
+        """Tell every pool to start nothing more (not retried: a pool that is gone starts
+        nothing either)."""
+        self._stops += [p.stop.options(max_task_retries=0).remote() for p in self._pools]
 
     def kill(self) -> None:
-        """End every pool (its running trials with it)."""
+        """End every pool (its running trials with it), once they heard `stop` (a call
+        still in flight to a killed actor is reported by Ray as failed)."""
+        if self._stops:
+            self._ray.wait(self._stops, num_returns=len(self._stops), timeout=2)
         for pool in self._pools:
             self._ray.kill(pool)
-        self._pools, self._load, self._of = [], [], {}
+        self._pools, self._load, self._of, self._stops = [], [], {}, []
 
     def _open(self) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

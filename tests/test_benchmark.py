@@ -290,7 +290,9 @@ def test_the_judge_asks_per_dimension_in_both_orderings(judge_key: None) -> None
         next(m["content"] for m in r["body"]["messages"] if m["role"] == "user")
         for r in server.requests
     ]
-    assert len(users) == 4  # one call per dimension and ordering, never all at once
+    assert len(users) == 4  # one call per dimension and ordering, never one for all
+    # (asked at once, so in any order: put them in the judge's order)
+    users.sort(key=lambda u: ("DESC-clarity" in u, u.index("## Candidate") < u.index("## Ref")))
     for text, dim in zip(
         users, ["completeness", "completeness", "clarity", "clarity"], strict=True
     ):
@@ -333,7 +335,14 @@ def test_an_unparsable_answer_is_asked_again_then_left_unassessed(judge_key: Non
     assert verdict["risk"].score is None and verdict["risk"].gap is None  # never made up
     assert all(len(o.answers) == 2 for o in verdict["risk"].orderings)
     assert len(server.requests) == 8  # each ordering asked at most twice
-    follow_up = server.requests[1]["body"]["messages"]
+    # a follow-up continues its own conversation (the calls run at once, in any order)
+    follow_ups = [
+        r["body"]["messages"]
+        for r in server.requests
+        if len(r["body"]["messages"]) > 2 and "DESC-clarity" in r["body"]["messages"][1]["content"]
+    ]
+    assert len(follow_ups) == 2
+    follow_up = follow_ups[0]
     assert [m["role"] for m in follow_up] == ["system", "user", "assistant", "user"]
     assert follow_up[2]["content"] == "It is rather good, I would say."
     assert "Score (1-5): <a whole number from 1 to 5>" in follow_up[3]["content"]

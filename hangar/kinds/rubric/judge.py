@@ -9,12 +9,15 @@ An answer that does not parse gets one follow-up in the same conversation (its a
 then "answer again in the format"); if that does not parse either, that dimension is
 unassessed (never a made-up score). Every call goes through `complete` (the relay's
 rules and metering): prompts, raw answers, tokens and cost are evidence, and the judge's
-cost is kept apart from the skill's.
+cost is kept apart from the skill's. A sample's calls (every dimension, both orderings)
+are asked at once, each its own conversation: a judge's sample costs one call's wait,
+not one per dimension and ordering.
 """
 
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 from pydantic import BaseModel
@@ -120,53 +123,84 @@ def judge_output(
     candidate: str,
     trace: TraceWriter | None = None,
 ) -> Judged:
-    """Score `candidate` on each dimension (see the module docstring)."""
-    usage, verdicts = Usage(), list[DimensionVerdict]()
-    for dimension in dimensions:
-        orderings = []
-        orders: tuple[Order, Order] = ("reference-first", "candidate-first")
-        for order in orders:
-            asked = prompt(phase, dimension, reference, candidate, order)
-            answers: list[str] = []
-            parsed = None
-            for attempt in range(2):  # a second chance for an answer that does not parse
-                earlier = [(asked, answers[-1])] if attempt else []
-                reply = complete(
-                    judge,
-                    SYSTEM,
-                    AGAIN if attempt else asked,
-                    trace=trace,
-                    max_output_tokens=400,
-                    earlier=earlier,
-                )
-                usage = add(usage, reply.usage)
-                if reply.provider_error is not None:
-                    return Judged(
-                        verdicts=verdicts, usage=usage, provider_error=reply.provider_error
-                    )
-                answers.append(reply.text or reply.error)
-                parsed = parse(reply.text) if reply.text else None
-                if parsed is not None:
-                    break
-            orderings.append(
-                Ordering(
-                    order=order,
-                    score=parsed[0] if parsed else None,
-                    justification=parsed[1] if parsed else "",
-                    answers=answers,
-                    prompt=asked,
-                )
-            )
-        scores = [o.score for o in orderings]
-        both = None not in scores
-        verdicts.append(
-            DimensionVerdict(
-                dimension=dimension.name,
-                score=sum(s for s in scores if s is not None) / 2 if both else None,
-                gap=abs(scores[0] - scores[1])
-                if both and scores[0] is not None and scores[1] is not None
-                else None,
-                orderings=orderings,
+    """Score `candidate` on each dimension (see the module docstring): every dimension's
+    two orderings are asked at once (`JUDGE_CALLS_AT_ONCE`), each its own conversation."""
+    orders: tuple[Order, Order] = ("reference-first", "candidate-first")
+    asks = [(d, o) for d in dimensions for o in orders]
+    with ThreadPoolExecutor(max_workers=max(1, min(JUDGE_CALLS_AT_ONCE, len(asks)))) as pool:
+        asked = list(
+            pool.map(
+                lambda a: _ordering(judge, phase, a[0], reference, candidate, a[1], trace), asks
             )
         )
-    return Judged(verdicts=verdicts, usage=usage)
+    usage = Usage()
+    for _, used, _ in asked:
+        usage = add(usage, used)
+    verdicts = [
+        _verdict(dimension, [asked[2 * i][0], asked[2 * i + 1][0]])
+        for i, dimension in enumerate(dimensions)
+        if asked[2 * i][2] is None and asked[2 * i + 1][2] is None
+    ]
+    error = next((e for _, _, e in asked if e is not None), None)
+    return Judged(verdicts=verdicts, usage=usage, provider_error=error)
+
+
+#: Judge calls of one sample in flight at once.
+JUDGE_CALLS_AT_ONCE = 8
+
+
+def _ordering(
+    judge: ModelSpec,
+    phase: str,
+    dimension: Dimension,
+    reference: str,
+    candidate: str,
+    order: Order,
+    trace: TraceWriter | None,
+) -> tuple[Ordering, Usage, ProviderError | None]:
+    """One dimension asked in one ordering (a follow-up for an answer that does not
+    parse): the ordering, the calls' usage, and the provider's failure if there was one."""
+    asked = prompt(phase, dimension, reference, candidate, order)
+    answers: list[str] = []
+    parsed = None
+    usage = Usage()
+    for attempt in range(2):  # a second chance for an answer that does not parse
+        earlier = [(asked, answers[-1])] if attempt else []
+        reply = complete(
+            judge,
+            SYSTEM,
+            AGAIN if attempt else asked,
+            trace=trace,
+            max_output_tokens=400,
+            earlier=earlier,
+        )
+        usage = add(usage, reply.usage)
+        if reply.provider_error is not None:
+            failed = Ordering(order=order, score=None, answers=answers, prompt=asked)
+            return failed, usage, reply.provider_error
+        answers.append(reply.text or reply.error)
+        parsed = parse(reply.text) if reply.text else None
+        if parsed is not None:
+            break
+    ordering = Ordering(
+        order=order,
+        score=parsed[0] if parsed else None,
+        justification=parsed[1] if parsed else "",
+        answers=answers,
+        prompt=asked,
+    )
+    return ordering, usage, None
+
+
+def _verdict(dimension: Dimension, orderings: list[Ordering]) -> DimensionVerdict:
+    """A dimension's score (the mean of both orderings') and position-bias gap."""
+    scores = [o.score for o in orderings]
+    both = None not in scores
+    return DimensionVerdict(
+        dimension=dimension.name,
+        score=sum(s for s in scores if s is not None) / 2 if both else None,
+        gap=abs(scores[0] - scores[1])
+        if both and scores[0] is not None and scores[1] is not None
+        else None,
+        orderings=orderings,
+    )
