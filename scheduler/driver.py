@@ -2,8 +2,10 @@
 
 - Embedded single-node Ray by default (``ray.init`` with the ``hangar_sandbox``
   resource); ``address`` attaches to a cluster whose nodes offer that resource.
-- Each trial is a Ray task needing one ``hangar_sandbox`` unit. Ray re-runs a task whose
-  worker or node died (``node_retries``); an ``infra_error`` verdict is sent again with a
+- Each trial that needs a sandbox is a Ray task needing one ``hangar_sandbox`` unit; one
+  that does not (a prompt, a rubric sample) goes to a pool of threads
+  (`hangar.scheduler.pool`). Ray re-runs a task whose worker or node died
+  (``node_retries``); an ``infra_error`` verdict is sent again with a
   growing backoff up to ``infra_retries`` times, every attempt recorded; every other
   verdict is final.
 - A bounded window of in-flight trials (memory stays flat whatever the sweep's size),

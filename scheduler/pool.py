@@ -75,12 +75,14 @@ class TrialPool:
     def _note_loop(self) -> None:
         import time
 
+        board = self._board
+        assert board is not None
         while True:
             time.sleep(NOTE_EVERY_S)
             with self._lock:
                 started, self._started = self._started, []
             if started:
-                self._board.started.remote(started)
+                board.started.remote(started)
 
 
 class Pools:

@@ -209,6 +209,7 @@ def _ask(
         text = "".join(b.text for b in reply.content if b.type == "text")
         return text, from_anthropic(reply.usage.model_dump())
     effort = {"reasoning_effort": reasoning_effort} if reasoning_effort else {}
+    body: dict[str, Any]
     if model.chat_api == "responses":
         reasoning = {"reasoning": {"effort": reasoning_effort}} if reasoning_effort else {}
         from openai.types.responses import Response
