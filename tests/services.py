@@ -16,10 +16,12 @@ import glob
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -293,3 +295,16 @@ class Prometheus:
 def prometheus_binary() -> str | None:
     """Debian's prometheus binary, if installed."""
     return shutil.which("prometheus")
+
+
+def sigint_twice_once(started: threading.Event, timeout: float = 60) -> None:
+    """In a thread of its own: once `started` is set, Ctrl-C this process twice, half a
+    second apart (the second Ctrl-C cancels the running trials)."""
+
+    def twice() -> None:
+        started.wait(timeout)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=twice, daemon=True).start()

@@ -18,6 +18,7 @@ from hangar.results import TrialResult, Verdict
 from hangar.scheduler.driver import SweepRunner, SweepTally
 from hangar.scheduler.sweep import load_sweep
 from hangar.store import ResultsStore
+from tests.services import sigint_twice_once
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -257,20 +258,13 @@ def test_a_second_ctrl_c_cancels_the_running_trials_as_interrupted(
     import time
 
     path = write_sweep(tmp_path, agents={"slow": {"command": "sleep 20"}}, arms={"control": []})
-
-    def twice() -> None:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGINT)
+    running = threading.Event()
 
     def started(tally: SweepTally, result: TrialResult | None) -> None:
         if tally.board.running:
-            (tmp_path / "started").touch()
+            running.set()
 
-    threading.Thread(target=twice, daemon=True).start()
+    sigint_twice_once(running)
     began = time.monotonic()
     tally, store = go(path, started)
     assert tally.interrupted and time.monotonic() - began < 20

@@ -23,7 +23,7 @@ from hangar.scheduler.pool import pool_places
 from hangar.scheduler.sweep import load_sweep
 from hangar.store import ResultsStore
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer
-from tests.services import wait_for
+from tests.services import sigint_twice_once, wait_for
 
 ANSWER = json.dumps({"selected": ["B"], "explanation": "A failing test shows the bug."})
 
@@ -162,17 +162,11 @@ def test_a_second_ctrl_c_ends_the_pooled_trials_as_interrupted(
     path = write_sweep(tmp_path, server.url, cases=2, in_flight=4)
     started = threading.Event()
 
-    def twice() -> None:
-        started.wait(60)
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGINT)
-
     def watch(tally: SweepTally, result: TrialResult | None) -> None:
         if tally.board.running:
             started.set()
 
-    threading.Thread(target=twice, daemon=True).start()
+    sigint_twice_once(started)
     began = time.monotonic()
     try:
         tally, store = go(path, watch)
