@@ -652,8 +652,9 @@ class SweepRunner:
             self.tally.board = board.model_copy(update={"running": running})
         results = []
         assert self._pools is not None
+        fetched = self._fetch([ref for ref, _, _ in done])
         for ref, spec, submitted in done:
-            result = self._collect(ref, spec, submitted)
+            result = fetched[ref] if ref in fetched else self._collect(ref, spec, submitted)
             self._pools.done(ref)
             if result is None:  # never started (Ctrl-C): not run, the next run's to do
                 dispatch.dropped(spec)
@@ -688,6 +689,17 @@ class SweepRunner:
     def _over_budget(self) -> bool:
         budget = self.sweep.config.budget_usd
         return budget is not None and self.tally.spent_before + self.tally.cost_usd >= budget
+
+    def _fetch(self, refs: list[Any]) -> dict[Any, TrialResult | None]:
+        """The results of `refs` in one call to Ray; {} when one of them failed (each is
+        then collected on its own, `_collect`, to say which and why)."""
+        import ray
+        from ray.exceptions import RayError
+
+        try:
+            return dict(zip(refs, ray.get(refs), strict=True))
+        except RayError:
+            return {}
 
     def _collect(self, ref: Any, spec: TrialSpec, submitted: float) -> TrialResult | None:
         """The trial's result (None: the board refused it a start, the sweep stopping)."""
