@@ -21,11 +21,13 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,8 +95,6 @@ def endpoint(delay: float) -> Iterator[tuple[str, psutil.Process]]:
     try:
         for _ in range(200):
             try:
-                import urllib.request
-
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1)
                 break
             except OSError:
@@ -240,12 +240,12 @@ class Measured:
         return 1000 * self.cpu_s / self.calls
 
 
-def measured(name: str, calls: int, server: psutil.Process, run: object) -> Measured:
+def measured(name: str, calls: int, server: psutil.Process, run: Callable[[], None]) -> Measured:
     """Wall and machine CPU of `run()`, the endpoint's CPU taken out."""
     served = sum(server.cpu_times()[:2])
     cpu = cpu_seconds()
     started = time.monotonic()
-    run()  # type: ignore[operator]
+    run()
     wall = time.monotonic() - started
     cpu = cpu_seconds() - cpu - (sum(server.cpu_times()[:2]) - served)
     return Measured(name, wall, cpu, calls)
@@ -291,8 +291,6 @@ def run_hangar(sweep: Path, calls: int, *, warm: str) -> None:
 
 
 def fresh_store(sweep: Path) -> None:
-    import shutil
-
     shutil.rmtree(sweep.parent / "runs", ignore_errors=True)
 
 

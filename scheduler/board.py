@@ -18,6 +18,20 @@ from typing import Any
 from pydantic import BaseModel
 
 
+def this_node() -> str:
+    """This Ray node as trial results and the board name it (host / Ray node id)."""
+    import socket
+
+    import ray
+
+    return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:12]}"
+
+
+def trial_label(spec: Any) -> str:
+    """A trial as the live view shows it: scenario · agent · model · arm."""
+    return f"{spec.task.id} · {spec.agent.name} · {spec.model} · {spec.arm}"
+
+
 class Running(BaseModel):
     """One running trial."""
 

@@ -6,7 +6,7 @@ task running at once (a task of no CPU is bounded only by the window), each impo
 hangar and the model SDKs, and every task is leased, scheduled and reported on its own
 (`benchmarks/prompt.py`). A `TrialPool` is a threaded Ray actor: one process, started once
 per sweep run, that runs every trial sent to it in a thread of its own while the others
-wait on their model calls. The driver opens a few per node (`open_pools`: about one per
+wait on their model calls. The driver opens a few per node (`pool_places`: about one per
 core, each holding at least `SHARE` trials) and sends each trial to the pool with the
 fewest in flight, one actor call per trial; everything else is the trial's own path
 (`hangar.trials.run_trial`: the relay's policy, metering, the evidence bundle) and the
@@ -22,17 +22,18 @@ dead task's.
 
 from __future__ import annotations
 
-import socket
 import threading
+import time
 from typing import Any
 
 from hangar.results import TrialResult
-from hangar.scheduler.board import Running
+from hangar.scheduler.board import Running, this_node, trial_label
+from hangar.scheduler.task import localiser
 from hangar.trials import TrialSpec, run_trial
 
 SHARE = 8
-"""In-flight trials a pool is opened for, at least (fewer pools than that share is not
-worth a process)."""
+"""In-flight trials each pool is opened for, at least: a smaller window gets fewer pools
+(a process for fewer trials is not worth its start-up)."""
 
 #: How often a pool tells the board which trials it started.
 NOTE_EVERY_S = 1.0
@@ -48,23 +49,19 @@ class TrialPool:
         self._stopping = False
         self._lock = threading.Lock()
         self._started: list[Running] = []
-        self._node = f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:12]}"
+        self._node = this_node()
         if self._board is not None:
             threading.Thread(target=self._note_loop, daemon=True).start()
 
     def run(self, spec: TrialSpec, shipped: Any = None) -> TrialResult | None:
         """One trial attempt; None when the sweep is stopping (it never started)."""
-        import time
-
-        from hangar.scheduler.task import localiser
-
         if self._stopping:
             return None
-        label = f"{spec.task.id} · {spec.agent.name} · {spec.model} · {spec.arm}"
+        running = Running(
+            trial_key=spec.trial_key, label=trial_label(spec), node=self._node, started=time.time()
+        )
         with self._lock:
-            self._started.append(
-                Running(trial_key=spec.trial_key, label=label, node=self._node, started=time.time())
-            )
+            self._started.append(running)
         spec = spec.model_copy(update={"node": self._node})
         return run_trial(spec, wait_teardown=False, localise=localiser(shipped))
 
@@ -73,8 +70,6 @@ class TrialPool:
         self._stopping = True
 
     def _note_loop(self) -> None:
-        import time
-
         board = self._board
         assert board is not None
         while True:
@@ -108,6 +103,7 @@ class Pools:
         return ref
 
     def owns(self, ref: Any) -> bool:
+        """Whether `ref` is a pool's trial (not a Ray task)."""
         return ref in self._of
 
     def done(self, ref: Any) -> None:

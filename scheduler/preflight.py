@@ -16,7 +16,6 @@ rest). The results store is the driver's alone and was reached before this runs.
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -144,10 +143,9 @@ def _evidence_problem(url: str, node: str) -> str | None:
 
 
 def _remote_check(needs: Needs) -> NodeReport:
-    import ray
+    from hangar.scheduler.board import this_node
 
-    node = f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:12]}"
-    return check_node(needs, node)
+    return check_node(needs, this_node())
 
 
 def preflight(sweep: Sweep, evidence_url: str, nodes: list[dict[str, Any]]) -> list[NodeReport]:

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 from hangar.paths import cache_dir
 from hangar.results import TrialResult
+from hangar.scheduler.board import this_node, trial_label
 from hangar.scheduler.metrics import metric
 from hangar.trials import TrialSpec, run_trial
 from hangar.trials.kind import kind_of
@@ -53,14 +54,11 @@ def run_trial_task(spec: TrialSpec, shipped: Any = None, board: Any = None) -> T
     driver's paths. `board` (the sweep's `scheduler.board.Board` actor) is told where the
     trial runs; None when the board refuses it (the sweep is stopping: it never started).
     """
-    import ray
 
     gauge = metric("sandboxes")
     node = socket.gethostname()
     gauge.set(1, tags={"node": node})
-    node_id = ray.get_runtime_context().get_node_id()
-
-    where = f"{node}/{node_id[:12]}"
+    where = this_node()
     if not admitted(board, spec, where):
         gauge.set(0, tags={"node": node})
         return None
@@ -89,8 +87,8 @@ def admitted(board: Any, spec: TrialSpec, where: str) -> bool:
         return True
     import ray
 
-    label = f"{spec.task.id} · {spec.agent.name} · {spec.model} · {spec.arm}"
     try:
-        return bool(ray.get(board.start.remote(spec.trial_key, label, where), timeout=60))
+        started = board.start.remote(spec.trial_key, trial_label(spec), where)
+        return bool(ray.get(started, timeout=60))
     except Exception:  # no board (it died with the driver's node): run the trial
         return True

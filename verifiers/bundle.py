@@ -33,15 +33,13 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_manifest(artifacts: Path) -> dict[str, str]:
-    """Write `manifest.json` (sha256 of every regular file) into `artifacts`."""
-    return _manifest(artifacts, {})
-
-
-def _manifest(artifacts: Path, read: dict[str, bytes]) -> dict[str, str]:
-    """`write_manifest`, keeping the bytes of the small files it read in `read`."""
+def write_manifest(artifacts: Path, read: dict[str, bytes]) -> dict[str, str]:
+    """Write `manifest.json` (sha256 of every regular file) into `artifacts`; the bytes of
+    the files it read whole (up to `_KEEP_BYTES` in all) and the manifest's are left in
+    `read`, so the archive need not read them again."""
     files: dict[str, str] = {}
     skipped: list[str] = []
+    kept = 0
     for path in sorted(artifacts.rglob("*")):
         rel = path.relative_to(artifacts).as_posix()
         if rel == MANIFEST:
@@ -49,9 +47,11 @@ def _manifest(artifacts: Path, read: dict[str, bytes]) -> dict[str, str]:
         if path.is_symlink() or not (path.is_file() or path.is_dir()):
             skipped.append(rel)
         elif path.is_file():
-            if path.stat().st_size <= _KEEP_BYTES:
+            size = path.stat().st_size
+            if kept + size <= _KEEP_BYTES:
                 read[rel] = data = path.read_bytes()
                 files[rel] = hashlib.sha256(data).hexdigest()
+                kept += size
             else:
                 files[rel] = sha256_file(path)
     manifest = {"version": MANIFEST_VERSION, "files": files, "skipped": skipped}
@@ -61,8 +61,9 @@ def _manifest(artifacts: Path, read: dict[str, bytes]) -> dict[str, str]:
     return files
 
 
-#: Files up to this size are read once for both their hash and the archive.
-_KEEP_BYTES = 1 << 20
+#: Bytes of a bundle's files held in memory at most, each read once for both its hash and
+#: the archive (the rest are read twice, one at a time, as before).
+_KEEP_BYTES = 8 << 20
 
 
 class _Hashing(io.RawIOBase):
@@ -83,7 +84,7 @@ def build_bundle(artifacts: Path, out: Path) -> str:
     """Write the manifest and the archive `out`; returns the archive's sha256 (each file
     is read once, and the archive hashed as it is written)."""
     read: dict[str, bytes] = {}
-    files = _manifest(artifacts, read)
+    files = write_manifest(artifacts, read)
     with out.open("wb") as raw:
         hashing = _Hashing(raw)
         with (

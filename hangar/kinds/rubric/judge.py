@@ -115,6 +115,10 @@ class Judged(BaseModel):
     """The judge's provider failed (the sample is the farm's failure, not scored)."""
 
 
+#: Judge calls of one sample in flight at once.
+JUDGE_CALLS_AT_ONCE = 8
+
+
 def judge_output(
     judge: ModelSpec,
     phase: str,
@@ -136,17 +140,14 @@ def judge_output(
     usage = Usage()
     for _, used, _ in asked:
         usage = add(usage, used)
+    by_dimension = [asked[i : i + len(orders)] for i in range(0, len(asked), len(orders))]
     verdicts = [
-        _verdict(dimension, [asked[2 * i][0], asked[2 * i + 1][0]])
-        for i, dimension in enumerate(dimensions)
-        if asked[2 * i][2] is None and asked[2 * i + 1][2] is None
+        _verdict(dimension, [ordering for ordering, _, _ in pair])
+        for dimension, pair in zip(dimensions, by_dimension, strict=True)
+        if all(error is None for _, _, error in pair)
     ]
     error = next((e for _, _, e in asked if e is not None), None)
     return Judged(verdicts=verdicts, usage=usage, provider_error=error)
-
-
-#: Judge calls of one sample in flight at once.
-JUDGE_CALLS_AT_ONCE = 8
 
 
 def _ordering(
