@@ -12,6 +12,12 @@ EXTRAS  ?= dev,s3,postgres,k8s,swebench
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	# A virtualenv made before grafana-client was pinned below 4 has urllib3-future in
+	# urllib3's place (see pyproject.toml): take both out so urllib3 comes back whole.
+	if $(PY) -m pip show -q urllib3-future >/dev/null 2>&1; then \
+	  $(PY) -m pip uninstall -q -y niquests urllib3-future urllib3 && \
+	  rm -rf $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/urllib3; \
+	fi
 	# setuptools warns that a folder named like the package may shadow it: these are the
 	# package's own folders (the package-dir mapping), so the warning is noise here.
 	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -e '.[$(EXTRAS)]'

@@ -205,8 +205,8 @@ def push(
         raise GrafanaError(f"Grafana at {url} rejected a request: {exc}") from exc
     except OSError as exc:
         raise GrafanaError(f"cannot reach Grafana at {url}: {exc}") from exc
-    except Exception as exc:  # niquests' connection errors are not OSError subclasses
-        if type(exc).__module__.startswith(("niquests", "urllib3")):
+    except Exception as exc:  # an HTTP library's error that is not an OSError
+        if type(exc).__module__.startswith(("requests", "urllib3")):
             raise GrafanaError(f"cannot reach Grafana at {url}: {exc}") from exc
         raise
     return report
