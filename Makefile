@@ -7,7 +7,7 @@ HANGAR  := $(VENV)/bin/hangar
 BASE_IMAGE ?= hangar/base:bookworm
 EXTRAS  ?= dev,s3,postgres,k8s,swebench
 
-.PHONY: demo test check docs fmt venv docker services base-image helm clean
+.PHONY: demo test check docs fmt venv bytecode docker services base-image helm clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,13 +25,19 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# hangar's modules compiled, as pip does for a regular install: an editable install's are
+# compiled again by every process that imports them where bytecode is not written
+# (PYTHONDONTWRITEBYTECODE), each Ray worker among them. Up-to-date files are skipped.
+bytecode: venv
+	$(PY) -m compileall -q hangar sandbox scheduler verifiers cluster dashboards >/dev/null
+
 docker:
 	scripts/ensure-docker
 
 services:
 	scripts/ensure-services
 
-base-image: venv docker
+base-image: bytecode docker
 	scripts/ensure-apt "building the base image" debootstrap=debootstrap
 	$(HANGAR) image build-base --tag $(BASE_IMAGE)
 

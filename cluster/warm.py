@@ -210,8 +210,12 @@ def keep(port: int, slots: int, idle_s: float, poll_s: float = 2.0) -> int:
     # cluster" there, not in /tmp/ray, where a later bare `ray.init()` would find a head
     # that has stopped and try to join it.
     temp = Path(f"/tmp/hangar-ray-{os.getuid()}-{port}")
+    # Without what a one-machine head of hangar's own never uses: the autoscaler's monitor
+    # (nothing to scale) and the log monitor (runs attach with log_to_driver off). Each is a
+    # Python process: about 2 s of CPU at start and a share of a core while it idles.
     argv = [_ray(), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
             "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
+            "--no-monitor", "--include-log-monitor=false",
             f"--resources={json.dumps({'hangar_sandbox': slots})}"]  # fmt: skip
     child = subprocess.Popen(argv, env=ray_env())
     stopping = False

@@ -30,12 +30,15 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 from types import TracebackType
-from typing import ClassVar, Literal, Self, overload
+from typing import TYPE_CHECKING, ClassVar, Literal, Self, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hangar.errors import SandboxError
 from hangar.files import parse_size
+
+if TYPE_CHECKING:
+    from hangar.sandbox.ending import HeldExec
 
 MiB = 1024 * 1024
 #: uid of the sandbox user in hangar's base image; workspaces are handed to it.
@@ -278,64 +281,6 @@ def command_argv(cmd: str | Sequence[str]) -> list[str]:
     return argv
 
 
-#: POSIX shell that kills every process of the user running it and clears what it left
-#: in shared memory (/dev/shm, System V IPC, POSIX message queues); exits 93 (processes)
-#: or 94 (/dev/shm) when something remains, and goes on otherwise, so more can follow it
-#: in the same script.
-#:
-#: One ``kill -9 -1`` is enough (Linux signals all of the user's processes under one
-#: lock, so a process forking at that moment cannot leave a live child); the loop only
-#: waits until they are gone. ``kill`` is the shell's builtin, which spares the shell;
-#: so the script must not run under a ``timeout`` of the same user, which it would kill.
-#: Processes of other users (the root keeper, the relay's forwarder) survive.
-END_USER_PROCESSES = """
-kill -9 -1 2>/dev/null
-i=0
-while [ $i -lt 200 ]; do
-  left=""
-  for d in /proc/[0-9]*; do
-    [ "${d#/proc/}" = "$$" ] && continue
-    [ -O "$d" ] && left="$left ${d#/proc/}"
-  done
-  [ -z "$left" ] && break
-  kill -9 -1 2>/dev/null
-  sleep 0.05 2>/dev/null || sleep 1
-  i=$((i + 1))
-done
-[ -z "$left" ] || { echo "processes outlived the kill:$left" >&2; exit 93; }
-chmod -R u+rwx /dev/shm/ 2>/dev/null
-find /dev/shm -mindepth 1 -delete 2>/dev/null
-command -v ipcrm >/dev/null && ipcrm --all 2>/dev/null
-find /dev/mqueue -mindepth 1 -maxdepth 1 -user "$(id -u)" -delete 2>/dev/null
-left=$(find /dev/shm -mindepth 1 -user "$(id -u)" 2>/dev/null | head -n 3)
-[ -z "$left" ] || { echo "files outlived the wipe of /dev/shm: $left" >&2; exit 94; }
-"""
-
-
-def exec_then_end_user(
-    sandbox: Sandbox,
-    argv: list[str],
-    *,
-    timeout: float,
-    env: dict[str, str] | None = None,
-    end_first: bool = False,
-) -> ExecResult:
-    """Run `argv` under an in-sandbox timeout, then kill every process of the sandbox user:
-    one exec (with `end_first`, `END_USER_PROCESSES` runs before it too).
-
-    The exec's own ``timeout`` wrapper would be the user's and die of the kill, so the
-    shell around it runs without one and `argv` gets its own; exit codes 93 and 94 are
-    `END_USER_PROCESSES` failing. Only for isolated sandboxes.
-    """
-    inner = shlex.join(timeout_argv(argv, timeout, sandbox.spec.kill_after_s))
-    script = f"{inner}; rc=$?; kill -9 -1 2>/dev/null; exit $rc"
-    if end_first:
-        script = f"{END_USER_PROCESSES}\n{script}"
-    res = sandbox.exec(["/bin/sh", "-c", script], env=env)
-    timed_out = res.returncode in (124, 137) and res.duration_s >= timeout
-    return res.model_copy(update={"timed_out": timed_out})
-
-
 def timeout_argv(argv: list[str], timeout: float | None, kill_after: float) -> list[str]:
     """Wrap `argv` in coreutils ``timeout -k`` so a timeout kills the process *inside*.
 
@@ -498,6 +443,15 @@ class Sandbox(ABC):
     def open_stream(self, argv: list[str], *, user: str | None = None) -> ExecStream:
         """Start `argv` with its stdin and stdout open both ways (no timeout: it runs until
         the stream is closed or the sandbox goes). Raises `SandboxUnavailable`."""
+
+    def exec_held(self, script: str) -> HeldExec:
+        """Run shell `script` as the sandbox user, then hold the exec for a second part
+        the host sends once its own work is done (`HeldExec.resume`): one exec where the
+        backend can, two otherwise (`hangar.sandbox.ending`). `script` must end every
+        process of the user (`END_USER_PROCESSES`): the second part runs in its shell."""
+        from hangar.sandbox.ending import SeparateExecs
+
+        return SeparateExecs(self, self.exec(["/bin/sh", "-c", script]))
 
     @overload
     def read_file(self, path: str, *, text: Literal[True] = ...) -> str: ...

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import io
 import os
+import secrets
 import select
 import socket
 import struct
@@ -54,6 +55,13 @@ from hangar.sandbox.base import (
     timeout_argv,
 )
 from hangar.sandbox.config import DockerConfig
+from hangar.sandbox.ending import (
+    HELD_SHELL,
+    HeldExec,
+    ended_result,
+    exec_then_end_user,
+    second_part,
+)
 from hangar.sandbox.lease import MOUNT as LEASE_MOUNT
 from hangar.sandbox.lease import Lease, keeper_argv
 
@@ -342,6 +350,10 @@ class DockerSandbox(Sandbox):
             raise SandboxUnavailable(f"lost the exec stream of {describe(argv)}: {exc}") from exc
         finally:
             sock.close()
+        return self._concluded(exec_id, argv, output)
+
+    def _concluded(self, exec_id: str, argv: list[str], output: ExecOutput) -> ExecResult:
+        """The result of an exec whose stream has ended (or whose host deadline passed)."""
         info = self._exec_inspect(exec_id)
         if info.get("Running") or info.get("ExitCode") is None:
             # Stream ended (host deadline or a dead container) while the process still ran.
@@ -359,6 +371,10 @@ class DockerSandbox(Sandbox):
             settle = 0.0 if timed_out else 2.0
             self._raise_if_dead(f"while running {describe(argv)}", settle_s=settle)
         return output.result(code, timed_out=timed_out, oom=oom)
+
+    def exec_held(self, script: str) -> HeldExec:
+        """Run `script`, then hold this one exec for the second part (`Sandbox.exec_held`)."""
+        return _DockerHeld(self, script)
 
     def _start_exec(
         self,
@@ -615,6 +631,107 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as exc:
             # The labels let `hangar gc` and the reaper remove it later.
             raise _unavailable(f"remove container {container.id}", exc) from exc
+
+
+class _DockerHeld(HeldExec):
+    """One exec holding between the first part and the second (`HELD_SHELL`): the host
+    sends a token on stdin; the shell prints it on both streams (with the first part's
+    status on stdout) once the first part has ended, then reads the second part to the
+    end of stdin. The token is unknown to anything in the sandbox, so no output of the
+    first part can pass for the pause."""
+
+    def __init__(self, sandbox: DockerSandbox, script: str) -> None:
+        self._sandbox = sandbox
+        self._token = secrets.token_hex(16).encode()
+        self._argv = ["/bin/sh", "-c", HELD_SHELL, "hangar-held", script]
+        self._done = False
+        self._exec_id, self._sock, self._raw = sandbox._start_exec(self._argv, stdin=True)
+        try:
+            self._raw.sendall(self._token + b"\n")
+            self.first = self._first_part()
+        except BaseException:
+            self._close()
+            raise
+
+    def _first_part(self) -> ExecResult:
+        """Read the first part's output up to the token on both streams (its result);
+        an exec that ends before (its first part exited the shell early, the sandbox
+        died) is concluded as it is, and the second part becomes an exec of its own."""
+        output = ExecOutput(self._sandbox.spec, None, None)
+        held: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
+        marks: dict[int, int] = {}
+        try:
+            for stream, chunk in _frames(self._raw, None):
+                if stream in marks:
+                    continue  # after the token: nothing more is written before the resume
+                held[stream] += chunk
+                at = held[stream].find(self._token)
+                if at >= 0 and held[stream].find(b"\n", at) >= 0:  # the whole line is in
+                    marks[stream] = at
+                if len(marks) == 2:
+                    break
+                if at < 0 and len(held[stream]) > 2 * self._sandbox.spec.output_limit:
+                    keep = len(self._token)  # the tail may hold the start of the token
+                    output.feed("stdout" if stream == 1 else "stderr", bytes(held[stream][:-keep]))
+                    del held[stream][:-keep]
+        except OSError as exc:
+            self._sandbox._raise_if_dead(f"while running {describe(self._argv)}")
+            raise SandboxUnavailable(f"lost the held exec's stream: {exc}") from exc
+        if len(marks) < 2:  # the exec ended: no pause
+            for stream in (1, 2):
+                output.feed("stdout" if stream == 1 else "stderr", bytes(held[stream]))
+            self._close()
+            return self._sandbox._concluded(self._exec_id, self._argv, output)
+        output.feed("stdout", bytes(held[1][: marks[1]]))
+        output.feed("stderr", bytes(held[2][: marks[2]]))
+        status = bytes(held[1][marks[1] + len(self._token) :]).split()
+        code = int(status[0]) if status and status[0].isdigit() else SIGKILL_EXIT
+        return output.result(code, timed_out=False)
+
+    def resume(
+        self,
+        argv: list[str],
+        *,
+        timeout: float,
+        env: dict[str, str] | None = None,
+        end_user: bool = False,
+    ) -> ExecResult:
+        if self._done:  # no pause happened (or resumed before): an exec of its own
+            if end_user:
+                return exec_then_end_user(self._sandbox, argv, timeout=timeout, env=env)
+            return self._sandbox.exec(argv, timeout=timeout, env=env)
+        self._done = True
+        kill_after = self._sandbox.spec.kill_after_s
+        script = second_part(
+            argv, timeout=timeout, kill_after=kill_after, env=env, end_user=end_user
+        )
+        output = ExecOutput(self._sandbox.spec, timeout, None)
+        try:
+            self._raw.sendall(script.encode())
+            self._raw.shutdown(socket.SHUT_WR)
+            for stream, chunk in _frames(self._raw, output.deadline):
+                output.feed("stdout" if stream == 1 else "stderr", chunk)
+        except OSError as exc:
+            self._sandbox._raise_if_dead(f"while running {describe(argv)}")
+            raise SandboxUnavailable(f"lost the exec stream of {describe(argv)}: {exc}") from exc
+        finally:
+            self._sock.close()
+        res = self._sandbox._concluded(self._exec_id, argv, output)
+        return ended_result(res, timeout) if end_user else res
+
+    def release(self) -> None:
+        if not self._done:
+            self._done = True
+            with contextlib.suppress(OSError):
+                self._raw.shutdown(socket.SHUT_WR)  # an empty second part: the shell ends
+                for _ in _frames(self._raw, time.monotonic() + 30):
+                    pass
+        self._close()
+
+    def _close(self) -> None:
+        self._done = True
+        with contextlib.suppress(OSError):
+            self._sock.close()
 
 
 class _DockerStream(ExecStream):

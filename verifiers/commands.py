@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from hangar.errors import SandboxError, SandboxUnavailable
-from hangar.sandbox.base import Sandbox, exec_then_end_user
+from hangar.sandbox.base import ExecResult, Sandbox
+from hangar.sandbox.ending import HeldExec, end_user_script, ended_result, exec_then_end_user
 from hangar.verifiers.harness import Placement
 from hangar.verifiers.protocol import CommandRecord
 from hangar.verifiers.spec import VerifierSpec
@@ -89,7 +90,7 @@ _AGENT_VIEW = (
 )
 
 
-def final_state(sandbox: Sandbox) -> dict[str, Any]:
+def final_state(sandbox: Sandbox, *, hold: bool = False) -> tuple[dict[str, Any], HeldExec | None]:
     """The agent's own view of the workspace's repository (HEAD and status) after the
     agent, taken once every process of the sandbox user is dead; every process is killed
     again after git (which may run filters an agent declared).
@@ -100,15 +101,32 @@ def final_state(sandbox: Sandbox) -> dict[str, Any]:
     (`hangar.sandbox.workspace.diff_against_pin`). Only a sandbox that is gone raises.
     The kills run only in an isolated sandbox: on the local backend they would kill the
     host's processes. The keeper of a docker sandbox runs as root and survives them.
+
+    With `hold` (an isolated sandbox whose verification runs in it), the exec is held
+    for the first verifier command (`Sandbox.exec_held`), which `run_verifier_commands`
+    resumes: one exec fewer. Returns the state and the held exec (None without `hold`).
     """
+    held = None
     if sandbox.isolated:
-        res = exec_then_end_user(
-            sandbox, ["sh", "-c", _AGENT_VIEW], timeout=GIT_TIMEOUT_S, end_first=True
+        script = end_user_script(
+            ["sh", "-c", _AGENT_VIEW], GIT_TIMEOUT_S, sandbox.spec.kill_after_s, end_first=True
         )
+        if hold:
+            held = sandbox.exec_held(script)
+            res = ended_result(held.first, GIT_TIMEOUT_S)
+        else:
+            res = ended_result(sandbox.exec(["/bin/sh", "-c", script]), GIT_TIMEOUT_S)
         if res.returncode in (93, 94):
+            if held is not None:
+                held.release()
             raise SandboxError(f"the agent's processes could not all be ended: {res.stderr}")
     else:
         res = sandbox.exec(["sh", "-c", _AGENT_VIEW], timeout=GIT_TIMEOUT_S)
+    return _agent_view(sandbox, res), held
+
+
+def _agent_view(sandbox: Sandbox, res: ExecResult) -> dict[str, Any]:
+    """The fields of `_AGENT_VIEW`'s output (what git could not say, as an error)."""
     fields = res.stdout.split("\0")
     if not res.ok or len(fields) < 4:
         sandbox.check_alive()  # a dead sandbox is the farm's failure
@@ -165,6 +183,7 @@ def run_verifier_commands(
     *,
     collect: bool = True,
     before: str = "",
+    held: HeldExec | None = None,
 ) -> list[CommandRecord]:
     """Run the original verifier commands by bash in the workspace; keep every output.
 
@@ -172,7 +191,8 @@ def run_verifier_commands(
     through the sandbox; without, the caller copies it (from a scratch folder). `before`
     is shell run first in the first command's exec (see `stage_placements`). Each
     record keeps when its command started and ended (host clock, seconds since the epoch):
-    a report older than the first start was not written by this verification.
+    a report older than the first start was not written by this verification. `held`
+    (`final_state`'s) runs the first exec; it is released when nothing needs it.
     """
     out_dir = artifacts / "verifier" / "commands"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -183,9 +203,12 @@ def run_verifier_commands(
         # exactly as `bash -c COMMAND`.
         argv = ["sh", "-c", (before if i == 0 else "") + _WITH_OUT, "hangar-verifier", command]
         started = time.time()
-        if sandbox.isolated and i == len(spec.commands) - 1:
-            # Nothing the last command started may run on while the host reads the
-            # workspace and the output folder.
+        # Nothing the last command started may run on while the host reads the workspace
+        # and the output folder.
+        last = sandbox.isolated and i == len(spec.commands) - 1
+        if i == 0 and held is not None:
+            res = held.resume(argv, timeout=spec.timeout_s, env=env, end_user=last)
+        elif last:
             res = exec_then_end_user(sandbox, argv, timeout=spec.timeout_s, env=env)
         else:
             res = sandbox.exec(argv, timeout=spec.timeout_s, env=env)
@@ -207,9 +230,15 @@ def run_verifier_commands(
         json.dumps([r.model_dump(by_alias=True) for r in records], indent=1)
     )
     if before and not spec.commands:  # files for the host verifier alone
-        res = sandbox.exec(["sh", "-c", before + "true"], timeout=spec.timeout_s)
+        place = ["sh", "-c", before + "true"]
+        if held is not None:
+            res = held.resume(place, timeout=spec.timeout_s)
+        else:
+            res = sandbox.exec(place, timeout=spec.timeout_s)
         if not res.ok:
             (artifacts / "verifier" / "hidden-files-failed.txt").write_text(res.stderr)
+    if held is not None:
+        held.release()  # not needed (no command, nothing to place): its shell ends
     if spec.commands and collect:
         collect_verifier_out(lambda target: sandbox.copy_out(VERIFIER_OUT, target), artifacts)
     return records

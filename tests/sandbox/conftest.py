@@ -38,6 +38,8 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "test_ending_user_processes_leaves_nothing_of_the_user": ("skip", _UNSAFE_ON_HOST),
         "test_memory_hog_killed": ("skip", _UNSAFE_ON_HOST),
         "test_killed_from_outside_raises_unavailable": ("skip", "there is no container to kill"),
+        "test_held_exec_ends_the_user_after_its_second_part": ("skip", _UNSAFE_ON_HOST),
+        "test_held_exec_is_one_exec_on_docker": ("skip", "there is no container"),
     },
     "kubernetes": {
         "test_exec_as_other_user": ("xfail", "a pod runs every command as its own user"),
@@ -53,6 +55,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "test_fork_bomb_hits_pids_limit": ("skip", "pids limits are the kubelet's, not the pod's"),
         "test_memory_hog_killed": ("xfail", "OOM kills are not read back over the exec API"),
         "test_killed_from_outside_raises_unavailable": ("skip", "uses the docker API"),
+        "test_held_exec_is_one_exec_on_docker": ("skip", "uses the docker API"),
     },
 }
 

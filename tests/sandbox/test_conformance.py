@@ -22,7 +22,7 @@ from hangar.errors import (
     SandboxUnavailable,
 )
 from hangar.sandbox import Mount, Sandbox, SandboxLimits
-from hangar.sandbox.base import END_USER_PROCESSES
+from hangar.sandbox.ending import END_USER_PROCESSES
 from tests.sandbox.conftest import MakeSandbox
 
 pytestmark = pytest.mark.docker
@@ -440,6 +440,47 @@ def test_ending_user_processes_leaves_nothing_of_the_user(sandbox: Sandbox) -> N
     assert sandbox.exec(["echo", "alive"]).stdout == "alive\n"  # the sandbox itself lives on
 
 
+def test_held_exec_runs_the_second_part_after_the_host(sandbox: Sandbox) -> None:
+    """A held exec: the first part's result comes back while the exec waits; the host's
+    work happens; the second part runs with its own environment, timeout and result."""
+    held = sandbox.exec_held("echo first; echo note >&2; printf 'ab12 0\\n'; exit 3")
+    assert (held.first.returncode, held.first.stdout, held.first.stderr) == (
+        3,
+        "first\nab12 0\n",  # a line that looks like the pause is just output
+        "note\n",
+    )
+    sandbox.write_file("host-did-this", b"meanwhile")  # the host's work
+    res = held.resume(
+        ["sh", "-c", 'cat host-did-this; echo " $WHO"; cat; echo bye >&2; exit 5'],
+        timeout=30,
+        env={"WHO": "the second part"},
+    )
+    assert (res.returncode, res.stdout, res.stderr) == (5, "meanwhile the second part\n", "bye\n")
+    held.release()  # after a resume: nothing more happens
+    assert sandbox.exec(["echo", "alive"]).stdout == "alive\n"
+
+
+def test_held_exec_released_or_timed_out(sandbox: Sandbox) -> None:
+    held = sandbox.exec_held("true")
+    held.release()
+    held.release()
+    assert sandbox.exec(["echo", "alive"]).stdout == "alive\n"
+    held = sandbox.exec_held("true")
+    res = held.resume(["sleep", "30"], timeout=1)
+    assert res.timed_out and res.duration_s < 20
+
+
+def test_held_exec_ends_the_user_after_its_second_part(sandbox: Sandbox) -> None:
+    """The final status's shape: the user ended first; the second part ends it again."""
+    assert sandbox.exec(_USER_LEFTOVERS).ok
+    held = sandbox.exec_held(f"{END_USER_PROCESSES}\n{_USER_PROCESSES}; echo ended")
+    assert held.first.stdout == "ended\n"  # nothing but the held shell is left
+    res = held.resume(["sh", "-c", "setsid nohup sleep 1000 >/dev/null 2>&1 & echo ran"],
+                      timeout=30, end_user=True)  # fmt: skip
+    assert res.ok and res.stdout == "ran\n"
+    assert sandbox.exec(_USER_PROCESSES).stdout == ""
+
+
 _FORK_BOMB = """
 import os, time
 children = []
@@ -477,6 +518,23 @@ def test_memory_hog_killed(make_sandbox: MakeSandbox) -> None:
     assert sb.exec(["echo", "after"]).stdout == "after\n"
     # A later SIGKILL that is not an OOM is not reported as one.
     assert not sb.exec("kill -9 $$").oom_killed
+
+
+def test_held_exec_is_one_exec_on_docker(make_sandbox: MakeSandbox) -> None:
+    from hangar.sandbox.docker import DockerSandbox, docker_client
+
+    sb = make_sandbox()
+    assert isinstance(sb, DockerSandbox)
+    since = int(time.time()) - 1
+    held = sb.exec_held("echo first")
+    assert held.resume(["echo", "second"], timeout=30).stdout == "second\n"
+    events = docker_client().events(
+        since=since,
+        until=int(time.time()) + 1,
+        decode=True,
+        filters={"container": sb.container_id, "event": "exec_start"},
+    )
+    assert len(list(events)) == 1
 
 
 def test_killed_from_outside_raises_unavailable(make_sandbox: MakeSandbox) -> None:

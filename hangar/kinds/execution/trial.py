@@ -15,6 +15,7 @@ import shutil
 import socket
 import time
 from concurrent.futures import Future
+from contextlib import suppress
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
@@ -34,6 +35,7 @@ from hangar.sandbox import (
 )
 from hangar.sandbox.archive import extract_untrusted
 from hangar.sandbox.base import SANDBOX_UID
+from hangar.sandbox.ending import HeldExec
 from hangar.sandbox.workspace import (
     MirrorCache,
     diff_against_pin,
@@ -75,6 +77,8 @@ class ExecutionTrial(SandboxedTrial):
         self.home_seed: Any = None
         self.judgement: Judgement | None = None
         self.guard = self.harness_guard()
+        #: The final status's exec, held for the first verifier command.
+        self.held: HeldExec | None = None
 
     def localise(self, spec: TrialSpec) -> None:
         """Run from `spec`, the same trial with this node's copy of its scenario."""
@@ -131,7 +135,9 @@ class ExecutionTrial(SandboxedTrial):
             self.run_agent(sandbox, self.remaining())
             disk_full = self.disk.full()
         with self.phase("final_status"):
-            agent_view = final_state(sandbox)  # kills every agent process, before and after
+            # Kills every agent process, before and after; its exec may wait for the host's
+            # work and then run the first verifier command (`place.holds`).
+            agent_view, self.held = final_state(sandbox, hold=place.holds)
         box = place.take_over(sandbox)
         with self.phase("final_diff"):  # on the host, from the (copied back) workspace
             self.final_diff(agent_view)
@@ -404,6 +410,9 @@ class ExecutionTrial(SandboxedTrial):
 
     def tear_down(self, *, wait: bool) -> None:
         """Every sandbox, the disk and the harness guard's kept files let go."""
+        if self.held is not None:  # a trial that ended between the final status and
+            with suppress(Exception):  # its verifier commands
+                self.held.release()
         super().tear_down(wait=wait)
         self.guard.close()
 

@@ -28,6 +28,7 @@ from hangar.kinds.execution.scenario import LoadedScenario, Scenario
 from hangar.sandbox import Sandbox
 from hangar.sandbox.archive import copy_untrusted_tree
 from hangar.sandbox.base import SANDBOX_UID
+from hangar.sandbox.ending import HeldExec
 from hangar.sandbox.workspace import hand_over, remove_escaping_links
 from hangar.verifiers.commands import (
     VERIFIER_OUT,
@@ -50,6 +51,7 @@ class Trial(Protocol):
     folder: Path
     artifacts: Path
     guard: HarnessGuard
+    held: HeldExec | None
 
     @property
     def backend(self) -> type[Sandbox]:
@@ -113,6 +115,9 @@ class VerificationPlace(ABC):
 
     #: Whether `run_verifier_commands` copies the output folder out of the sandbox.
     collect_through_sandbox: bool = True
+    #: Whether the final status's exec is held for the first verifier command (the
+    #: verification runs in the agent's sandbox: `hangar.sandbox.ending`).
+    holds: bool = False
 
     def verify(self, box: Sandbox) -> list[CommandRecord]:
         """The harness put back and the hidden files placed, then the original verifier
@@ -133,7 +138,9 @@ class VerificationPlace(ABC):
                 trial.artifacts,
                 collect=self.collect_through_sandbox,
                 before=before,
+                held=trial.held,
             )
+            trial.held = None
         with trial.phase("verifier_teardown"):
             self.finish(box)
             trial.guard.after_commands()
@@ -145,6 +152,7 @@ class SameSandbox(VerificationPlace):
     """The agent's own sandbox, its scratch folders wiped (docker)."""
 
     collect_through_sandbox = False
+    holds = True
 
     def take_over(self, agent_box: Sandbox) -> Sandbox:
         """The same sandbox, with HOME, /tmp and /var/tmp as a new sandbox has them."""
