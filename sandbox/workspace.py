@@ -4,11 +4,11 @@ Each repository is mirrored once per node into a bare repository under the cache
 folder (keyed by the repository URL), then fetched again only when a revision is
 missing. A file lock makes concurrent trials that ask for the same mirror safe.
 
-A trial's workspace is a new repository that fetches *only the pinned revision and its
-ancestors* from the mirror: no ``origin`` remote, no other branches or tags, and no
-objects of later commits, so an agent cannot read the future (the fix) out of the
-object store. The clone never shares object files with the mirror (no hardlinks, no
-alternates), so nothing the agent does inside can corrupt the cache.
+A trial's workspace is a new repository given a copy of a pack of *only the pinned
+revision and its ancestors* (made from the mirror once per node): no ``origin`` remote,
+no other branches or tags, and no objects of later commits, so an agent cannot read the
+future (the fix) out of the object store. The workspace never shares object files with
+the cache (no hardlinks, no alternates), so nothing the agent does inside can corrupt it.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def _git(
     timeout: float = 600,
     env: dict[str, str] | None = None,
     stdout: IO[bytes] | None = None,
+    stdin: bytes | None = None,
 ) -> str:
     """Run git with hangar's environment (and `env`); its stdout, or into `stdout`."""
     full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **_GIT_ENV, **(env or {})}
@@ -55,6 +56,7 @@ def _git(
             ["git", *args],
             cwd=cwd,
             env=full,
+            input=stdin,
             stdout=stdout or subprocess.PIPE,
             stderr=subprocess.PIPE,
             timeout=timeout,
@@ -108,6 +110,32 @@ class MirrorCache:
                 _git("fetch", "--quiet", "--prune", url, "+refs/*:refs/*", cwd=mirror)
             return mirror
 
+    def pack(self, url: str, revision: str) -> Path:
+        """A pack of `revision` and its ancestors alone (and its index beside it), made
+        from the mirror once per node: each workspace gets a copy instead of fetching,
+        which would negotiate with the mirror and index every object again per trial."""
+        mirror = self.ensure(url, revision)
+        if not _has_commit(mirror, revision):
+            raise WorkspaceError(f"revision {revision} is not in repository {url}")
+        folder = mirror.with_suffix(".packs") / revision
+        if made := _made_pack(folder):
+            return made
+        with self._locked(url):
+            if made := _made_pack(folder):
+                return made
+            shutil.rmtree(folder, ignore_errors=True)
+            part = folder.with_name(f"{revision}.partial")
+            shutil.rmtree(part, ignore_errors=True)
+            part.mkdir(parents=True)
+            name = _git(
+                "pack-objects", "--revs", "--quiet", str(part / "pack"), cwd=mirror,
+                stdin=f"{revision}\n".encode(),
+            ).strip()  # fmt: skip
+            if not (part / f"pack-{name}.pack").is_file():
+                raise WorkspaceError(f"git pack-objects made no pack of {revision} of {url}")
+            part.rename(folder)
+            return folder / f"pack-{name}.pack"
+
 
 def _check_source(url: str) -> None:
     if "://" not in url and not url.startswith("git@") and not Path(url).exists():
@@ -130,24 +158,30 @@ def _has_commit(mirror: Path, revision: str) -> bool:
     return found
 
 
+def _made_pack(folder: Path) -> Path | None:
+    """The pack `MirrorCache.pack` made in `folder` (None: not made yet)."""
+    found = list(folder.glob("pack-*.pack")) if folder.is_dir() else []
+    return found[0] if found and found[0].with_suffix(".idx").is_file() else None
+
+
 def make_workspace(cache: MirrorCache, url: str, revision: str, dest: Path) -> None:
-    """Check `revision` of `url` out into `dest`, a new or empty folder (see module docstring).
+    """Check `revision` of `url` out into `dest`, a new or empty folder (see module
+    docstring): a new repository given a copy of the revision's pack (`MirrorCache.pack`).
 
     The files belong to the caller until `hand_over` gives them to the sandbox user.
     """
-    mirror = cache.ensure(url, revision)
-    if not _has_commit(mirror, revision):
-        raise WorkspaceError(f"revision {revision} is not in repository {url}")
+    pack = cache.pack(url, revision)
     dest.mkdir(parents=True, exist_ok=True)
     if any(dest.iterdir()):
         raise WorkspaceError(f"the workspace folder {dest} is not empty")
     _git("init", "--quiet", cwd=dest)
-    _git("fetch", "--quiet", "--no-tags", str(mirror), revision, cwd=dest)
+    packs = dest / ".git" / "objects" / "pack"
+    for part in (pack, pack.with_suffix(".idx")):  # copies: nothing is shared with the cache
+        shutil.copyfile(part, packs / part.name)
     _git("checkout", "--quiet", "--detach", revision, cwd=dest)
     name, email = GIT_IDENTITY
     with (dest / ".git" / "config").open("a") as config:  # our own new file: no git needed
         config.write(f"[user]\n\tname = {name}\n\temail = {email}\n")
-    (dest / ".git" / "FETCH_HEAD").unlink(missing_ok=True)  # it names the mirror's path
 
 
 def workspace_state(dest: Path, revision: str) -> dict[str, str]:
@@ -187,8 +221,7 @@ def diff_against_pin(
     """
     mirror = cache.path_for(url)
     git_dir = scratch / "git"
-    shutil.rmtree(git_dir, ignore_errors=True)
-    _git("init", "--quiet", "--bare", str(git_dir))
+    _bare_repository(git_dir)
     env = {
         "GIT_DIR": str(git_dir),
         "GIT_OBJECT_DIRECTORY": str(git_dir / "objects"),
@@ -207,9 +240,7 @@ def diff_against_tree(
     into the file `diff`, with a repository of hangar's own in `scratch` as
     `diff_against_pin` does; ignore files count for nothing (every file is compared)."""
     git_dir = scratch / "git"
-    shutil.rmtree(git_dir, ignore_errors=True)
-    scratch.mkdir(parents=True, exist_ok=True)
-    _git("init", "--quiet", "--bare", str(git_dir))
+    _bare_repository(git_dir)
     env = {"GIT_DIR": str(git_dir), "GIT_INDEX_FILE": str(scratch / "index")}
     _git(*_SAFE, "add", "--all", "--force", cwd=initial, env={**env, "GIT_WORK_TREE": str(initial)})
     tree = _git(*_SAFE, "write-tree", cwd=initial, env=env).strip()
@@ -221,6 +252,16 @@ def diff_against_tree(
 _SAFE = ("-c", "safe.directory=*", "-c", "core.fsmonitor=false", "-c", "core.quotePath=false")
 
 
+def _bare_repository(git_dir: Path) -> None:
+    """A new, empty bare repository at `git_dir` (what ``git init --bare`` makes that git
+    needs, without a process for it)."""
+    shutil.rmtree(git_dir, ignore_errors=True)
+    for folder in ("objects/info", "objects/pack", "refs/heads", "refs/tags"):
+        (git_dir / folder).mkdir(parents=True)
+    (git_dir / "HEAD").write_text("ref: refs/heads/main\n")
+    (git_dir / "config").write_text("[core]\n\trepositoryformatversion = 0\n\tbare = true\n")
+
+
 def _diff_index(
     base: str, workspace: Path, env: dict[str, str], git_dir: Path, diff: Path, *, force: bool
 ) -> WorkspaceChanges:
@@ -228,12 +269,14 @@ def _diff_index(
     or a tree) into `diff` (`force`: ignored files too); the repository and its index
     removed afterwards."""
     _git(*_SAFE, "add", "--all", *(("--force",) if force else ()), cwd=workspace, env=env)
-    changes = _git(*_SAFE, "diff", "--cached", "--name-status", base, cwd=workspace, env=env)
-    with diff.open("wb") as out:
+    # One diff: the raw lines (a name and status each), a blank line, then the patch.
+    whole = git_dir.parent / "diff-with-raw"
+    with whole.open("wb") as out:
         _git(
             *_SAFE,
             "diff",
             "--cached",
+            "--patch-with-raw",
             "--binary",
             "--no-ext-diff",
             "--no-textconv",
@@ -242,13 +285,42 @@ def _diff_index(
             env=env,
             stdout=out,
         )
-    truncated = diff.stat().st_size > DIFF_LIMIT
-    if truncated:
-        with diff.open("r+b") as out:
-            out.truncate(DIFF_LIMIT)
+    changes, truncated = _split_raw(whole, diff)
+    whole.unlink()
     shutil.rmtree(git_dir, ignore_errors=True)
     Path(env["GIT_INDEX_FILE"]).unlink(missing_ok=True)
     return WorkspaceChanges(changes=changes, diff_truncated=truncated)
+
+
+def _split_raw(whole: Path, diff: Path) -> tuple[str, bool]:
+    """Split ``git diff --patch-with-raw`` output: the raw lines become ``--name-status``
+    lines (what the changes say), the patch goes into `diff`, cut at `DIFF_LIMIT`
+    (whether it was cut). A raw line never holds an empty line (git quotes the names)."""
+    with whole.open("rb") as read:
+        head = bytearray()
+        while (at := head.find(b"\n\n")) < 0 and (chunk := read.read(1 << 16)):
+            head += chunk
+        raw = bytes(head if at < 0 else head[:at]).decode(errors="replace")
+        names = "".join(line.split(" ", 4)[4] + "\n" for line in raw.splitlines() if line)
+        read.seek(0 if at < 0 else at + 2)
+        with diff.open("wb") as out:
+            if at >= 0:
+                shutil.copyfileobj(_Bounded(read, DIFF_LIMIT), out)
+        truncated = at >= 0 and read.read(1) != b""
+    return names, truncated
+
+
+class _Bounded:
+    """A reader of at most `left` bytes of `inner` (for `shutil.copyfileobj`)."""
+
+    def __init__(self, inner: IO[bytes], left: int) -> None:
+        self.inner, self.left = inner, left
+
+    def read(self, size: int = -1) -> bytes:
+        size = self.left if size < 0 else min(size, self.left)
+        data = self.inner.read(size) if size else b""
+        self.left -= len(data)
+        return data
 
 
 def git_damage(workspace: Path) -> list[str]:

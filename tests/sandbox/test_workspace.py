@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+import hangar.sandbox.workspace
 from hangar.sandbox.workspace import (
     MirrorCache,
     WorkspaceError,
+    diff_against_pin,
     hand_over,
     make_workspace,
     remove_escaping_links,
@@ -124,3 +126,40 @@ def test_remove_escaping_links(tmp_path: Path) -> None:
     assert sorted(r["path"] for r in removed) == ["abs", "dirlink", "sub/escape"]
     assert (root / "ok").is_symlink() and (root / "sub" / "ok-up").is_symlink()
     assert not (root / "abs").exists() and not (root / "abs").is_symlink()
+
+
+def test_the_revision_is_packed_once_and_each_workspace_gets_a_copy(tmp_path: Path) -> None:
+    cache = MirrorCache(tmp_path / "cache")
+    make_workspace(cache, str(BUNDLE), PINNED, tmp_path / "a")
+    pack = cache.pack(str(BUNDLE), PINNED)
+    made = pack.stat().st_mtime_ns
+    make_workspace(cache, str(BUNDLE), PINNED, tmp_path / "b")
+    assert cache.pack(str(BUNDLE), PINNED) == pack and pack.stat().st_mtime_ns == made
+    for ws in ("a", "b"):
+        copy = tmp_path / ws / ".git" / "objects" / "pack" / pack.name
+        assert copy.read_bytes() == pack.read_bytes()
+        assert copy.stat().st_ino != pack.stat().st_ino  # a copy, never a link to the cache
+    listed = git(tmp_path / "a", "verify-pack", "-v", str(copy.with_suffix(".idx"))).stdout
+    assert LATER not in listed and PINNED in listed
+
+
+def test_diff_against_pin_names_each_change_and_cuts_a_long_patch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = MirrorCache(tmp_path / "cache")
+    ws = tmp_path / "ws"
+    make_workspace(cache, str(BUNDLE), PINNED, ws)
+    (ws / "statkit" / "stats.py").write_text("x = 1\n" * 4000)
+    (ws / "a\tb c").write_text("tab and space\n")
+    (ws / "README.md").unlink()
+    args = (cache, str(BUNDLE), PINNED, ws, tmp_path / "scratch", tmp_path / "diff.patch")
+    whole = diff_against_pin(*args)
+    assert whole.changes.splitlines() == ["D\tREADME.md", 'A\t"a\\tb c"', "M\tstatkit/stats.py"]
+    assert not whole.diff_truncated
+    patch = (tmp_path / "diff.patch").read_bytes()
+    assert patch.startswith(b"diff --git ") and b"+x = 1\n" in patch
+    monkeypatch.setattr(hangar.sandbox.workspace, "DIFF_LIMIT", 1000)
+    cut = diff_against_pin(*args)
+    assert cut.diff_truncated and cut.changes == whole.changes
+    assert (tmp_path / "diff.patch").read_bytes() == patch[:1000]
+    assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == []  # nothing left
