@@ -1,30 +1,37 @@
-"""hangar's overhead per trial against a plain docker + git loop, measured in one run.
+"""hangar's overhead per trial against a plain docker + git loop and against mini-swe-agent,
+measured in one run.
 
 N trivial trials (clone a pinned revision, a one-line agent, one verifier command,
 bundle the evidence) through `hangar run` on the docker backend, against a plain script
-doing the same docker and git steps at the same concurrency. Prints both wall times
-and the ratio (target: hangar / plain <= 1.15 at N=100), hangar's time with Ray's
-one-off start-up taken out (measured by an empty `ray.init`), since a long sweep pays
-that once, and the machine's CPU time (all processes, dockerd and the kernel included)
-per trial of each, which is what bounds both on a small machine.
+doing the same docker and git steps at the same concurrency, and against mini-swe-agent's
+own docker environment (`mswea_trials.py`: the docker CLI, an exec per command, with the
+same isolation flags; installed from PyPI into a cache folder on first use). Prints the
+wall times and ratios (target: hangar / plain <= 1.15 at N=100), hangar's time with Ray's
+one-off start-up taken out (measured by an empty `ray.init`), since a long sweep pays that
+once, and the machine's CPU time (all processes, dockerd and the kernel included) per
+trial of each, which is what bounds them all on a small machine.
 
 hangar runs three times: cold (`hangar run --address embedded` starts and stops its own
 embedded Ray), then as on a laptop that runs sweep after sweep: the first run starting the
-local head that `hangar run` keeps warm, and the next run attached to it; every ratio
-against the same plain loop.
+local head that `hangar run` keeps warm, and the next run attached to it. The plain loop
+runs first and last, and the ratios are against the mean of its two runs: a machine whose
+speed drifts during the benchmark (a shared one does) moves both ends.
 
-    python benchmarks/overhead.py [--trials 100] [--concurrency 2]
+    python benchmarks/overhead.py [--trials 100] [--concurrency 2] [--no-peer]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -69,6 +76,8 @@ def plain_trial(client: docker.DockerClient, work: Path, i: int) -> None:
         agent = container.exec_run(["bash", "-c", AGENT])
         verify = container.exec_run(["bash", "-c", VERIFY])
         (ws.parent / "out.txt").write_bytes(agent.output + verify.output)
+        if verify.exit_code != 0:
+            raise SystemExit(f"plain trial {i}: the verifier command failed: {verify}")
         with tarfile.open(ws.parent / "bundle.tar.gz", "w:gz") as tar:
             tar.add(ws.parent / "out.txt", arcname="out.txt")
     finally:
@@ -112,6 +121,9 @@ def run_hangar(trials: int, concurrency: int, *, warm: str) -> float:
         )
         if warm and warm not in out.stderr:
             raise SystemExit(f"the run did not say {warm!r}:\n{out.stderr}")
+        verdicts = json.loads(out.stdout)["verdicts"]
+        if verdicts != {"pass": trials}:
+            raise SystemExit(f"hangar's trials did not all pass: {verdicts}")
         return time.monotonic() - started
 
 
@@ -125,39 +137,76 @@ def ray_startup() -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+MSWEA = "mini-swe-agent==2.4.6"
+
+
+def mswea_python() -> Path:
+    """A virtualenv with mini-swe-agent from PyPI, in a cache folder (made once)."""
+    home = Path(os.environ.get("HANGAR_CACHE_DIR", Path.home() / ".cache" / "hangar"))
+    venv = home / "bench" / "mini-swe-agent"
+    python = venv / "bin" / "python"
+    if not (venv / ".installed").exists():
+        print(f"installing {MSWEA} into {venv} (once)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", MSWEA], check=True)
+        (venv / ".installed").touch()
+    return python
+
+
+def run_mswea(python: Path, trials: int, concurrency: int) -> float:
+    runner = Path(__file__).resolve().parent / "mswea_trials.py"
+    argv = [str(python), str(runner), str(BUNDLE), REVISION, IMAGE, AGENT, VERIFY]
+    started = time.monotonic()
+    subprocess.run([*argv, str(trials), str(concurrency)], check=True)
+    return time.monotonic() - started
+
+
+class Meter:
+    """Wall and the machine's CPU of each measured step, in order."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+
+    def __call__(self, name: str, run: Callable[[], float]) -> float:
+        before = cpu_seconds()
+        self.wall[name] = run()
+        self.cpu[name] = cpu_seconds() - before
+        return self.wall[name]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--no-peer", action="store_true", help="skip mini-swe-agent")
     args = parser.parse_args()
-    cpu = cpu_seconds()
-    plain = run_plain(args.trials, args.concurrency)
-    cpu_plain, cpu = cpu_seconds() - cpu, cpu_seconds()
-    hangar = run_hangar(args.trials, args.concurrency, warm="")
-    cpu_hangar, cpu = cpu_seconds() - cpu, cpu_seconds()
+    n, c = args.trials, args.concurrency
+    python = None if args.no_peer else mswea_python()
+    m = Meter()
+    m("plain", lambda: run_plain(n, c))
+    if python is not None:
+        m("mini-swe-agent", lambda: run_mswea(python, n, c))
+    m("cold", lambda: run_hangar(n, c, warm=""))
     with kept_warm():
-        first = run_hangar(args.trials, args.concurrency, warm="started now and kept warm")
-        cpu_first, cpu = cpu_seconds() - cpu, cpu_seconds()
-        warm = run_hangar(args.trials, args.concurrency, warm="kept warm by an earlier")
-        cpu_warm, cpu = cpu_seconds() - cpu, cpu_seconds()
+        m("first", lambda: run_hangar(n, c, warm="started now and kept warm"))
+        m("warm", lambda: run_hangar(n, c, warm="kept warm by an earlier"))
+    m("plain again", lambda: run_plain(n, c))
     startup = ray_startup()
-    cpu_startup = cpu_seconds() - cpu
-    print(f"trials={args.trials} concurrency={args.concurrency}")
-    print(f"plain docker+git loop : {plain:7.1f} s  ({args.trials / plain:.2f} trials/s)")
-    print(f"hangar run, cold      : {hangar:7.1f} s  ({args.trials / hangar:.2f} trials/s)")
-    print(f"  of which Ray start-up: {startup:6.1f} s")
-    print(f"hangar run, first run keeping a head warm: {first:7.1f} s")
-    print(f"hangar run, next run (head kept warm): {warm:7.1f} s  ({args.trials / warm:.2f}/s)")
-    print(f"ratio cold/plain      : {hangar / plain:.2f}  (target <= 1.15)")
-    print(f"ratio cold without start-up: {(hangar - startup) / plain:.2f}")
-    print(f"ratio first (starting the warm head)/plain: {first / plain:.2f}")
-    print(f"ratio warm/plain      : {warm / plain:.2f}")
-    n = args.trials
-    print(
-        f"CPU per trial         : plain {cpu_plain / n:.2f} s, hangar cold {cpu_hangar / n:.2f} s "
-        f"({(cpu_hangar - cpu_startup) / n:.2f} s without Ray's start-up), "
-        f"first keeping warm {cpu_first / n:.2f} s, warm {cpu_warm / n:.2f} s"
-    )
+    plain = (m.wall["plain"] + m.wall["plain again"]) / 2
+    plain_cpu = (m.cpu["plain"] + m.cpu["plain again"]) / 2
+    print(f"trials={n} concurrency={c}")
+    for name, wall in m.wall.items():
+        rate, cpu = n / wall, m.cpu[name] / n
+        print(f"{name:15s}: {wall:7.1f} s ({rate:.2f} trials/s), {cpu:.2f} s CPU per trial")
+    print(f"Ray start-up (an empty ray.init): {startup:.1f} s")
+    print(f"plain, the mean of its two runs: {plain:.1f} s, {plain_cpu / n:.2f} s CPU per trial")
+    for name in ("mini-swe-agent", "cold", "first", "warm"):
+        if name in m.wall:
+            wall, cpu = m.wall[name] / plain, m.cpu[name] / plain_cpu
+            print(f"ratio {name}/plain: {wall:.2f} wall, {cpu:.2f} CPU")
+    print(f"ratio cold without Ray's start-up: {(m.wall['cold'] - startup) / plain:.2f}")
+    print("target: cold <= 1.15")
 
 
 if __name__ == "__main__":
