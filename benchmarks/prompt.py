@@ -86,10 +86,14 @@ def serve(port: int, delay: float) -> None:
 
 
 @contextmanager
-def endpoint(delay: float) -> Iterator[tuple[str, psutil.Process]]:
+def endpoint(
+    delay: float, server: str = __file__, *options: str
+) -> Iterator[tuple[str, psutil.Process]]:
+    """The endpoint `server` serves (``--serve PORT --delay S`` and `options`), in a
+    process of its own: its URL and its process."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(port), "--delay", str(delay)],
+        [sys.executable, server, "--serve", str(port), "--delay", str(delay), *options],
         stdout=subprocess.DEVNULL,
     )
     try:

@@ -535,10 +535,12 @@ class ResultsStore:
 
     def cost_history(self) -> list[dict[str, Any]]:
         """Every counted trial's latest attempt (pass or fail, any sweep): its kind, task
-        version, model, arm, cost (the judge's included) and tokens; what estimates read."""
+        version, model, arm, agent settings' digest, cost (the judge's included) and
+        tokens; what estimates read."""
         query = text(
-            "SELECT kind, scenario_digest, model, arm, cost_usd + judge_cost_usd AS cost_usd, "
-            "tokens_in, tokens_out FROM v_trials WHERE counted = 1"
+            "SELECT kind, scenario_digest, model, arm, agent_digest, "
+            "cost_usd + judge_cost_usd AS cost_usd, tokens_in, tokens_out "
+            "FROM v_trials WHERE counted = 1"
         )
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(query)]

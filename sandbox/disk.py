@@ -15,9 +15,10 @@ sandbox's, so a disk limit would turn into an out-of-memory kill); docker's own
 Mounting needs root and loop devices: where either is missing the folders stay plain
 (the limit is then recorded as not enforced, in the trial's ``disk.json``, and logged).
 
-A worker that dies mid-trial cannot unmount its disk: each disk records when it expires
-(as the sandbox does) and `release_expired` (run by `hangar gc` and the node's reaper)
-unmounts what is left.
+A worker that dies mid-trial (or before its trial's folder was removed in the background)
+cannot unmount its disk: each disk records when it expires (as the sandbox does) and
+`release_expired` (run by `hangar gc` and the node's reaper) unmounts what is left and
+removes its trial's folder.
 """
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ def release(mount_point: Path) -> None:
 
 def release_expired(trials: Path, *, everything: bool = False) -> list[Path]:
     """Unmount the trial disks under `trials` whose expiry passed (all with
-    `everything`); returns the mount points released."""
+    `everything`) and remove their trials' folders (a worker that died left them);
+    returns the mount points released."""
     if not trials.is_dir():
         return []
     mounted: set[Path] = set()
@@ -147,5 +149,6 @@ def release_expired(trials: Path, *, everything: bool = False) -> list[Path]:
             expires = 0.0  # unreadable: not a reason to keep it forever
         if everything or expires <= time.time():
             release(point)
+            shutil.rmtree(point.parent, ignore_errors=True)
             released.append(point)
     return released

@@ -15,7 +15,10 @@ from hangar.agents import PromptAgent
 from hangar.cli import app
 from hangar.kinds.decision import case_trial
 from hangar.kinds.decision.cases import load_decision_suite
+from hangar.kinds.decision.trial import render_prompt
 from hangar.models import ModelSpec
+from hangar.models.tokens import count_tokens
+from hangar.scores.estimate import OWN_INPUT
 from hangar.store import ResultsStore
 from hangar.testing.scripted import Script, ScriptedServer
 from hangar.trials import run_trial
@@ -58,23 +61,32 @@ def test_the_estimate_comes_from_earlier_trials_of_the_same_task_arm_and_model(
     assert out.exit_code == 0, out.output
     guess = json.loads(out.stdout)["estimate"]
     assert (guess["trials"], guess["to_run"]) == (8 * 2 * 2, 32)
-    # each skill-arm trial as its earlier one, each control-arm trial as the same case's
-    # (the other arm: the nearest basis there is); the model never run: named, not guessed
+    # each skill-arm trial as its earlier one; each control-arm trial from the same case's
+    # (the other arm: the nearest basis there is) output tokens and its own prompt's input
+    # tokens (counted offline: what it will send is known); the model never run: named,
+    # not guessed
     assert {b["what"]: b["trials"] for b in guess["basis"]} == {
-        "same task, arm and model": 8,
-        "same task and model": 8,
+        "same task, arm, agent and model": 8,
+        f"same task and model ({OWN_INPUT})": 8,
     }
-    assert guess["cost_usd"] == pytest.approx(2 * spent)
+    system = agent.system_prompt
+    control_in = sum(
+        count_tokens(system) + count_tokens(render_prompt(c, "control")) for c in cases
+    )
+    out_tokens = sum(r.usage.output_tokens for r in earlier)
+    price = data["models"][0]["price"]
+    control = (control_in * price["input"] + out_tokens * price["output"]) / 1e6
+    assert guess["cost_usd"] == pytest.approx(spent + control)
     # every earlier trial cost the same (the scripted model's usage is fixed): no spread
-    assert guess["low_usd"] == pytest.approx(2 * spent) == guess["high_usd"]
-    assert guess["tokens_in"] == 2 * sum(r.usage.input_tokens for r in earlier)
+    assert guess["low_usd"] == pytest.approx(spent + control) == guess["high_usd"]
+    assert guess["tokens_in"] == sum(r.usage.input_tokens for r in earlier) + control_in
     assert len(guess["unknown"]) == 8 and all("never-run" in u for u in guess["unknown"])
     # trials final in the sweep itself cost nothing more
     store.record([r.model_copy(update={"sweep": data["id"]}) for r in earlier])
     again = json.loads(
         runner.invoke(app, ["sweep", "check", str(sweep), "--estimate", "--json"]).stdout
     )["estimate"]
-    assert again["to_run"] == 24 and again["cost_usd"] == pytest.approx(spent)
+    assert again["to_run"] == 24 and again["cost_usd"] == pytest.approx(control)
     text = runner.invoke(app, ["sweep", "check", str(sweep), "--estimate"])
     assert "24 of 32 trials still to run" in text.stdout
     assert "not estimated (no earlier trial; its tokens cannot be told" in text.output
@@ -131,3 +143,39 @@ def test_a_first_run_is_estimated_from_its_prompts_tokens_and_the_price(tmp_path
     sweep.write_text(yaml.safe_dump(data))
     over = runner.invoke(app, ["run", str(sweep)])
     assert "above the budget ($0.0020)" in str(over.exception)
+
+
+def test_another_agent_s_trials_lend_their_output_and_the_prompt_its_input() -> None:
+    """An agent with a longer system prompt: its trials are estimated from the earlier
+    agent's trials of the same task, arm and model, with their own prompts' input tokens
+    (what a longer prompt adds is counted, not lost)."""
+    from hangar.cli.sweep import token_guess
+    from hangar.kinds.decision import case_trial
+    from hangar.scores.estimate import estimate
+
+    cases = load_decision_suite(EXAMPLES / "decision" / "suite.yaml")
+    model = ModelSpec(id="m", api_key_env="K", price={"input": 2.0, "output": 8.0})
+    short = PromptAgent(name="p", system_prompt="Choose.")
+    longer = PromptAgent(name="p", system_prompt="Choose carefully. " * 50)
+    earlier = [case_trial(c, short, "skill", model=model) for c in cases]
+
+    class Store:  # what the estimate reads of a store: the earlier trials' rows
+        def cost_history(self) -> list[dict[str, object]]:
+            return [
+                {"kind": s.task.kind, "scenario_digest": s.task.digest, "model": "m",
+                 "arm": "skill", "agent_digest": s.agent.digest(), "cost_usd": 0.001,
+                 "tokens_in": 300, "tokens_out": 50}
+                for s in earlier
+            ]  # fmt: skip
+
+    again = estimate(earlier, Store(), set(), token_guess)  # type: ignore[arg-type]
+    assert [(b.what, b.trials) for b in again.basis] == [("same task, arm, agent and model", 8)]
+    assert again.cost_usd == pytest.approx(8 * 0.001)
+    changed = [case_trial(c, longer, "skill", model=model) for c in cases]
+    guess = estimate(changed, Store(), set(), token_guess)  # type: ignore[arg-type]
+    what = f"same task, arm and model, another agent ({OWN_INPUT})"
+    assert [(b.what, b.trials) for b in guess.basis] == [(what, 8)]
+    inputs = sum(token_guess(s)[0] for s in changed)  # type: ignore[index]
+    assert guess.tokens_in == inputs and guess.tokens_out == 8 * 50
+    assert guess.cost_usd == pytest.approx((inputs * 2.0 + 8 * 50 * 8.0) / 1e6)
+    assert inputs > 8 * 300  # the longer prompt costs what it adds

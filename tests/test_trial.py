@@ -41,6 +41,15 @@ def set_verifier(folder: Path, mutation: str = "") -> None:
 # -- the gold/noop pair ---------------------------------------------------------------------
 
 
+def test_a_worker_s_trial_returns_before_its_removal_ends(run: Runner) -> None:
+    """A Ray worker does not wait for the container's removal and the disk's release: the
+    result is whole, and the container, the disk and the folder go after it (checked by
+    the runner)."""
+    gold = run(GOLD, wait=False)
+    assert gold.verdict is Verdict.PASS, gold.reason
+    assert "median" in bundle(gold, "diff.patch")
+
+
 def test_gold_passes_and_noop_fails(run: Runner) -> None:
     gold = run(GOLD)
     assert gold.verdict is Verdict.PASS, gold.reason

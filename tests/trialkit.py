@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import tarfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ def run(
         arm: str = "control",
         backend: str | BackendConfig = "docker",
         edit: Callable[[Path], None] | None = None,
+        wait: bool = True,
     ) -> TrialResult:
         if edit is not None:
             edit(scenario_dir)
@@ -67,12 +69,18 @@ def run(
             backend=backend,
             evidence_url=(tmp_path / "evidence").as_uri(),
         ).model_copy(update={"work_root": tmp_path / "trials", "cache_root": cache_root})
-        result = run_trial(spec)
-        left = docker_client.containers.list(
-            all=True, filters={"label": f"hangar.trial={spec.trial_key}"}
-        )
+        result = run_trial(spec, wait_teardown=wait)
+        deadline = time.monotonic() + (0 if wait else 60)  # without: in the background
+        while True:
+            left = docker_client.containers.list(
+                all=True, filters={"label": f"hangar.trial={spec.trial_key}"}
+            )
+            folders = list((tmp_path / "trials").iterdir())
+            if not (left or folders) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert not left, "a container was left behind"
-        assert not any((tmp_path / "trials").iterdir()), "a trial folder was left behind"
+        assert not folders, "a trial folder was left behind"
         return result
 
     return go

@@ -94,6 +94,11 @@ class TrialRun:
     def tear_down(self, *, wait: bool) -> None:
         """Release what the run holds (sandboxes, relays, disks); never raises."""
 
+    def remove(self, *, wait: bool) -> None:
+        """Remove the trial's folder, its evidence bundled: at once, or (without `wait`)
+        where the runner's own teardown finishes in the background, after it."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
     def ended(self, verdict: Verdict, reason: str) -> None:
         """Called once the verdict is known, before teardown (e.g. to close a trace)."""
 
@@ -144,7 +149,7 @@ def run_trial(
         )
         result = _bundled(trial, result)
         with trial.phase("teardown"):
-            shutil.rmtree(trial.folder, ignore_errors=True)
+            trial.remove(wait=wait_teardown)
     return result.model_copy(update={"timings": dict(trial.timings)})
 
 

@@ -236,9 +236,11 @@ class SandboxedTrial(TrialRun):
             self.trace.close(completed=False, reason=reason)
 
     def tear_down(self, *, wait: bool) -> None:
-        """Stop and remove every sandbox and the trial's disk; with `wait`, return only
-        once all are gone. Without it the removals finish on the pool's threads after the
-        trial has returned (a Ray worker lives on; the reaper covers one that does not)."""
+        """Stop every sandbox (every process in it is dead when this returns) and remove
+        it; with `wait`, return only once all are gone and the trial's disk is released.
+        Without it the removals finish on the pool's threads after the trial has returned
+        (a Ray worker lives on; the reaper covers one that does not), and the disk goes
+        with the folder (`remove`)."""
         with suppress(Exception):
             self.close_relay()  # when the trial ended before its agent did
         starting = [f for f in self.pending if f not in self.closing]
@@ -251,11 +253,29 @@ class SandboxedTrial(TrialRun):
             self.closing.append(self.background(sandbox.close))
         self.sandboxes.clear()
         if wait:
-            for future in self.closing:
-                with suppress(Exception):
-                    future.result()
-        self.pool.shutdown(wait=wait)
+            self._released()
+
+    def _released(self) -> None:
+        """Wait for the sandboxes' removals, then release the disk."""
+        for future in self.closing:
+            with suppress(Exception):
+                future.result()
         self.disk.close()
+
+    def remove(self, *, wait: bool) -> None:
+        """The folder removed after the sandboxes and the disk: in the background without
+        `wait` (unmounting and deleting a disk is a few hundredths of a second the next
+        trial need not wait for)."""
+
+        def release() -> None:
+            self._released()
+            super(SandboxedTrial, self).remove(wait=True)
+
+        if wait:
+            release()
+        else:
+            self.pool.submit(release)
+        self.pool.shutdown(wait=wait)
 
 
 def free_port() -> int:

@@ -96,6 +96,7 @@ def test_expired_disks_are_released(tmp_path: Path) -> None:
         (old.root / EXPIRES_FILE).write_text("0\n")  # its worker died long ago
         assert release_expired(trials) == [old.root]
         assert not _mounted(old.root) and _mounted(fresh.root)
+        assert not (trials / "old").exists() and (trials / "fresh").is_dir()  # its folder too
         assert release_expired(trials, everything=True) == [fresh.root]
     finally:
         old.close()
