@@ -15,6 +15,11 @@ sandbox's, so a disk limit would turn into an out-of-memory kill); docker's own
 Mounting needs root and loop devices: where either is missing the folders stay plain
 (the limit is then recorded as not enforced, in the trial's ``disk.json``, and logged).
 
+Formatting is on a trial's way to its sandbox (the sandbox mounts folders of the disk), so
+each node keeps a spare disk of each size formatted ahead (`Spares`): a trial takes one
+(a rename) and the next is formatted in the background while the trial goes on. A spare
+was never mounted: nothing of another trial is on it.
+
 A worker that dies mid-trial (or before its trial's folder was removed in the background)
 cannot unmount its disk: each disk records when it expires (as the sandbox does) and
 `release_expired` (run by `hangar gc` and the node's reaper) unmounts what is left and
@@ -27,7 +32,10 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -57,13 +65,102 @@ class DiskState(BaseModel):
     """Why it is not enforced."""
 
 
+class Spares:
+    """Disks formatted ahead on this node, one folder per geometry (size and reserve), at
+    most `KEEP` each; made by one background thread per process."""
+
+    KEEP = 2
+    #: Bumped when the format's options change: older spares are not taken.
+    FORMAT = "v1"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _folder(self, size: int, reserved: str) -> Path:
+        return self.root / f"{self.FORMAT}-{size}-{reserved}"
+
+    def take(self, size: int, reserved: str, image: Path) -> bool:
+        """Move a spare of this geometry to `image`; False when there is none."""
+        folder = self._folder(size, reserved)
+        for spare in sorted(folder.glob("*.img")) if folder.is_dir() else []:
+            try:
+                spare.rename(image)  # atomic: another trial that took it first wins
+                return True
+            except FileNotFoundError:
+                continue
+            except OSError:  # another file system: make it in place
+                return False
+        return False
+
+    def replenish(self, size: int, reserved: str) -> None:
+        """Format a spare of this geometry in the background (unless enough are there)."""
+        _background.put(lambda: self._make(size, reserved))
+
+    def _make(self, size: int, reserved: str) -> None:
+        folder = self._folder(size, reserved)
+        folder.mkdir(parents=True, exist_ok=True)
+        if len(list(folder.glob("*.img"))) >= self.KEEP:
+            return
+        part = folder / f"{uuid.uuid4().hex}.part"
+        if _format(part, size, reserved):
+            part.unlink(missing_ok=True)
+            return
+        part.rename(part.with_suffix(".img"))
+
+
+class _Background:
+    """One daemon thread that runs what it is given, in order."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._work: list[Callable[[], None]] = []
+        self._thread: threading.Thread | None = None
+
+    def put(self, work: Callable[[], None]) -> None:
+        with self._lock:
+            self._work.append(work)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._work:
+                    self._thread = None
+                    return
+                work = self._work.pop(0)
+            try:
+                work()
+            except Exception as exc:  # a spare not made is made in place later
+                log.debug("making a spare disk failed: %s", exc)
+
+
+_background = _Background()
+
+
+def _format(image: Path, size: int, reserved: str) -> str:
+    """A new sparse file of `size` bytes at `image`, formatted ext4 with `reserved`
+    percent for root; what failed ('' when done)."""
+    with image.open("wb") as sparse:
+        sparse.truncate(size)
+    # No journal: the disk never outlives its trial.
+    argv = ["mkfs.ext4", "-q", "-F", "-m", reserved, "-O", "^has_journal", *_LAZY, str(image)]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        image.unlink(missing_ok=True)
+        return f"mkfs.ext4 failed: {proc.stderr.strip() or proc.returncode}"
+    return ""
+
+
 class TrialDisk:
     """The file system a trial's workspace and scratch folders live on (see module)."""
 
-    def __init__(self, folder: Path, limit: int | None) -> None:
+    def __init__(self, folder: Path, limit: int | None, spares: Path | None = None) -> None:
         self.image = folder / "disk.img"
         self.root = folder / "disk"
         self.state = DiskState(limit=limit or DEFAULT_DISK, enforced=False)
+        self.spares = Spares(spares) if spares is not None else None
 
     def open(self, *, ttl_s: float) -> DiskState:
         """Make `root` (mounted when possible); it may be released after `ttl_s`."""
@@ -89,19 +186,19 @@ class TrialDisk:
         # on top (ext4 reserves at most half a file system).
         reserve = min(RESERVE, self.state.limit // 2)
         size = int(self.state.limit * 1.02) + reserve
-        with self.image.open("wb") as sparse:
-            sparse.truncate(size)
-        reserved, image = f"{100 * reserve / size:.4f}", str(self.image)
-        steps = [
-            # No journal: the disk never outlives its trial.
-            [*("mkfs.ext4", "-q", "-F", "-m", reserved, "-O", "^has_journal"), *_LAZY, image],
-            ["mount", "-o", "loop,nosuid,nodev", image, str(self.root)],
-        ]
-        for argv in steps:
-            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                self.image.unlink(missing_ok=True)
-                return f"{argv[0]} failed: {proc.stderr.strip() or proc.returncode}"
+        reserved = f"{100 * reserve / size:.4f}"
+        spares = self.spares
+        if spares is None or not spares.take(size, reserved, self.image):
+            why = _format(self.image, size, reserved)
+            if why:
+                return why
+        if spares is not None:
+            spares.replenish(size, reserved)
+        argv = ["mount", "-o", "loop,nosuid,nodev", str(self.image), str(self.root)]
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            self.image.unlink(missing_ok=True)
+            return f"mount failed: {proc.stderr.strip() or proc.returncode}"
         return ""
 
     def full(self) -> bool:

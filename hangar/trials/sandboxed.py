@@ -49,8 +49,9 @@ class SandboxedTrial(TrialRun):
     def __init__(self, spec: TrialSpec, limits: ScenarioLimits, image: str, text: str) -> None:
         super().__init__(spec)
         self.limits, self.image_ref, self.task_text = limits, image, text
+        self.cache = spec.cache_root or cache_dir()
         # Everything the agent can write lives on the trial's size-capped disk.
-        self.disk = TrialDisk(self.folder, limits.disk)
+        self.disk = TrialDisk(self.folder, limits.disk, spares=self.cache / "disks")
         self.workspace = self.disk.root / "workspace"
         self.scratch = self.disk.root / "scratch"
         self.sandboxes: list[Sandbox] = []
@@ -64,7 +65,6 @@ class SandboxedTrial(TrialRun):
         self.pending: list[Future[Any]] = []
         self.closing: list[Future[Any]] = []
         self.deadline = time.monotonic() + limits.time_s
-        self.cache = spec.cache_root or cache_dir()
         #: More environment for a command agent (an egress proxy's, say).
         self.agent_env: dict[str, str] = {}
         #: The agent's MCP servers on this node (`install_mcp`), and a chat agent's tools.

@@ -112,3 +112,42 @@ def test_without_root_the_limit_is_recorded_as_not_enforced(
     assert not state.enforced and "needs root" in state.why
     assert d.root.is_dir() and not d.full()
     d.close()
+
+
+def test_a_spare_disk_is_formatted_ahead_and_taken_by_the_next_trial(tmp_path: Path) -> None:
+    """A trial's disk is made in place when no spare of its size is there, and one is
+    formatted in the background; the next trial takes it (a rename, no mkfs on its way),
+    gets a disk of its own that nobody mounted before, and another spare follows."""
+    import time
+
+    spares = tmp_path / "spares"
+
+    def wait_spares(n: int) -> list[Path]:
+        deadline = time.monotonic() + 30
+        while len(found := sorted(spares.glob("*/*.img"))) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return found
+
+    first = TrialDisk(tmp_path / "a", 32 * 1024**2, spares=spares)
+    (tmp_path / "a").mkdir()
+    if not first.open(ttl_s=60).enforced:
+        skip_or_fail("disk", f"trial disks cannot be mounted here: {first.state.why}")
+    try:
+        [spare] = wait_spares(1)
+        inode = spare.stat().st_ino
+        second = TrialDisk(tmp_path / "b", 32 * 1024**2, spares=spares)
+        (tmp_path / "b").mkdir()
+        assert second.open(ttl_s=60).enforced
+        assert not spare.exists() and second.image.stat().st_ino == inode  # taken
+        assert _mounted(second.root) and sorted(p.name for p in second.root.iterdir()) == [
+            EXPIRES_FILE
+        ]
+        assert len(wait_spares(1)) >= 1  # the next one
+        other = TrialDisk(tmp_path / "c", 64 * 1024**2, spares=spares)
+        (tmp_path / "c").mkdir()
+        assert other.open(ttl_s=60).enforced  # another size: made in place
+        other.close()
+        assert len({p.parent for p in wait_spares(2)}) == 2  # a folder per size
+        second.close()
+    finally:
+        first.close()
