@@ -39,6 +39,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "test_memory_hog_killed": ("skip", _UNSAFE_ON_HOST),
         "test_killed_from_outside_raises_unavailable": ("skip", "there is no container to kill"),
         "test_held_exec_ends_the_user_after_its_second_part": ("skip", _UNSAFE_ON_HOST),
+        "test_ending_finds_what_hides_from_a_glance": ("skip", _UNSAFE_ON_HOST),
         "test_held_exec_is_one_exec_on_docker": ("skip", "there is no container"),
     },
     "kubernetes": {

@@ -440,6 +440,16 @@ def test_ending_user_processes_leaves_nothing_of_the_user(sandbox: Sandbox) -> N
     assert sandbox.exec(["echo", "alive"]).stdout == "alive\n"  # the sandbox itself lives on
 
 
+def test_ending_finds_what_hides_from_a_glance(sandbox: Sandbox) -> None:
+    """The wipes run only where something is left: a dot file alone in /dev/shm, a
+    semaphore alone in System V IPC are found and wiped."""
+    assert sandbox.exec("echo x > /dev/shm/.hidden && ipcmk -S 1 >/dev/null").ok
+    assert "0x" in sandbox.exec(["ipcs", "-s"]).stdout
+    assert sandbox.exec(["/bin/sh", "-c", END_USER_PROCESSES]).ok
+    assert sandbox.exec(["ls", "-A", "/dev/shm"]).stdout == ""
+    assert "0x" not in sandbox.exec(["ipcs", "-s"]).stdout
+
+
 def test_held_exec_runs_the_second_part_after_the_host(sandbox: Sandbox) -> None:
     """A held exec: the first part's result comes back while the exec waits; the host's
     work happens; the second part runs with its own environment, timeout and result."""
