@@ -101,9 +101,14 @@ def test_codex_calls_a_pinned_mcp_server_in_its_sandbox(
         name="search", namespace="mcp__handbook", arguments={"query": "PostgreSQL MongoDB"}
     )
     # a look around first, as models do (Codex starts its MCP servers beside the turn: a
-    # call in the very first reply can come before they are up)
+    # call in the very first reply can come before they are up); the look waits for the
+    # server's process and a moment more, which a loaded machine needs
+    look = (
+        "for i in $(seq 100); do grep -qs /mcp/[h]andbook /proc/[0-9]*/cmdline && break; "
+        "sleep 0.1; done; sleep 1; ls"
+    )
     replies = [
-        Reply(tool_calls=[ToolCall(name="exec_command", arguments={"cmd": "ls"})]),
+        Reply(tool_calls=[ToolCall(name="exec_command", arguments={"cmd": look})]),
         Reply(tool_calls=[call]),
         Reply(content="Found ADR 0001."),
     ]
