@@ -25,15 +25,14 @@ whether the actual falls inside the interval.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -41,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from prompt import MODEL, endpoint, write_suite  # noqa: E402
+from prompt import serve as prompt_serve  # noqa: E402
 
 HANGAR = str(Path(sys.executable).parent / "hangar")
 #: A provider's tokens per message and for priming the reply, beyond the text's own.
@@ -53,14 +53,11 @@ WORDS = [
 
 def serve(port: int, seed: int, delay: float) -> None:
     """The endpoint (see the module docstring): usage counted as a provider would."""
-    from aiohttp import web
-
     from hangar.models.tokens import count_tokens
 
     rng = random.Random(seed)
 
-    async def chat(request: web.Request) -> web.Response:
-        body = await request.json()
+    def reply(body: dict[str, Any]) -> tuple[str, dict[str, int]]:
         messages = body.get("messages", [])
         prompt = sum(count_tokens(str(m.get("content", ""))) + PER_MESSAGE for m in messages)
         text = "\n".join(str(m.get("content", "")) for m in messages)
@@ -70,31 +67,9 @@ def serve(port: int, seed: int, delay: float) -> None:
         answer = json.dumps({"selected": ["B"], "explanation": explanation})
         usage = {"prompt_tokens": prompt + PRIMING, "completion_tokens": count_tokens(answer)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        await asyncio.sleep(delay)
-        return web.json_response(
-            {
-                "id": "chatcmpl-estimate",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body.get("model", MODEL),
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": answer},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": usage,
-            }
-        )
+        return answer, usage
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/v1/models", models)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    prompt_serve(port, delay, reply)
 
 
 def write_sweep(folder: Path, sweep_id: str, base_url: str, system: str = "") -> Path:

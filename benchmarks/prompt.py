@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import yaml
@@ -50,14 +51,23 @@ MODEL = "bench-model"
 # -- the endpoint ------------------------------------------------------------------------
 
 
-def serve(port: int, delay: float) -> None:
-    """An OpenAI-compatible endpoint: every chat completion (or response) after `delay`."""
-    from aiohttp import web
+Reply = Callable[[dict[str, Any]], tuple[str, dict[str, int]]]
+"""What the endpoint answers a request's body: the answer's text and its usage."""
 
-    usage = {"prompt_tokens": 180, "completion_tokens": 20, "total_tokens": 200}
+
+def fixed_reply(body: dict[str, Any]) -> tuple[str, dict[str, int]]:
+    """`ANSWER`, with the same usage every time."""
+    return ANSWER, {"prompt_tokens": 180, "completion_tokens": 20, "total_tokens": 200}
+
+
+def serve(port: int, delay: float, reply: Reply = fixed_reply) -> None:
+    """An OpenAI-compatible endpoint: every chat completion after `delay`, answered by
+    `reply`."""
+    from aiohttp import web
 
     async def chat(request: web.Request) -> web.Response:
         body = await request.json()
+        content, usage = reply(body)
         await asyncio.sleep(delay)
         return web.json_response(
             {
@@ -68,7 +78,7 @@ def serve(port: int, delay: float) -> None:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": ANSWER},
+                        "message": {"role": "assistant", "content": content},
                         "finish_reason": "stop",
                     }
                 ],

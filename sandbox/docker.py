@@ -59,7 +59,7 @@ from hangar.sandbox.ending import (
     HELD_SHELL,
     HeldExec,
     ended_result,
-    exec_then_end_user,
+    exec_second_part,
     second_part,
 )
 from hangar.sandbox.lease import MOUNT as LEASE_MOUNT
@@ -697,9 +697,8 @@ class _DockerHeld(HeldExec):
         end_user: bool = False,
     ) -> ExecResult:
         if self._done:  # no pause happened (or resumed before): an exec of its own
-            if end_user:
-                return exec_then_end_user(self._sandbox, argv, timeout=timeout, env=env)
-            return self._sandbox.exec(argv, timeout=timeout, env=env)
+            sandbox = self._sandbox
+            return exec_second_part(sandbox, argv, timeout=timeout, env=env, end_user=end_user)
         self._done = True
         kill_after = self._sandbox.spec.kill_after_s
         script = second_part(

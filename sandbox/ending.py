@@ -153,12 +153,24 @@ class SeparateExecs(HeldExec):
         env: dict[str, str] | None = None,
         end_user: bool = False,
     ) -> ExecResult:
-        if end_user:
-            return exec_then_end_user(self.sandbox, argv, timeout=timeout, env=env)
-        return self.sandbox.exec(argv, timeout=timeout, env=env)
+        return exec_second_part(self.sandbox, argv, timeout=timeout, env=env, end_user=end_user)
 
     def release(self) -> None:
         pass
+
+
+def exec_second_part(
+    sandbox: Sandbox,
+    argv: list[str],
+    *,
+    timeout: float,
+    env: dict[str, str] | None,
+    end_user: bool,
+) -> ExecResult:
+    """A held exec's second part as an exec of its own (`HeldExec.resume`)."""
+    if end_user:
+        return exec_then_end_user(sandbox, argv, timeout=timeout, env=env)
+    return sandbox.exec(argv, timeout=timeout, env=env)
 
 
 #: The shell of a held exec (docker): the first script ($1) is eval'd in this shell, so
