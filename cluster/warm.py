@@ -245,7 +245,8 @@ def keep(port: int, slots: int, idle_s: float, poll_s: float = 2.0) -> int:
                 last.touch()
             elif time.time() - last.stat().st_mtime > idle_s:
                 break
-            time.sleep(poll_s)
+            # Until the head answers, look often: a run is waiting for it.
+            time.sleep(poll_s if written else 0.05)
     finally:
         with contextlib.suppress(OSError, ValueError):
             if json.loads(_marker().read_text()).get("keeper") == os.getpid():
