@@ -55,7 +55,9 @@ while [ $i -lt 200 ]; do
 done
 [ -z "$left" ] || { echo "processes outlived the kill:$left" >&2; exit 93; }
 hangar_any() { for f in "$@"; do { [ -e "$f" ] || [ -L "$f" ]; } && return 0; done; return 1; }
+shm=""
 if hangar_any /dev/shm/* /dev/shm/.[!.]* /dev/shm/..?*; then
+  shm=1
   chmod -R u+rwx /dev/shm/ 2>/dev/null
   find /dev/shm -mindepth 1 -delete 2>/dev/null
 fi
@@ -70,7 +72,7 @@ done
 if hangar_any /dev/mqueue/* /dev/mqueue/.[!.]* /dev/mqueue/..?*; then
   find /dev/mqueue -mindepth 1 -maxdepth 1 -user "$(id -u)" -delete 2>/dev/null
 fi
-if hangar_any /dev/shm/* /dev/shm/.[!.]* /dev/shm/..?*; then
+if [ -n "$shm" ]; then  # nothing was there, and none of the user's processes is left
   left=$(find /dev/shm -mindepth 1 -user "$(id -u)" 2>/dev/null | head -n 3)
   [ -z "$left" ] || { echo "files outlived the wipe of /dev/shm: $left" >&2; exit 94; }
 fi
