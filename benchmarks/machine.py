@@ -1,5 +1,6 @@
-"""What the benchmarks share: the machine's CPU time, a free loopback port, and a local
-head kept warm the way `hangar run` keeps one (in a private cache folder)."""
+"""What the benchmarks share: the machine's CPU time, a free loopback port, a cache folder
+for the peers they install, and a local head kept warm the way `hangar run` keeps one (in a
+private cache folder)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from hangar.paths import cache_dir
 
 
 def cpu_seconds() -> float:
@@ -22,6 +25,11 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def bench_cache(name: str) -> Path:
+    """Where a peer harness the benchmarks install (`name`) is kept: in hangar's cache."""
+    return cache_dir() / "bench" / name
 
 
 @contextmanager

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from minisweagent.environments.docker import DockerEnvironment
+from trial_steps import clone_workspace
 
 
 def trial(
@@ -27,10 +28,7 @@ def trial(
 ) -> None:
     ws = work / f"t{i}" / "workspace"
     ws.parent.mkdir(parents=True)
-    subprocess.run(["git", "clone", "-q", "--no-checkout", bundle, str(ws)], check=True)
-    subprocess.run(["git", "-C", str(ws), "checkout", "-q", revision], check=True)
-    subprocess.run(["git", "-C", str(ws), "remote", "remove", "origin"], check=True)
-    subprocess.run(["chown", "-R", "1000:1000", str(ws)], check=True)
+    clone_workspace(bundle, revision, ws)
     isolation = ["--rm", "--init", "--network", "none", "--user", "agent", "--cap-drop", "ALL",
                  "--security-opt", "no-new-privileges", "--memory", "2g", "--pids-limit", "512",
                  "-v", f"{ws}:/workspace"]  # fmt: skip

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -39,7 +38,8 @@ import docker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine import cpu_seconds, kept_warm
+from machine import bench_cache, cpu_seconds, kept_warm
+from trial_steps import clone_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "examples" / "repos" / "statkit.bundle"
@@ -54,10 +54,7 @@ def plain_trial(client: docker.DockerClient, work: Path, i: int) -> None:
     """One trial done by hand: clone, container, agent, verifier, bundle, teardown."""
     ws = work / f"t{i}" / "workspace"
     ws.parent.mkdir(parents=True)
-    subprocess.run(["git", "clone", "-q", "--no-checkout", str(BUNDLE), str(ws)], check=True)
-    subprocess.run(["git", "-C", str(ws), "checkout", "-q", REVISION], check=True)
-    subprocess.run(["git", "-C", str(ws), "remote", "remove", "origin"], check=True)
-    subprocess.run(["chown", "-R", "1000:1000", str(ws)], check=True)
+    clone_workspace(str(BUNDLE), REVISION, ws)
     container = client.containers.run(
         IMAGE,
         ["sleep", "infinity"],
@@ -142,8 +139,7 @@ MSWEA = "mini-swe-agent==2.4.6"
 
 def mswea_python() -> Path:
     """A virtualenv with mini-swe-agent from PyPI, in a cache folder (made once)."""
-    home = Path(os.environ.get("HANGAR_CACHE_DIR", Path.home() / ".cache" / "hangar"))
-    venv = home / "bench" / "mini-swe-agent"
+    venv = bench_cache("mini-swe-agent")
     python = venv / "bin" / "python"
     if not (venv / ".installed").exists():
         print(f"installing {MSWEA} into {venv} (once)", file=sys.stderr)

@@ -39,7 +39,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from machine import cpu_seconds, free_port, kept_warm  # noqa: E402
+from machine import bench_cache, cpu_seconds, free_port, kept_warm  # noqa: E402
 
 HANGAR = str(Path(sys.executable).parent / "hangar")
 PROMPTFOO = "promptfoo@0.123.1"
@@ -224,8 +224,7 @@ def write_promptfoo(folder: Path, prompts: list[dict[str, str]], base_url: str) 
 
 def promptfoo_home() -> Path:
     """promptfoo and Node 22 from the npm registry, in a cache folder (installed once)."""
-    home = Path(os.environ.get("HANGAR_CACHE_DIR", Path.home() / ".cache" / "hangar"))
-    folder = home / "bench" / "promptfoo"
+    folder = bench_cache("promptfoo")
     main = folder / "node_modules" / "promptfoo" / "dist" / "src" / "main.js"
     node = node_bin(folder)
     if not (main.exists() and node.exists()):
