@@ -38,7 +38,8 @@ services:
 	scripts/ensure-services
 
 base-image: bytecode docker
-	scripts/ensure-apt "building the base image" debootstrap=debootstrap
+	scripts/ensure-apt "building the base image and the sandbox helper" debootstrap=debootstrap \
+	  cc=gcc '/usr/lib/*/libc.a=libc6-dev' tune2fs=e2fsprogs
 	$(HANGAR) image build-base --tag $(BASE_IMAGE)
 
 demo: base-image

@@ -4,7 +4,8 @@ Every docker sandbox carries ``hangar.expires`` and a lease (`hangar.sandbox.lea
 trial removes its own containers in every outcome, but a worker or node that dies
 mid-trial cannot: its sandboxes' keepers exit once their lease goes stale, and
 `collect_garbage` removes managed containers whose lease on this machine is stale or
-whose expiry has passed (or all of a sweep's, on demand). A `Reaper` actor on every node
+whose expiry has passed (or all of a sweep's, on demand), and the snapshots of sandboxes
+(a shared verifier's image) whose expiry has passed. A `Reaper` actor on every node
 does it every `REAP_EVERY_S` seconds, releasing the node's expired trial disks
 (`hangar.sandbox.disk`) as well.
 """
@@ -30,7 +31,7 @@ from hangar.sandbox.base import (
     LABEL_TRIAL,
 )
 from hangar.sandbox.disk import release_expired
-from hangar.sandbox.docker import docker_client
+from hangar.sandbox.docker import SNAPSHOTS, docker_client
 from hangar.sandbox.lease import is_stale
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,32 @@ def collect_garbage(
             except docker.errors.NotFound:
                 continue
         removed.append(item)
+    return removed + _collect_snapshots(filters, now, everything=everything, dry_run=dry_run)
+
+
+def _collect_snapshots(
+    filters: list[str], now: datetime, *, everything: bool, dry_run: bool
+) -> list[RemovedSandbox]:
+    """Snapshots of sandboxes (a shared verifier's image) whose expiry passed: a trial
+    removes its own, a worker that died cannot. One a container still uses stays."""
+    removed = []
+    for image in docker_client().images.list(name=SNAPSHOTS, filters={"label": filters}):
+        labels = image.labels or {}
+        if not (everything or _expired(labels.get(LABEL_EXPIRES, ""), now)):
+            continue
+        if not dry_run:
+            try:
+                docker_client().images.remove(str(image.id), noprune=False)
+            except docker.errors.APIError:
+                continue  # in use, or gone already
+        removed.append(
+            RemovedSandbox(
+                id=str(image.short_id),
+                sweep=labels.get(LABEL_SWEEP, ""),
+                trial=labels.get(LABEL_TRIAL, ""),
+                expires=labels.get(LABEL_EXPIRES, ""),
+            )
+        )
     return removed
 
 

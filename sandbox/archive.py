@@ -12,6 +12,7 @@ the same on every interpreter hangar supports, whatever its patch level.
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -89,17 +90,35 @@ def extract_untrusted(
         raise SandboxError(f"could not read an untrusted archive: {exc}") from exc
 
 
-def copy_untrusted_tree(source: Path, target: Path, *, limit: int) -> None:
+def copy_untrusted_tree(
+    source: Path, target: Path, *, limit: int, skipped: list[str] | None = None
+) -> None:
     """Copy the contents of host folder `source`, written by untrusted code, into `target`.
 
     For a folder a sandbox wrote through a mount, once nothing in the sandbox runs any
     more: `source` itself must be a real folder (not a link), links are copied as links
     and never followed, and the copy passes the same filter as `extract_untrusted`.
+    With `skipped`, what cannot be copied (an entry the filter refuses, such as an
+    absolute link; one that cannot be read) is left out and named there instead of
+    failing the copy.
     """
     if source.is_symlink() or not source.is_dir():
         raise SandboxError(f"{source.name} is not a folder (a link or a file was put there)")
+
+    def left_out(path: str, exc: OSError) -> None:
+        if skipped is None:
+            raise SandboxError(f"cannot read {path}: {exc}") from exc
+        skipped.append(f"{Path(path).relative_to(source.parent)}: {exc.strerror or exc}")
+
     with tempfile.TemporaryFile() as spool:
         with tarfile.open(fileobj=spool, mode="w") as tar:
-            tar.add(source, arcname=source.name, recursive=True)
+            tar.add(source, arcname=source.name, recursive=False)
+            for folder, dirs, files in os.walk(source, onerror=lambda e: left_out(e.filename, e)):
+                for name in sorted(dirs) + sorted(files):
+                    path = Path(folder) / name
+                    try:
+                        tar.add(path, arcname=str(path.relative_to(source.parent)), recursive=False)
+                    except OSError as exc:
+                        left_out(str(path), exc)
         spool.seek(0)
-        extract_untrusted(spool, target, strip=1, limit=limit)
+        extract_untrusted(spool, target, strip=1, limit=limit, skipped=skipped)

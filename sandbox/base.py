@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hangar.errors import SandboxError
 from hangar.files import parse_size
+from hangar.sandbox.helper import helper_argv
 
 if TYPE_CHECKING:
     from hangar.sandbox.ending import HeldExec
@@ -145,6 +146,17 @@ class SandboxSpec(BaseModel):
             LABEL_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
             LABEL_NODE: self.node,
         }
+
+
+class Change(BaseModel):
+    """One path a sandbox's processes changed in the image's file system."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["A", "C", "D"]
+    """Added, changed (a file's content or a folder's entries), deleted."""
+    path: str
+    """The absolute path."""
 
 
 class ExecResult(BaseModel):
@@ -281,15 +293,18 @@ def command_argv(cmd: str | Sequence[str]) -> list[str]:
     return argv
 
 
-def timeout_argv(argv: list[str], timeout: float | None, kill_after: float) -> list[str]:
-    """Wrap `argv` in coreutils ``timeout -k`` so a timeout kills the process *inside*.
+def timeout_argv(
+    argv: list[str], timeout: float | None, kill_after: float, program: Sequence[str] = ("timeout",)
+) -> list[str]:
+    """Wrap `argv` in ``timeout -k`` (coreutils', or `program`: hangar's own helper where the
+    backend mounts it, `Sandbox.timeout_program`) so a timeout kills the process *inside*.
 
     ``timeout`` puts the command in its own process group and signals the whole group,
     so children die with it; the host-side wait only needs a safety margin on top.
     """
     if timeout is None:
         return argv
-    return ["timeout", "-k", f"{kill_after:g}s", f"{max(timeout, 0.001):g}s", *argv]
+    return [*program, "-k", f"{kill_after:g}s", f"{max(timeout, 0.001):g}s", *argv]
 
 
 def describe(argv: Sequence[str]) -> str:
@@ -350,6 +365,14 @@ class Sandbox(ABC):
     #: `END_USER_PROCESSES` and a wipe of the scratch mounts on the host, nothing the
     #: agent did survives outside the workspace.
     scratch_mounts: ClassVar[bool] = False
+    #: Whether hangar's static helper (`hangar.sandbox.helper`) is at its path in every
+    #: sandbox: then the keeper, the forwarders and ``timeout`` are its, never the image's.
+    helper: ClassVar[bool] = False
+
+    @property
+    def timeout_program(self) -> tuple[str, ...]:
+        """The ``timeout`` that wraps a command with a time limit (`timeout_argv`)."""
+        return tuple(helper_argv("timeout")) if self.helper else ("timeout",)
 
     #: The backend's settings (`hangar.sandbox.config`), set by each backend.
     config: BaseModel
@@ -506,14 +529,21 @@ class Sandbox(ABC):
         """
         self.close()
 
-    #: Whether `restart` is supported.
-    restartable: ClassVar[bool] = False
+    def changes(self) -> list[Change]:
+        """What the sandbox's processes changed in the image's file system (added,
+        changed and deleted paths; mounts not included), for a stopped sandbox."""
+        raise SandboxError(f"the {self.backend} backend cannot list a sandbox's changes")
 
-    def restart(self) -> None:
-        """End every process in the sandbox and start it again, its file system as the
-        processes left it (the verifier of an image task runs in what the agent left,
-        with nothing of the agent still running)."""
-        raise SandboxError(f"the {self.backend} backend cannot restart a sandbox")
+    def snapshot(self) -> str:
+        """A new image of the stopped sandbox's file system as its processes left it
+        (mounts not included): the shared verifier of an image task starts from it. The
+        caller removes it (`remove_image`)."""
+        raise SandboxError(f"the {self.backend} backend cannot snapshot a sandbox")
+
+    @classmethod
+    def remove_image(cls, image: str) -> None:
+        """Remove an image `snapshot` made (a missing one is not an error)."""
+        return  # a backend without snapshots has nothing to remove
 
     @abstractmethod
     def close(self) -> None:

@@ -40,6 +40,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from hangar.sandbox.helper import HELPER_UID
+
 log = logging.getLogger(__name__)
 
 #: The disk limit of a scenario that sets none.
@@ -47,10 +49,16 @@ DEFAULT_DISK = 4 * 1024**3
 #: Inside the mounted disk: when it may be released (epoch seconds, as text).
 EXPIRES_FILE = ".hangar-expires"
 _warned = False
-#: Room only root (hangar, on the host) may use, so its own writes after the agent (HOME
-#: refilled, hidden files staged) still fit when the agent filled its share (at most
-#: half the limit).
+#: Room the agent cannot use (at most half the limit): ext4 gives its reserve to one
+#: user (root by default) and to whoever has CAP_SYS_RESOURCE, which no sandbox has. Where
+#: the agent is not root (a scenario's sandbox user), root is the reserve's, so hangar's
+#: own writes after the agent (HOME refilled, hidden files staged) still fit when the agent
+#: filled its share; where the agent may be root (an image task's), the reserve is
+#: `RESERVE_UID`'s, a user no sandbox process runs as.
 RESERVE = 128 * 1024**2
+#: The user the reserve of a disk whose agent may be root belongs to (hangar's helper's,
+#: which writes nothing to a disk).
+RESERVE_UID = HELPER_UID
 _LAZY = ("-E", "lazy_itable_init=1,nodiscard")
 
 
@@ -71,17 +79,17 @@ class Spares:
 
     KEEP = 2
     #: Bumped when the format's options change: older spares are not taken.
-    FORMAT = "v1"
+    FORMAT = "v2"
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def _folder(self, size: int, reserved: str) -> Path:
-        return self.root / f"{self.FORMAT}-{size}-{reserved}"
+    def _folder(self, size: int, reserved: str, owner: int) -> Path:
+        return self.root / f"{self.FORMAT}-{size}-{reserved}-{owner}"
 
-    def take(self, size: int, reserved: str, image: Path) -> bool:
+    def take(self, size: int, reserved: str, owner: int, image: Path) -> bool:
         """Move a spare of this geometry to `image`; False when there is none."""
-        folder = self._folder(size, reserved)
+        folder = self._folder(size, reserved, owner)
         for spare in sorted(folder.glob("*.img")) if folder.is_dir() else []:
             try:
                 spare.rename(image)  # atomic: another trial that took it first wins
@@ -92,17 +100,17 @@ class Spares:
                 return False
         return False
 
-    def replenish(self, size: int, reserved: str) -> None:
+    def replenish(self, size: int, reserved: str, owner: int) -> None:
         """Format a spare of this geometry in the background (unless enough are there)."""
-        _background.put(lambda: self._make(size, reserved))
+        _background.put(lambda: self._make(size, reserved, owner))
 
-    def _make(self, size: int, reserved: str) -> None:
-        folder = self._folder(size, reserved)
+    def _make(self, size: int, reserved: str, owner: int) -> None:
+        folder = self._folder(size, reserved, owner)
         folder.mkdir(parents=True, exist_ok=True)
         if len(list(folder.glob("*.img"))) >= self.KEEP:
             return
         part = folder / f"{uuid.uuid4().hex}.part"
-        if _format(part, size, reserved):
+        if _format(part, size, reserved, owner):
             part.unlink(missing_ok=True)
             return
         part.rename(part.with_suffix(".img"))
@@ -139,9 +147,9 @@ class _Background:
 _background = _Background()
 
 
-def _format(image: Path, size: int, reserved: str) -> str:
+def _format(image: Path, size: int, reserved: str, owner: int) -> str:
     """A new sparse file of `size` bytes at `image`, formatted ext4 with `reserved`
-    percent for root; what failed ('' when done)."""
+    percent for user `owner`; what failed ('' when done)."""
     with image.open("wb") as sparse:
         sparse.truncate(size)
     # No journal: the disk never outlives its trial.
@@ -150,13 +158,28 @@ def _format(image: Path, size: int, reserved: str) -> str:
     if proc.returncode != 0:
         image.unlink(missing_ok=True)
         return f"mkfs.ext4 failed: {proc.stderr.strip() or proc.returncode}"
+    if owner == 0:
+        return ""
+    tune = ["tune2fs", "-u", str(owner), "-g", str(owner), str(image)]
+    proc = subprocess.run(tune, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        image.unlink(missing_ok=True)
+        return f"tune2fs failed: {proc.stderr.strip() or proc.returncode}"
     return ""
 
 
 class TrialDisk:
     """The file system a trial's workspace and scratch folders live on (see module)."""
 
-    def __init__(self, folder: Path, limit: int | None, spares: Path | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        limit: int | None,
+        spares: Path | None = None,
+        *,
+        reserve_uid: int = 0,
+    ) -> None:
+        self.reserve_uid = reserve_uid
         self.image = folder / "disk.img"
         self.root = folder / "disk"
         self.state = DiskState(limit=limit or DEFAULT_DISK, enforced=False)
@@ -179,7 +202,7 @@ class TrialDisk:
         """Mount the image at `root`; what prevented it ('' when mounted)."""
         if os.geteuid() != 0:
             return "mounting a size-capped file system needs root"
-        for tool in ("mkfs.ext4", "mount", "umount"):
+        for tool in ("mkfs.ext4", "tune2fs", "mount", "umount"):  # tune2fs: e2fsprogs too
             if shutil.which(tool) is None:
                 return f"{tool} is not installed (Debian: e2fsprogs, mount)"
         # The agent gets about `limit` (ext4's own tables take ~2%); root gets its reserve
@@ -188,12 +211,13 @@ class TrialDisk:
         size = int(self.state.limit * 1.02) + reserve
         reserved = f"{100 * reserve / size:.4f}"
         spares = self.spares
-        if spares is None or not spares.take(size, reserved, self.image):
-            why = _format(self.image, size, reserved)
+        owner = self.reserve_uid
+        if spares is None or not spares.take(size, reserved, owner, self.image):
+            why = _format(self.image, size, reserved, owner)
             if why:
                 return why
         if spares is not None:
-            spares.replenish(size, reserved)
+            spares.replenish(size, reserved, owner)
         argv = ["mount", "-o", "loop,nosuid,nodev", str(self.image), str(self.root)]
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode != 0:

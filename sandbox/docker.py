@@ -1,19 +1,19 @@
 """`DockerSandbox`: one container per trial, through the docker SDK for Python.
 
-The container's keeper (a shell sleeping while the trial's lease is fresh, under docker's
-init: `hangar.sandbox.lease`) runs as root with no capabilities; every command runs as
-the non-root sandbox user. The container has no
-network, no capabilities, ``no-new-privileges``, CPU/memory/pids limits and only the
-spec's mounts from the host. Commands run through the exec API under an in-container
-``timeout -k``; files move as tar archives through the archive API (the daemon does the
-copying, so it works whatever tools the image has).
-"""
+The container's keeper (hangar's static helper, live while the trial's lease is fresh,
+under docker's init: `hangar.sandbox.lease`, `hangar.sandbox.helper`) runs as a user of
+its own with no capabilities; every command runs as the sandbox user. The container has
+no network, no capabilities, ``no-new-privileges``, CPU/memory/pids limits and only the
+spec's mounts from the host, and hangar's helper read-only. Commands run through the exec
+API under the helper's ``timeout -k``; files move as tar archives through the archive API
+(the daemon does the copying, so it works whatever tools the image has)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import io
+import json
 import os
 import secrets
 import select
@@ -44,6 +44,7 @@ from hangar.sandbox.archive import extract_untrusted, tar_directory
 from hangar.sandbox.base import (
     LABEL_LEASE,
     SIGKILL_EXIT,
+    Change,
     ExecOutput,
     ExecResult,
     ExecStream,
@@ -62,17 +63,18 @@ from hangar.sandbox.ending import (
     exec_second_part,
     second_part,
 )
+from hangar.sandbox.helper import HELPER_USER, helper_argv, helper_binary
+from hangar.sandbox.helper import PATH as HELPER_PATH
 from hangar.sandbox.lease import MOUNT as LEASE_MOUNT
 from hangar.sandbox.lease import Lease, keeper_argv
 
 #: (image id, user) -> (uid, gid), shared by the sandboxes of this process.
 _USER_IDS: dict[tuple[str, str], tuple[int, int]] = {}
 
-_OOM_COUNT = (
-    # cgroup v2, then v1: the kernel's count of OOM kills in this container's cgroup.
-    "cat /sys/fs/cgroup/memory.events 2>/dev/null || "
-    "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null"
-)
+#: The repository of sandboxes' snapshots (`DockerSandbox.snapshot`).
+SNAPSHOTS = "hangar-snapshot"
+#: The kernel's count of OOM kills in this container's cgroup: cgroup v2, then v1.
+_OOM_EVENTS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 
 
 @functools.cache
@@ -104,6 +106,7 @@ class DockerSandbox(Sandbox):
     backend: ClassVar[str] = "docker"
     config: DockerConfig
     scratch_mounts: ClassVar[bool] = True
+    helper: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -250,10 +253,11 @@ class DockerSandbox(Sandbox):
                 spec.image,
                 entrypoint=[],
                 command=keeper_argv(),
-                # The keeper runs as root (with no capabilities) so that the agent, which
-                # runs as the sandbox user, cannot kill it: an agent that could stop its
+                # The keeper is hangar's helper, run as a user of its own with no
+                # capabilities, so that the agent (even as root: killing another user's
+                # process needs CAP_KILL) cannot kill it: an agent that could stop its
                 # own container would turn a failing trial into a retried infra_error.
-                user="0",
+                user=HELPER_USER,
                 working_dir=spec.workdir,
                 environment={"HOME": spec.home, **spec.env},
                 hostname="sandbox",
@@ -285,12 +289,16 @@ class DockerSandbox(Sandbox):
             raise self._start_failure(exc) from exc
 
     def _mounts(self) -> list[docker.types.Mount]:
-        """The lease (read-only) and the spec's folders, each a bind mount."""
+        """The lease and hangar's helper (read-only), and the spec's folders, each a bind
+        mount."""
         assert self._lease is not None
         mounts = [
             docker.types.Mount(
                 target=LEASE_MOUNT, source=str(self._lease.path), type="bind", read_only=True
-            )
+            ),
+            docker.types.Mount(
+                target=HELPER_PATH, source=str(helper_binary()), type="bind", read_only=True
+            ),
         ]
         for m in self.spec.mounts:
             if not m.source.is_dir() and not m.source.is_file():
@@ -330,7 +338,9 @@ class DockerSandbox(Sandbox):
         on_output: OutputCallback | None = None,
     ) -> ExecResult:
         """Run a command in the container (see `Sandbox.exec`)."""
-        argv = timeout_argv(command_argv(cmd), timeout, self.spec.kill_after_s)
+        argv = timeout_argv(
+            command_argv(cmd), timeout, self.spec.kill_after_s, self.timeout_program
+        )
         output = ExecOutput(self.spec, timeout, on_output)
         exec_id, sock, raw = self._start_exec(
             argv,
@@ -426,11 +436,14 @@ class DockerSandbox(Sandbox):
 
     def _new_oom_kill(self) -> bool:
         """Whether the kernel OOM-killed something since we last looked."""
-        try:
-            res = self.container.exec_run(["/bin/sh", "-c", _OOM_COUNT], user=self.spec.user)
-        except docker.errors.APIError:
-            return False
         count = 0
+        for events in _OOM_EVENTS:
+            try:
+                res = self.container.exec_run(helper_argv("cat", events), user=HELPER_USER)
+            except docker.errors.APIError:
+                return False
+            if res.exit_code == 0:
+                break
         for line in cast(bytes, res.output).decode(errors="replace").splitlines():
             key, _, value = line.partition(" ")
             if key == "oom_kill" and value.strip().isdigit():
@@ -478,7 +491,7 @@ class DockerSandbox(Sandbox):
         if self._ids is None:
             key = (str(self.container.attrs.get("Image", self.spec.image)), self.spec.user)
             if key not in _USER_IDS:
-                res = self.exec("id -u; id -g")
+                res = self.exec(helper_argv("ids"))
                 if not res.ok:
                     raise SandboxError(f"cannot resolve user {self.spec.user!r}: {res.stderr}")
                 uid, gid = res.stdout.split()
@@ -598,17 +611,36 @@ class DockerSandbox(Sandbox):
             if "is not running" not in str(exc):
                 raise _unavailable(f"kill container {container.id}", exc) from exc
 
-    restartable = True
-
-    def restart(self) -> None:
-        """Kill the container (every process dies with its init), then start it again:
-        its writable layer and mounts as they were, a new keeper, nothing else running."""
-        self.stop()
+    def changes(self) -> list[Change]:
+        """``docker diff`` of the container (see `Sandbox.changes`)."""
         try:
-            self.container.wait(timeout=60)
-            self.container.start()
+            found = self.container.diff() or []
         except docker.errors.APIError as exc:
-            raise _unavailable(f"restart container {self.container.id}", exc) from exc
+            raise _unavailable(f"list the changes of container {self.container.id}", exc) from exc
+        kinds = {0: "C", 1: "A", 2: "D"}
+        return [Change(kind=kinds[int(c["Kind"])], path=str(c["Path"])) for c in found]  # type: ignore[arg-type]
+
+    def snapshot(self) -> str:
+        """``docker commit`` of the stopped container, labelled as hangar's with the
+        sandbox's expiry (the reaper removes one a dead worker left)."""
+        labels = self.spec.labels()
+        changes = [f"LABEL {k}={json.dumps(v)}" for k, v in labels.items()]
+        try:
+            image = self.container.commit(
+                repository=SNAPSHOTS, tag=secrets.token_hex(8), changes=changes, pause=False
+            )
+        except docker.errors.APIError as exc:
+            raise _unavailable(f"snapshot container {self.container.id}", exc) from exc
+        return str(image.id)
+
+    @classmethod
+    def remove_image(cls, image: str) -> None:
+        try:
+            docker_client().images.remove(image, force=True, noprune=False)
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.APIError as exc:
+            raise _unavailable(f"remove image {image}", exc) from exc
 
     def close(self) -> None:
         """Remove the container (force) and its anonymous volumes; idempotent."""
@@ -702,7 +734,12 @@ class _DockerHeld(HeldExec):
         self._done = True
         kill_after = self._sandbox.spec.kill_after_s
         script = second_part(
-            argv, timeout=timeout, kill_after=kill_after, env=env, end_user=end_user
+            argv,
+            timeout=timeout,
+            kill_after=kill_after,
+            env=env,
+            end_user=end_user,
+            program=self._sandbox.timeout_program,
         )
         output = ExecOutput(self._sandbox.spec, timeout, None)
         try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import shlex
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -80,7 +81,12 @@ fi
 
 
 def end_user_script(
-    argv: list[str], timeout: float, kill_after: float, *, end_first: bool = False
+    argv: list[str],
+    timeout: float,
+    kill_after: float,
+    *,
+    end_first: bool = False,
+    program: Sequence[str] = ("timeout",),
 ) -> str:
     """Shell that runs `argv` under an in-sandbox timeout, then kills every process of the
     sandbox user, and exits with `argv`'s status (with `end_first`, `END_USER_PROCESSES`
@@ -90,7 +96,7 @@ def end_user_script(
     of the kill. Exit codes 93 and 94 are `END_USER_PROCESSES` failing."""
     from hangar.sandbox.base import timeout_argv
 
-    inner = shlex.join(timeout_argv(argv, timeout, kill_after))
+    inner = shlex.join(timeout_argv(argv, timeout, kill_after, program))
     script = f"{inner}; rc=$?; kill -9 -1 2>/dev/null; exit $rc"
     return f"{END_USER_PROCESSES}\n{script}" if end_first else script
 
@@ -105,7 +111,13 @@ def exec_then_end_user(
 ) -> ExecResult:
     """Run `argv` under an in-sandbox timeout, then kill every process of the sandbox user:
     one exec (`end_user_script`). Only for isolated sandboxes."""
-    script = end_user_script(argv, timeout, sandbox.spec.kill_after_s, end_first=end_first)
+    script = end_user_script(
+        argv,
+        timeout,
+        sandbox.spec.kill_after_s,
+        end_first=end_first,
+        program=sandbox.timeout_program,
+    )
     return ended_result(sandbox.exec(["/bin/sh", "-c", script], env=env), timeout)
 
 
@@ -194,6 +206,7 @@ def second_part(
     kill_after: float,
     env: dict[str, str] | None,
     end_user: bool,
+    program: Sequence[str] = ("timeout",),
 ) -> str:
     """The shell a held exec runs as its second part: `env` exported, then `argv` as
     `HeldExec.resume` says (its stdin is at its end already, as an exec's without one)."""
@@ -201,5 +214,5 @@ def second_part(
 
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in (env or {}).items())
     if end_user:
-        return exports + end_user_script(argv, timeout, kill_after)
-    return exports + "exec " + shlex.join(timeout_argv(argv, timeout, kill_after))
+        return exports + end_user_script(argv, timeout, kill_after, program=program)
+    return exports + "exec " + shlex.join(timeout_argv(argv, timeout, kill_after, program))

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 from hangar.paths import cache_dir
+from hangar.sandbox.helper import helper_argv
 
 #: How often the worker renews a lease.
 RENEW_S = 5.0
@@ -32,13 +33,10 @@ MOUNT = "/run/hangar/lease"
 
 
 def keeper_argv() -> list[str]:
-    """The keeper: sleeps while the lease is fresh (a missing or unreadable lease ends it).
-
-    It needs only ``sh``, ``date``, ``stat`` and ``sleep``, like the rest of hangar's
-    commands; the container's clock and the file's time are the same kernel's.
-    """
-    fresh = f"[ $(( $(date +%s) - $(stat -c %Y {MOUNT}) )) -lt {STALE_S} ]"
-    return ["sh", "-c", f"while {fresh} 2>/dev/null; do sleep {CHECK_S}; done"]
+    """The keeper: hangar's helper (`hangar.sandbox.helper`), live while the lease is fresh
+    (a missing or unreadable lease ends it). The container's clock and the file's time are
+    the same kernel's."""
+    return helper_argv("keeper", MOUNT, str(STALE_S), str(CHECK_S))
 
 
 def leases_dir() -> Path:

@@ -33,7 +33,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hangar.agents import AgentSpec, load_agents, parse_agent
 from hangar.errors import ConfigError, HangarError
@@ -91,6 +91,21 @@ class SweepNetwork(BaseModel):
     """Give a phase that asks for a public network every named host (through the audited
     egress proxy: raw IPs refused, each attempt recorded); off: the agent's runs with no
     network and a verifier that needs one is blocked_setup."""
+    host_services: list[str] = Field(default_factory=list)
+    """Services of the worker itself (``127.0.0.1:8799``, ``[::1]:8080``, or
+    ``localhost:8799``) an allowlisted name may reach. Without one, the egress proxy refuses
+    every loopback, private, link-local and metadata address a name resolves to."""
+
+    @field_validator("host_services")
+    @classmethod
+    def _host_port(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            host, sep, port = entry.rpartition(":")
+            if not sep or not host or not port.isascii() or not port.isdigit():
+                raise ValueError(f"{entry!r}: a host service is ADDRESS:PORT or NAME:PORT")
+            if not 0 < int(port) < 65536:
+                raise ValueError(f"{entry!r}: the port must be 1 to 65535")
+        return entries
 
 
 class UntilDecided(BaseModel):

@@ -38,7 +38,8 @@ def image_build_base(
 ) -> None:
     """Build the base sandbox image from Debian's packages, with no registry, and its stock
     variant ``<tag>-stock`` (root by default, ``/`` as its working directory, as stock
-    Debian images are: the image that a task's ``FROM debian:*`` is mapped onto offline)."""
+    Debian images are: the image that a task's ``FROM debian:*`` is mapped onto offline);
+    and this node's sandbox helper (the static program hangar runs in every sandbox)."""
     from hangar.sandbox.images import BaseImageRecipe, build_base_image
 
     recipe = BaseImageRecipe(extra_packages=tuple(package or ()))
@@ -55,6 +56,9 @@ def image_build_base(
 
     stock = stock_image(tag)
     console.print(f"{stock.tag}: the stock variant (root, /) that image maps point debian:* at")
+    from hangar.sandbox.helper import helper_binary
+
+    console.print(f"hangar's sandbox helper: {helper_binary()}", highlight=False)
     for cli in with_cli or []:
         from hangar.sandbox.images import build_agent_image
 

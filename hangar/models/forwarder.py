@@ -1,19 +1,23 @@
 """The in-sandbox end of the model relay: loopback TCP, tunnelled over the command's stdio.
 
-Run inside the sandbox as ``python3 -c SOURCE PORT`` through `Sandbox.open_stream` (so
-no file has to be put into the sandbox, and nothing but the backend's own exec channel
-is needed: a docker exec, a Kubernetes exec over the API server, a local pipe). It binds
-127.0.0.1:PORT, says READY, and carries every connection an agent opens there as a
-channel of frames on its stdout and stdin; the host end (`hangar.models.tunnel`) joins
-each channel to the relay, which does all the HTTP. There is no network route: the
-sandbox has no interface but loopback, and bytes leave only through the exec stream.
+It binds 127.0.0.1:PORT in the sandbox, says READY, and carries every connection an agent
+opens there as a channel of frames on its stdout and stdin; the host end
+(`hangar.models.tunnel`) joins each channel to the relay (or the egress proxy), which does
+all the HTTP. There is no network route: the sandbox has no interface but loopback, and
+bytes leave only through the exec stream of `Sandbox.open_stream` (a docker exec, a
+Kubernetes exec over the API server, a local pipe).
+
+Where a backend mounts hangar's static helper (docker), the helper's ``forward`` command is
+this end (`hangar.sandbox.helper`: the same frames), so nothing of the image runs in it.
+Elsewhere (Kubernetes, whose pods run hangar's base image with a read-only root; the local
+backend) this module is run as ``python3 -c SOURCE PORT``: standard library only, any
+python3 can run it. The host imports the framing from here, so both ends share one
+definition.
 
 A frame is ``kind (1 byte) | channel (4) | length (4) | payload``: READY once, OPEN for a
-new connection, DATA both ways, EOF when one side will send no more on a channel. When
-stdin ends (the host closed the stream) the forwarder exits. Standard library only: it
-runs on any image with python3. The host imports the framing from here, so both ends
-share one definition.
-"""
+new connection, DATA both ways, EOF when one side will send no more on a channel. A payload
+is at most `MAX_FRAME` bytes; a longer frame ends the stream. When stdin ends (the host
+closed the stream) the forwarder exits."""
 
 from __future__ import annotations  # annotations stay text: any python3 can run this
 
@@ -28,6 +32,13 @@ from collections.abc import Callable, Iterator
 HEADER = struct.Struct(">BII")
 READY, OPEN, DATA, EOF = 0, 1, 2, 3
 CHUNK = 65536
+#: The longest payload either end accepts (each end sends at most `CHUNK`): a longer
+#: frame ends the stream instead of being buffered until it arrives.
+MAX_FRAME = CHUNK + 1024
+
+
+class FrameError(Exception):
+    """The other end broke the framing (a frame longer than `MAX_FRAME`)."""
 
 
 def frame(kind: int, channel: int, payload: bytes = b"") -> bytes:
@@ -36,19 +47,24 @@ def frame(kind: int, channel: int, payload: bytes = b"") -> bytes:
 
 
 def frames(recv: Callable[[], bytes]) -> Iterator[tuple[int, int, bytes]]:
-    """The frames in a byte stream read chunk by chunk with `recv` (b"" at its end)."""
-    pending = b""
+    """The frames in a byte stream read chunk by chunk with `recv` (b"" at its end).
+    Raises `FrameError` at a frame longer than `MAX_FRAME`."""
+    pending = bytearray()
     while True:
         chunk = recv()
         if not chunk:
             return
         pending += chunk
-        while len(pending) >= HEADER.size:
-            kind, channel, size = HEADER.unpack_from(pending)
-            if len(pending) < HEADER.size + size:
+        at = 0
+        while len(pending) - at >= HEADER.size:
+            kind, channel, size = HEADER.unpack_from(pending, at)
+            if size > MAX_FRAME:
+                raise FrameError(f"a frame of {size} bytes (at most {MAX_FRAME})")
+            if len(pending) - at < HEADER.size + size:
                 break
-            yield kind, channel, pending[HEADER.size : HEADER.size + size]
-            pending = pending[HEADER.size + size :]
+            yield kind, channel, bytes(pending[at + HEADER.size : at + HEADER.size + size])
+            at += HEADER.size + size
+        del pending[:at]
 
 
 class Channels:
@@ -146,8 +162,9 @@ def main() -> None:
 
     threading.Thread(target=accept, daemon=True).start()
     send(frame(READY, 0))
-    for kind, channel, payload in frames(lambda: os.read(0, CHUNK)):
-        deliver(kind, channel, payload, channels)
+    with contextlib.suppress(FrameError):  # the host never sends one: end, as at EOF
+        for kind, channel, payload in frames(lambda: os.read(0, CHUNK)):
+            deliver(kind, channel, payload, channels)
     channels.close_all()  # the host is gone: so is every agent connection
     os._exit(0)
 

@@ -18,11 +18,26 @@ from pathlib import Path
 
 from hangar.errors import MissingPython, SandboxError
 from hangar.models import forwarder
-from hangar.models.forwarder import DATA, EOF, OPEN, READY, Channels, deliver, frame, frames, pump
+from hangar.models.forwarder import (
+    DATA,
+    EOF,
+    OPEN,
+    READY,
+    Channels,
+    FrameError,
+    deliver,
+    frame,
+    frames,
+    pump,
+)
 from hangar.sandbox.base import ExecStream, Sandbox
+from hangar.sandbox.helper import HELPER_USER, helper_argv
 
-#: The forwarder's source, run in the sandbox with ``python3 -c``.
+#: The forwarder's source, run in the sandbox with ``python3 -c`` where the backend has no
+#: helper (`Sandbox.helper`).
 FORWARDER_SOURCE = inspect.getsource(forwarder)
+#: The most connections open through one tunnel at once (more are answered with EOF).
+MAX_CHANNELS = 256
 #: What an agent gets when the relay cannot be reached.
 _BODY = b'{"error": {"type": "hangar_relay", "message": "hangar relay: the relay is not running"}}'
 UNAVAILABLE = (
@@ -42,15 +57,24 @@ class RelayTunnel:
         self._ended = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True, name="hangar-tunnel")
+        #: Why the tunnel ended early: the sandbox's end broke the framing ('' if not).
+        self.problem = ""
+        #: Connections refused for being over `MAX_CHANNELS`.
+        self.refused = 0
 
     @classmethod
     def open(
         cls, sandbox: Sandbox, port: int, socket_path: Path, *, timeout: float = 30
     ) -> RelayTunnel:
-        """Start the forwarder on `port` in `sandbox` (as root where the backend can) and
-        return once it listens. Raises `MissingPython` or `SandboxError`."""
-        user = "root" if sandbox.other_users else None
-        argv = ["python3", "-c", FORWARDER_SOURCE, str(port)]
+        """Start the forwarder on `port` in `sandbox` and return once it listens: hangar's
+        helper as its own user where the backend mounts it, else ``python3`` (as root where
+        the backend can). Raises `MissingPython` or `SandboxError`."""
+        user: str | None
+        if sandbox.helper:
+            argv, user = helper_argv("forward", str(port)), HELPER_USER
+        else:
+            argv = ["python3", "-c", FORWARDER_SOURCE, str(port)]
+            user = "root" if sandbox.other_users else None
         tunnel = cls(sandbox.open_stream(argv, user=user), socket_path)
         tunnel._thread.start()
         if not tunnel.wait_ready(timeout):
@@ -85,6 +109,8 @@ class RelayTunnel:
                     self._open(channel)
                 elif kind in (DATA, EOF):
                     deliver(kind, channel, payload, self.channels)
+        except FrameError as exc:
+            self.problem = f"the sandbox's end of the tunnel broke its framing: {exc}"
         except Exception:  # noqa: S110 (a broken stream ends the tunnel, as its end does)
             pass
         finally:
@@ -92,6 +118,11 @@ class RelayTunnel:
             self.channels.close_all()
 
     def _open(self, channel: int) -> None:
+        if len(self.channels.socks) >= MAX_CHANNELS or self.channels.get(channel) is not None:
+            self.refused += 1
+            with contextlib.suppress(SandboxError):
+                self._send(frame(EOF, channel))
+            return
         relay = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             relay.connect(str(self.socket_path))

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from hangar.agents import (
     AgentRun,
@@ -51,7 +51,11 @@ class SandboxedTrial(TrialRun):
         self.limits, self.image_ref, self.task_text = limits, image, text
         self.cache = spec.cache_root or cache_dir()
         # Everything the agent can write lives on the trial's size-capped disk.
-        self.disk = TrialDisk(self.folder, limits.disk, spares=self.cache / "disks")
+        self.disk = TrialDisk(
+            self.folder, limits.disk, spares=self.cache / "disks", reserve_uid=self.reserve_uid
+        )
+        #: Every disk of the trial, released after its sandboxes.
+        self.disks = [self.disk]
         self.workspace = self.disk.root / "workspace"
         self.scratch = self.disk.root / "scratch"
         self.sandboxes: list[Sandbox] = []
@@ -73,6 +77,9 @@ class SandboxedTrial(TrialRun):
 
     #: Whether the task text is already in the sandbox's HOME when a command agent starts.
     context_written = False
+    #: Whose the reserve of the trial's disk is (`hangar.sandbox.disk`): root where the
+    #: agent is never root; a trial whose agent may be root gives it to another user.
+    reserve_uid: ClassVar[int] = 0
 
     def sandbox_spec(self) -> SandboxSpec:
         """The spec of every sandbox of this trial."""
@@ -181,6 +188,8 @@ class SandboxedTrial(TrialRun):
         if relay is None:
             return
         relay.stop()
+        if tunnel is not None and tunnel.problem:
+            relay.errors.append(tunnel.problem)
         self.usage = relay.usage
         self.agent_run.provider_error = self.agent_run.provider_error or relay.provider_error()
         self.write(
@@ -260,7 +269,8 @@ class SandboxedTrial(TrialRun):
         for future in self.closing:
             with suppress(Exception):
                 future.result()
-        self.disk.close()
+        for disk in self.disks:
+            disk.close()
 
     def remove(self, *, wait: bool) -> None:
         """The folder removed after the sandboxes and the disk: in the background without

@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import socket
 import socketserver
+import struct
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -121,3 +123,81 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class _HostileStream:
+    """An exec stream whose sandbox end says READY, then claims a 4 GiB frame and keeps
+    sending bytes: the host must end the tunnel at the header, not buffer the frame."""
+
+    def __init__(self) -> None:
+        from hangar.models.forwarder import DATA, READY, frame
+
+        self.sent = [frame(READY, 0), struct.pack(">BII", DATA, 1, 4 * 1024**3 - 1)]
+        self.reads = 0
+        self.closed = False
+
+    def recv(self) -> bytes:
+        self.reads += 1
+        if self.sent:
+            return self.sent.pop(0)
+        return b"x" * 65536 if self.reads < 100_000 else b""
+
+    def send(self, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_host_ends_a_tunnel_whose_sandbox_end_claims_a_huge_frame(tmp_path: Path) -> None:
+    stream = _HostileStream()
+    tunnel = RelayTunnel(stream, tmp_path / "relay.sock")  # type: ignore[arg-type]
+    tunnel._thread.start()
+    tunnel._thread.join(timeout=10)
+    assert not tunnel._thread.is_alive()
+    assert "a frame of 4294967295 bytes" in tunnel.problem
+    assert stream.reads < 5  # it stopped at the header
+
+
+def test_the_python_forwarder_ends_at_an_oversized_frame_from_the_host() -> None:
+    """Where the backend has no helper, the forwarder is Python's: it bounds frames too."""
+    import subprocess
+    import sys
+
+    from hangar.models.forwarder import MAX_FRAME
+    from hangar.models.tunnel import FORWARDER_SOURCE
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FORWARDER_SOURCE, str(_free_port())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdout.read(9)[0] == 0  # READY
+    proc.stdin.write(struct.pack(">BII", 2, 1, MAX_FRAME + 1))
+    proc.stdin.flush()
+    assert proc.wait(timeout=10) == 0
+
+
+def test_channels_past_the_cap_are_refused(tmp_path: Path, relay_socket: Path) -> None:
+    from hangar.models.forwarder import EOF, OPEN, READY, frame
+    from hangar.models.tunnel import MAX_CHANNELS
+
+    sent: list[bytes] = []
+    opens = [frame(READY, 0)] + [frame(OPEN, n) for n in range(1, MAX_CHANNELS + 3)]
+
+    class Stream:
+        def recv(self) -> bytes:
+            return opens.pop(0) if opens else (time.sleep(0.5) or b"")  # type: ignore[func-returns-value]
+
+        def send(self, data: bytes) -> None:
+            sent.append(data)
+
+        def close(self) -> None:
+            pass
+
+    tunnel = RelayTunnel(Stream(), relay_socket)  # type: ignore[arg-type]
+    tunnel._thread.start()
+    tunnel._thread.join(timeout=30)
+    assert tunnel.refused == 2
+    assert sent.count(frame(EOF, MAX_CHANNELS + 1)) == 1

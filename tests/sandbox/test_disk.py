@@ -151,3 +151,39 @@ def test_a_spare_disk_is_formatted_ahead_and_taken_by_the_next_trial(tmp_path: P
         second.close()
     finally:
         first.close()
+
+
+@pytest.mark.docker
+def test_a_root_agent_cannot_use_the_reserve_of_a_disk_given_to_another_user(
+    tmp_path: Path, docker_client: object
+) -> None:
+    """An image task's agent may be root in its sandbox: its disk's reserve belongs to
+    another user, so the agent (root, but with no capabilities) stops at its share and
+    the reserve stays free."""
+    from hangar.sandbox import Mount, SandboxSpec
+    from hangar.sandbox.disk import RESERVE, RESERVE_UID
+    from hangar.sandbox.docker import DockerSandbox
+    from tests.conftest import BASE_IMAGE
+
+    d = TrialDisk(tmp_path / "trial", 32 * 1024**2, reserve_uid=RESERVE_UID)
+    (tmp_path / "trial").mkdir()
+    if not d.open(ttl_s=60).enforced:
+        skip_or_fail("disk", f"trial disks cannot be mounted here: {d.state.why}")
+    try:
+        spec = SandboxSpec(
+            image=BASE_IMAGE,
+            user="root",
+            home="/root",
+            mounts=(Mount(source=d.root, target="/fill"),),
+        )
+        with DockerSandbox(spec) as box:
+            res = box.exec(["sh", "-c", "dd if=/dev/zero of=/fill/big bs=1M count=200; sync"])
+        assert "No space left on device" in res.stderr, res
+        written = (d.root / "big").stat().st_size
+        assert 24 * 1024**2 < written <= 34 * 1024**2, written
+        stats = os.statvfs(d.root)
+        reserve = min(RESERVE, d.state.limit // 2)
+        assert (stats.f_bfree - stats.f_bavail) * stats.f_frsize >= reserve * 0.9
+        assert stats.f_bfree * stats.f_frsize >= reserve * 0.9  # untouched
+    finally:
+        d.close()

@@ -42,8 +42,10 @@ def test_container_settings(docker_client: docker.DockerClient, tmp_path: Path) 
     assert host["NanoCpus"] == 500_000_000
     assert host["Init"] is True and host["Privileged"] is False
     mounts = [(m["Target"], m["ReadOnly"]) for m in host["Mounts"]]
-    assert mounts == [("/run/hangar/lease", True), ("/trial", True)]
-    assert config["User"] == "0"  # the keeper; commands run as the sandbox user
+    assert mounts == [("/run/hangar/lease", True), ("/run/hangar/helper", True), ("/trial", True)]
+    # the keeper, hangar's helper as a user of its own; commands run as the sandbox user
+    assert config["User"] == "65533:65533"
+    assert config["Cmd"][:2] == ["/run/hangar/helper", "keeper"]
     labels = config["Labels"]
     assert labels["hangar.managed"] == "true"
     assert (labels["hangar.sweep"], labels["hangar.trial"]) == ("sw-1", "settings-check")

@@ -78,8 +78,14 @@ def test_the_keeper_needs_its_lease() -> None:
     import subprocess
     from pathlib import Path
 
+    from hangar.sandbox.helper import helper_binary
     from hangar.sandbox.lease import MOUNT
 
     assert not Path(MOUNT).exists()
+    argv = keeper_argv()
+    assert argv[0] == "/run/hangar/helper"  # hangar's helper, mounted in each sandbox
     # Ends (subprocess.run raises TimeoutExpired if it sleeps on).
-    subprocess.run(keeper_argv(), timeout=3 * CHECK_S, capture_output=True, check=False)
+    proc = subprocess.run(
+        [str(helper_binary()), *argv[1:]], timeout=3 * CHECK_S, capture_output=True, check=False
+    )
+    assert proc.returncode == 0

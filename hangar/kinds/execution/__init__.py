@@ -104,6 +104,7 @@ class ExecutionKind(Kind):
             threshold=options.get("reward_threshold"),
             repo_map=options.get("repo_map") or {},
             allow_public=bool((options.get("network") or {}).get("allow_public")),
+            host_services=tuple((options.get("network") or {}).get("host_services") or ()),
             registry=options.get("registry"),
         )
 

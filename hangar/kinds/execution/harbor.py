@@ -191,6 +191,7 @@ class _HangarMetadata(BaseModel):
     repository: str | None = None
     revision: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$")
     workdir: str | None = None
+    agent_may_change: tuple[str, ...] = ()
 
 
 def _hangar_metadata(path: Path, config: HarborConfig) -> dict[str, Any]:

@@ -20,7 +20,6 @@ the tests ran in) and a ``verifier_error`` after ``separate`` (the task's proble
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import time
@@ -34,26 +33,39 @@ from hangar.errors import (
     ImageNotFound,
     MissingPython,
     SandboxError,
+    SandboxIsADirectory,
     SandboxUnavailable,
     WorkspaceError,
 )
+from hangar.kinds.execution.image_verifier import (
+    LOGS,
+    TESTS,
+    VerifierPlace,
+    fresh_tests,
+    place_of,
+    save_agent_logs,
+)
 from hangar.kinds.execution.imagetask import ImageSource, ImageTask, Network
-from hangar.kinds.execution.rewards import Reward, read_reward
+from hangar.kinds.execution.rewards import Reward, log_texts, read_reward, reported_failures
 from hangar.kinds.execution.swebench import grade
 from hangar.models.tunnel import RelayTunnel
 from hangar.results import COUNTED_VERDICTS, CheckOutcome, Score, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, create_sandbox
 from hangar.sandbox.archive import copy_untrusted_tree, extract_untrusted
 from hangar.sandbox.base import ExecResult
+from hangar.sandbox.disk import RESERVE_UID, TrialDisk
 from hangar.sandbox.egress import EgressProxy, proxy_env
+from hangar.sandbox.helper import helper_argv
 from hangar.sandbox.task_images import ensure_task_image, image_settings
 from hangar.sandbox.workspace import MirrorCache, diff_against_tree, hand_over, make_workspace
 from hangar.trials.boundary import Outcome
 from hangar.trials.sandboxed import SandboxedTrial, free_port
 from hangar.trials.spec import TrialSpec
 
-#: Where the task's tests, its solution and the logs are in the sandbox.
-TESTS, SOLUTION, LOGS = "/tests", "/solution", "/logs"
+#: Where the task's solution is in the sandbox.
+SOLUTION = "/solution"
+#: The disk of the verifier's logs.
+VERIFIER_DISK = 256 * 1024**2
 #: Bound on the folders read out of a sandbox (artifacts, logs).
 READ_LIMIT = 1 << 30
 #: The loopback port of the egress proxy inside a container.
@@ -61,15 +73,13 @@ EGRESS_PORT = 3128
 #: apt cannot drop to its ``_apt`` user in a sandbox without capabilities, nor write the
 #: cache folder that user owns: where a phase has a network, apt runs as root with a cache
 #: of root's (a task's ``apt-get install`` then works through the proxy).
-APT_IN_SANDBOX = (
-    "[ -d /etc/apt/apt.conf.d ] || exit 0; "
-    'printf \'APT::Sandbox::User "root";\\nDir::Cache::Archives "/var/cache/apt/hangar/";\\n\' '
-    "> /etc/apt/apt.conf.d/99hangar-sandbox && mkdir -p /var/cache/apt/hangar/partial"
-)
+APT_IN_SANDBOX = 'APT::Sandbox::User "root";\nDir::Cache::Archives "/var/cache/apt/hangar/";\n'
 
 
 class ImageTaskTrial(SandboxedTrial):
     """One trial of an image task; `run` walks its phases."""
+
+    reserve_uid = RESERVE_UID  # the agent is root by default (Harbor's)
 
     def __init__(self, spec: TrialSpec) -> None:
         task = _task_of(spec)
@@ -78,10 +88,23 @@ class ImageTaskTrial(SandboxedTrial):
         self.workdir = "/app"
         self.logs = self.disk.root / "logs"
         self.initial = self.folder / "workspace-initial"
+        # The verifier's logs: on a disk of their own, outside the agent's.
+        self.verifier_disk = TrialDisk(
+            self.folder / "verifier", VERIFIER_DISK, self.cache / "disks"
+        )
+        self.disks.append(self.verifier_disk)
+        self.verifier_logs = self.verifier_disk.root / "logs"
+        self.read_limit = READ_LIMIT
         self.reward: Reward | None = None
         self.checks: tuple[CheckOutcome, ...] = ()
         self.egress: list[EgressProxy] = []
         self.egress_tunnels: list[RelayTunnel] = []
+        #: The snapshot of the agent's sandbox a shared verifier starts from.
+        self.snapshot: str | None = None
+        #: What the agent changed that the shared verifier would execute.
+        self.takeover: list[str] = []
+        self.tests = self.folder / "tests"
+        self.place: VerifierPlace | None = None
 
     def localise(self, spec: TrialSpec) -> None:
         """Run from `spec`, the same trial with this node's copy of its task."""
@@ -122,6 +145,8 @@ class ImageTaskTrial(SandboxedTrial):
             self.close_egress()
         with self.phase("hand_over"):
             box = self.hand_over(sandbox)
+            if box is None:
+                return
         with self.phase("final_diff"):
             self.final_diff()
         with self.phase("tests"):
@@ -216,14 +241,14 @@ class ImageTaskTrial(SandboxedTrial):
 
     def give_workspace(self, sandbox: Sandbox) -> None:
         """The workspace and the logs owned by the agent's user."""
-        res = sandbox.exec("id -u")
+        res = sandbox.exec(helper_argv("ids"))
         if not res.ok:
             raise Outcome(
                 Verdict.BLOCKED_SETUP,
                 f"the agent's user {self.task.agent_user!r} is not in the image: "
                 f"{res.stderr.strip()}",
             )
-        uid = int(res.stdout.strip())
+        uid = int(res.stdout.split()[0])
         hand_over(self.workspace, uid)
         hand_over(self.logs, uid)
 
@@ -272,7 +297,12 @@ class ImageTaskTrial(SandboxedTrial):
         hosts = network.hosts(self.task.allow_public)
         if hosts is None:
             return {}
-        proxy = EgressProxy(hosts, phase).start()
+        proxy = EgressProxy(
+            hosts,
+            phase,
+            host_services=self.task.host_services,
+            log=self.artifacts / "network" / f"{phase}.jsonl",
+        ).start()
         self.egress.append(proxy)
         port = EGRESS_PORT if box.isolated else free_port()
         try:
@@ -283,24 +313,40 @@ class ImageTaskTrial(SandboxedTrial):
                 f"image {box.spec.image!r} has no python3, which the egress proxy's forwarder "
                 "needs for an allowlist network: add python3 to the image",
             ) from exc
-        box.exec(["sh", "-c", APT_IN_SANDBOX], user="root")
+        self.configure_apt(box)
         return proxy_env(port)
 
+    def configure_apt(self, box: Sandbox) -> None:
+        """apt through the proxy, where the image has apt (`APT_IN_SANDBOX`): a file put by
+        the engine and a folder made by hangar's helper, nothing of the image run."""
+        try:
+            box.read_file("/etc/apt/apt.conf.d", text=False)
+        except SandboxIsADirectory:
+            box.write_file("/etc/apt/apt.conf.d/99hangar-sandbox", APT_IN_SANDBOX)
+            self.mkdirs(box, "/var/cache/apt/hangar/partial")
+        except SandboxError:
+            return
+
     def close_egress(self) -> None:
-        """Every open proxy stopped, its attempts written to the evidence."""
+        """Every open proxy stopped (its attempts are in the evidence already, written as
+        they came); a tunnel whose sandbox end broke its framing is recorded too."""
         while self.egress_tunnels:
-            self.egress_tunnels.pop().close()
+            tunnel = self.egress_tunnels.pop()
+            tunnel.close()
+            if tunnel.problem:
+                self.write("network/tunnel.json", {"problem": tunnel.problem})
         while self.egress:
-            proxy = self.egress.pop()
-            proxy.stop()
-            lines = "".join(json.dumps(a) + "\n" for a in proxy.attempts)
-            self.write(f"network/{proxy.phase}.jsonl", lines)
+            self.egress.pop().stop()
 
     def tear_down(self, *, wait: bool) -> None:
-        """The proxies too."""
+        """The proxies and the snapshot too."""
         with suppress(Exception):
             self.close_egress()
         super().tear_down(wait=wait)
+        snapshot, self.snapshot = self.snapshot, None
+        if snapshot is not None:
+            with suppress(Exception):
+                self.backend.remove_image(snapshot)
 
     # -- the agent ------------------------------------------------------------------------
 
@@ -338,58 +384,54 @@ class ImageTaskTrial(SandboxedTrial):
         return AgentRun(exit_code=res.returncode, reason=f"the solution {how}")
 
     def mkdirs(self, sandbox: Sandbox, *paths: str) -> None:
-        """Make folders in the sandbox as root (the agent's user may not own ``/``)."""
-        res = sandbox.exec(["mkdir", "-p", "--", *paths], user="root")
+        """Make folders in the sandbox as root (the agent's user may not own ``/``), by
+        hangar's helper."""
+        res = sandbox.exec(helper_argv("mkdir", *paths), user="0")
         if not res.ok:
             raise SandboxError(f"cannot make {', '.join(paths)}: {res.stderr.strip()}")
 
     # -- verification ---------------------------------------------------------------------
 
-    def hand_over(self, sandbox: Sandbox) -> Sandbox:
-        """The sandbox the tests run in (see the module docstring)."""
-        if self.task.verifier.mode == "shared":
-            sandbox.restart()
-            self.reset_verifier_logs()
-            return sandbox
-        handoff = self.folder / "handoff"
-        for i, artifact in enumerate(self.task.verifier.artifacts):
-            _copy_artifact(sandbox, artifact.source, handoff / str(i))
-        self.release(sandbox, stop=True)
-        self.reset_verifier_logs()
-        image = self.image_ref
-        if self.task.verifier.image is not None:
-            image = self.build(self.task.verifier.image, "verifier-image")
-        self.write("verifier/image.json", {"reference": image})
-        box = self.start_verifier(image)
-        for i, artifact in enumerate(self.task.verifier.artifacts):
-            _place_artifact(box, handoff / str(i), artifact.target, self)
-        return box
+    def hand_over(self, sandbox: Sandbox) -> Sandbox | None:
+        """The sandbox the tests run in (`hangar.kinds.execution.image_verifier`), once
+        nothing of the agent runs any more and its logs are copied out; None when the
+        trial ended here (the verdict is set)."""
+        sandbox.stop()
+        save_agent_logs(self)
+        self.write("verifier/disk.json", self.verifier_disk.open(ttl_s=self.budget()).model_dump())
+        self.verifier_logs.mkdir()
+        self.verifier_logs.chmod(0o777)  # the verifier's user, whoever it is, writes here
+        self.tests = fresh_tests(self)
+        self.place = place_of(self)
+        return self.place.open(self, sandbox)
 
-    def reset_verifier_logs(self) -> None:
-        """``/logs/verifier`` emptied on the host, once nothing of the agent runs."""
-        folder = self.logs / "verifier"
-        if folder.is_symlink() or folder.is_file():
-            folder.unlink()
-        elif folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir()
-
-    def start_verifier(self, image: str) -> Sandbox:
-        """The separate verifier's sandbox: its image, the logs, no workspace of the agent."""
-        spec = self._spec(
+    def verifier_spec(self, image: str, workspace: bool) -> SandboxSpec:
+        """A verifier's sandbox of `image`: the tests (read-only), its logs, and the
+        workspace when `workspace`."""
+        verifier = self.task.verifier
+        mounts = [
+            Mount(source=self.tests, target=TESTS, read_only=True),
+            Mount(source=self.verifier_logs, target=f"{LOGS}/verifier"),
+        ]
+        if workspace:
+            mounts.insert(0, Mount(source=self.workspace, target=self.workdir))
+        return self._spec(
             image=image,
-            user=self.task.verifier.user,
-            mounts=(Mount(source=self.logs, target=LOGS),),
-            cpus=self.task.verifier.cpus or self.limits.cpus,
-            memory=self.task.verifier.memory or self.limits.memory,
+            user=verifier.user,
+            mounts=tuple(mounts),
+            cpus=verifier.cpus or self.limits.cpus,
+            memory=verifier.memory or self.limits.memory,
         )
-        box = create_sandbox(self.spec.backend, spec, self.spec.backend_config)
-        self.sandboxes.append(box)
+
+    def starts_pristine(self) -> bool:
+        """Whether a verifier's sandbox of the task's own image starts (then a start that
+        failed from what the agent left is the agent's doing)."""
+        spec = self.verifier_spec(self.image_ref, workspace=False)
         try:
-            box.start()
-        except ImageNotFound as exc:
-            raise Outcome(Verdict.BLOCKED_SETUP, f"verifier image: {exc}") from exc
-        return box
+            with create_sandbox(self.spec.backend, spec, self.spec.backend_config):
+                return True
+        except SandboxError:
+            return False
 
     def final_diff(self) -> None:
         """``diff.patch``: the workspace against its initial content, taken on the host
@@ -406,15 +448,13 @@ class ImageTaskTrial(SandboxedTrial):
             self.write("status-final.json", {"damage": [f"no diff could be taken: {exc}"]})
 
     def run_tests(self, box: Sandbox) -> ExecResult:
-        """``tests/`` to ``/tests``, then the script as the verifier's user."""
+        """The test script from the read-only ``/tests``, as the verifier's user."""
         verifier = self.task.verifier
-        self.mkdirs(box, TESTS, f"{LOGS}/verifier")
-        box.copy_in(self.task.local(verifier.tests), TESTS)
         network = self.open_egress(box, "verifier", verifier.network)
         res = box.exec(
             ["bash", f"{TESTS}/{verifier.script}"],
             timeout=verifier.timeout_s,
-            env={**verifier.env, **network},
+            env={**(self.place.env if self.place else {}), **verifier.env, **network},
             user=verifier.user,
         )
         self.close_egress()
@@ -426,11 +466,12 @@ class ImageTaskTrial(SandboxedTrial):
 
     def judge(self, res: ExecResult) -> None:
         """The reward read on the host (or the test log graded), and the verdict it gives."""
-        for name in ("agent", "verifier", "artifacts"):
-            source = self.logs / name
-            if source.is_dir() and not source.is_symlink():
-                copy_untrusted_tree(source, self.artifacts / "logs" / name, limit=READ_LIMIT)
-        self.reward = self.read_reward(self.artifacts / "logs" / "verifier")
+        skipped: list[str] = []
+        logs = self.artifacts / "logs" / "verifier"
+        copy_untrusted_tree(self.verifier_logs, logs, limit=READ_LIMIT, skipped=skipped)
+        if skipped:
+            self.write("verifier/skipped.json", skipped)
+        self.reward = self.read_reward(logs)
         how = "timed out" if res.timed_out else f"exit {res.returncode}"
         if self.reward.value is None and self.task.verifier.mode == "separate":
             # The verifier ran in its own sandbox: its failure is the task's, not the agent's.
@@ -446,6 +487,7 @@ class ImageTaskTrial(SandboxedTrial):
             )
         elif self.reward.value >= self.task.threshold:
             self.verdict, self.reason = Verdict.PASS, self.reward_words()
+            self.not_earned(res, logs)
         else:
             self.verdict = Verdict.FAIL
             self.reason = self.reward_words()
@@ -455,6 +497,25 @@ class ImageTaskTrial(SandboxedTrial):
         if error is not None and self.verdict is Verdict.FAIL:
             self.verdict = Verdict.INFRA_ERROR
             self.reason = f"provider failure: {error.message} (otherwise: {self.reason})"
+
+    def not_earned(self, res: ExecResult, logs: Path) -> None:
+        """A pass is not counted when the agent changed what the verifier executes, or
+        when a reward of 1 stands beside a test log that reports failures."""
+        if self.takeover:
+            shown = "; ".join(self.takeover[:5])
+            more = f" and {len(self.takeover) - 5} more" if len(self.takeover) > 5 else ""
+            self.verdict = Verdict.FAIL
+            self.reason = (
+                f"not counted ({self.reason}): the agent changed what the verifier executes: "
+                f"{shown}{more}"
+            )
+            return
+        assert self.reward is not None and self.reward.value is not None
+        if self.task.grading is None and self.reward.value >= 1:
+            failures = reported_failures(log_texts(logs, res.stdout, res.stderr))
+            if failures:
+                self.verdict = Verdict.FAIL
+                self.reason = f"not counted ({self.reason}): the test log reports {failures}"
 
     def read_reward(self, logs: Path) -> Reward:
         """The reward file the script wrote, or its test log graded (SWE-bench)."""
@@ -508,29 +569,6 @@ def verifier_tail(res: ExecResult, how: str) -> str:
 
 def _record(res: ExecResult) -> dict[str, Any]:
     return res.model_dump(exclude={"stdout", "stderr"})
-
-
-def _copy_artifact(sandbox: Sandbox, source: str, target: Path) -> None:
-    """One artifact out of the agent's sandbox (a folder, or a file; missing is skipped)."""
-    try:
-        sandbox.copy_out(source, target / "dir")
-    except SandboxError:
-        try:
-            data = sandbox.read_file(source, text=False)
-        except SandboxError:
-            return
-        target.mkdir(parents=True, exist_ok=True)
-        (target / "file").write_bytes(data)
-
-
-def _place_artifact(box: Sandbox, handoff: Path, target: str, trial: ImageTaskTrial) -> None:
-    """One artifact into the verifier's sandbox, where the task says."""
-    if (handoff / "dir").is_dir():
-        trial.mkdirs(box, target)
-        box.copy_in(handoff / "dir", target)
-    elif (handoff / "file").is_file():
-        trial.mkdirs(box, str(Path(target).parent))
-        box.write_file(target, (handoff / "file").read_bytes())
 
 
 def _task_of(spec: TrialSpec) -> ImageTask:

@@ -173,11 +173,19 @@ class ImageTask(Task):
     """The exact commit of `repository`."""
     workdir: str | None = None
     """Where the workspace is in the sandbox (default: the image's WORKDIR)."""
+    agent_may_change: tuple[str, ...] = ()
+    """Paths (fnmatch patterns) the agent may change although a shared verifier executes
+    them (``[metadata.hangar] agent_may_change``): a task that asks for a tool the tests
+    run, say (`hangar.kinds.execution.takeover`)."""
     grading: SwebenchGrading | None = None
     """How the test log is graded on the host (None: the reward file the script writes)."""
     allow_public: bool = False
     """A phase that asks for a public network gets one (every named host through the
     egress proxy); without it the agent's runs with none and the verifier's is blocked."""
+    host_services: tuple[str, ...] = ()
+    """The host's own services (``address:port`` or ``name:port``) the egress proxy lets
+    this task's allowlisted names reach, from the sweep; every other loopback, private,
+    link-local or metadata address stays refused."""
     registry: str | None = None
     """Where nodes share built images (``host:port/namespace``), from the sweep: each
     node pulls what another built, and pushes what it builds (not part of the version)."""
@@ -221,6 +229,7 @@ class ImageTask(Task):
         threshold: float | None,
         repo_map: dict[str, str] | None = None,
         allow_public: bool = False,
+        host_services: tuple[str, ...] = (),
         registry: str | None = None,
     ) -> ImageTask:
         """The task with a sweep's image map, pass threshold and repository map (keys: a
@@ -228,6 +237,7 @@ class ImageTask(Task):
         update: dict[str, object] = {
             "image_map": dict(image_map),
             "allow_public": allow_public,
+            "host_services": tuple(host_services),
             "registry": registry,
         }
         if threshold is not None:
@@ -243,7 +253,13 @@ class ImageTask(Task):
 
 
 #: The code that judges every image task (in its digest, as for scenarios).
-_JUDGING_CODE = ("rewards.py", "image_trial.py", "swebench.py")
+_JUDGING_CODE = (
+    "rewards.py",
+    "image_trial.py",
+    "image_verifier.py",
+    "takeover.py",
+    "swebench.py",
+)
 
 
 def image_task_digest(task: ImageTask) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from pathlib import Path
 from typing import NamedTuple
@@ -91,3 +92,47 @@ def read_reward(folder: Path) -> Reward:
     except ValueError as exc:
         return Reward(None, problem=str(exc))
     return Reward(None, problem=f"the test script wrote neither {TEXT} nor {JSON}")
+
+
+#: pytest's summary line (``=== 1 failed, 2 passed in 0.12s ===``, or -q's bare form).
+_PYTEST_SUMMARY = re.compile(r"^[= ]*((?:\d+ \w+(?:, )?)+) in [\d.]+s(?: \([^)]*\))?[= ]*$")
+#: unittest's (``FAILED (failures=1, errors=2)``).
+_UNITTEST_SUMMARY = re.compile(r"^FAILED \(((?:\w+=\d+(?:, )?)+)\)$")
+#: Bytes of a log read from its end.
+LOG_TAIL = 1 << 20
+
+
+def reported_failures(texts: list[str]) -> str:
+    """The failed or errored tests that a test log reports in its summary line, in words
+    ('' when none does): a reward of 1 beside them is not a pass (code the tests import can
+    force the runner's exit status to 0 while the log says what happened)."""
+    for text in texts:
+        for line in reversed(text.splitlines()):
+            line = line.strip()
+            if match := _PYTEST_SUMMARY.match(line):
+                counts = dict(
+                    (word, int(n))
+                    for n, word in (p.split(" ", 1) for p in match.group(1).split(", "))
+                )
+                bad = {w: n for w, n in counts.items() if w in ("failed", "error", "errors") and n}
+            elif match := _UNITTEST_SUMMARY.match(line):
+                pairs = (p.split("=") for p in match.group(1).split(", "))
+                bad = {w: int(n) for w, n in pairs if w in ("failures", "errors") and int(n)}
+            else:
+                continue
+            if bad:
+                return ", ".join(f"{n} {w}" for w, n in bad.items())
+    return ""
+
+
+def log_texts(folder: Path, *more: str) -> list[str]:
+    """The ends of the text logs in `folder` (regular files, never through a link; the
+    reward files left out), and `more`."""
+    texts = list(more)
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if path.name in (TEXT, JSON) or path.is_symlink() or not path.is_file():
+            continue
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - LOG_TAIL))
+            texts.append(f.read().decode("utf-8", errors="replace"))
+    return texts
