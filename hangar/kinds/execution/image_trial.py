@@ -8,14 +8,17 @@ sandbox (the task's agent user; no capabilities, no new privileges, no network, 
 limits), the agent, the hand-over to verification, the diff against the initial
 content (on the host: the agent cannot break it), the tests and the reward.
 
-Hand-over: ``shared`` restarts the agent's sandbox, so every process of the agent is
-gone and the verifier sees the file system the agent left (as Harbor's verifier does);
-``separate`` copies the declared artifacts out, removes the agent's sandbox and starts
-the verifier's from its own image. Either way ``/logs/verifier`` is emptied on the host
-first (a reward the agent wrote beforehand never counts), ``tests/`` is copied to
-``/tests`` only then, and the reward is read on the host from what the script wrote.
-No reward is the agent's ``fail`` after ``shared`` (it could have broken the environment
-the tests ran in) and a ``verifier_error`` after ``separate`` (the task's problem).
+Hand-over (`hangar.kinds.execution.image_verifier`): the agent's sandbox is stopped, so
+every process of the agent is gone, its logs are copied out, and the tests run in a new
+sandbox with a fresh read-only ``/tests`` and a ``/logs/verifier`` on a disk of their
+own: a snapshot of the agent's for ``shared`` (the verifier sees the file system the
+agent left, as Harbor's does, and what of it the verifier would execute is named), the
+verifier's image with the declared artifacts for ``separate``, the task's image with the
+workspace for a SWE-bench instance. The reward is read on the host from what the script
+wrote. No reward is the agent's ``fail`` after ``shared`` (it could have broken the
+environment the tests ran in) and a ``verifier_error`` after ``separate`` (the task's
+problem); a pass beside a takeover, or a reward of 1 beside a log that reports failures,
+is not counted.
 """
 
 from __future__ import annotations
@@ -145,8 +148,6 @@ class ImageTaskTrial(SandboxedTrial):
             self.close_egress()
         with self.phase("hand_over"):
             box = self.hand_over(sandbox)
-            if box is None:
-                return
         with self.phase("final_diff"):
             self.final_diff()
         with self.phase("tests"):
@@ -392,10 +393,9 @@ class ImageTaskTrial(SandboxedTrial):
 
     # -- verification ---------------------------------------------------------------------
 
-    def hand_over(self, sandbox: Sandbox) -> Sandbox | None:
+    def hand_over(self, sandbox: Sandbox) -> Sandbox:
         """The sandbox the tests run in (`hangar.kinds.execution.image_verifier`), once
-        nothing of the agent runs any more and its logs are copied out; None when the
-        trial ended here (the verdict is set)."""
+        nothing of the agent runs any more and its logs are copied out."""
         sandbox.stop()
         save_agent_logs(self)
         self.write("verifier/disk.json", self.verifier_disk.open(ttl_s=self.budget()).model_dump())
