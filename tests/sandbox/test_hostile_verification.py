@@ -24,6 +24,7 @@ from hangar.kinds.execution import KIND, single_trial
 from hangar.kinds.execution.harbor import load_task
 from hangar.results import TrialResult, Verdict
 from hangar.trials import Arm, run_trial
+from tests.conftest import skip_or_fail
 
 pytestmark = pytest.mark.docker
 
@@ -120,7 +121,8 @@ HACKS: dict[str, str] = {
     "file-at-tests": "rm -rf /tests; echo no > /tests",
     "no-stat": "rm -f /usr/bin/stat /bin/stat",
     "absolute-link-in-logs": "ln -s /etc/passwd /logs/agent/passwd",
-    "fill-the-disk": "dd if=/dev/zero of=/app/fill bs=1M 2>/dev/null; sync; df /app",
+    # 200 MiB on a 64 MiB disk: stopped by the disk's cap (never more, where none holds)
+    "fill-the-disk": "dd if=/dev/zero of=/app/fill bs=1M count=200 2>/dev/null; sync; df /app",
 }
 
 
@@ -161,6 +163,20 @@ def _run(toml: Path, agent: CommandAgent | ReferenceAgent, tmp: Path) -> TrialRe
     return run_trial(spec)
 
 
+def _disks_mount(tmp: Path) -> None:
+    """Skip (or fail, where required) unless trial disks can be mounted here: filling a
+    disk that is not capped fills the machine's."""
+    from hangar.sandbox.disk import TrialDisk
+
+    disk = TrialDisk(tmp / "probe", 32 * 1024**2)
+    (tmp / "probe").mkdir()
+    try:
+        if not disk.open(ttl_s=60).enforced:
+            skip_or_fail("disk", f"trial disks cannot be mounted here: {disk.state.why}")
+    finally:
+        disk.close()
+
+
 def _evidence(result: TrialResult) -> dict[str, bytes]:
     assert result.evidence_uri is not None
     with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
@@ -172,6 +188,7 @@ def _evidence(result: TrialResult) -> dict[str, bytes]:
 def test_a_hack_ends_fail(tasks: dict[str, Path], hack: str, mode: str, tmp_path: Path) -> None:
     toml = tasks[mode]
     if hack == "fill-the-disk":
+        _disks_mount(tmp_path)
         toml = _task(tmp_path / "small", mode, storage="64M")
     result = _run(toml, CommandAgent(name=hack, command=HACKS[hack]), tmp_path)
     assert result.verdict is Verdict.FAIL, f"{hack} in {mode}: {result.verdict} {result.reason}"
