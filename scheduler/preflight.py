@@ -44,8 +44,6 @@ class Needs(BaseModel):
     """Where every trial writes its bundle."""
     key_envs: list[str] = []
     """Variables that hold the models' keys."""
-    clis: list[tuple[str, str, str]] = []
-    """(image, agent preset, the command it runs): each preset's CLI in each image."""
 
 
 class NodeReport(BaseModel):
@@ -65,19 +63,11 @@ def needs_of(sweep: Sweep, evidence_url: str) -> Needs:
     found = {kind_of(task.kind).image(task) for task in sweep.tasks}
     images = sorted(image for image in found if image is not None)
     sandboxed = bool(images)
-    from hangar.agents import CommandAgent
-    from hangar.agents.presets import PRESETS
-
-    presets = sorted(
-        {a.preset for a in sweep.agents.values() if isinstance(a, CommandAgent) and a.preset}
-    )
-    clis = [(i, p, PRESETS[p].needs) for i in images for p in presets if p in PRESETS]
     return Needs(
         backend=config.backend if sandboxed else None,
         images=images if sandboxed else [],
         evidence_url=evidence_url,
         key_envs=sorted({m.key_env for m in config.models if m.provider != "none"}),
-        clis=clis if sandboxed else [],
     )
 
 
@@ -98,14 +88,6 @@ def check_node(needs: Needs, node: str) -> NodeReport:
                     missing = str(exc)
                 if missing:
                     images[image] = missing
-            for image, preset, command in needs.clis:
-                if image not in images and cls.has_command(image, command) is False:
-                    problems.append(
-                        f"image {image} has no `{command}`, which agent preset {preset!r} "
-                        f"runs: build an image with it (`hangar image build-base --with "
-                        f"{preset}` makes hangar/base:bookworm-{preset}) and name it as the "
-                        "scenario's `image:`"
-                    )
     evidence = _evidence_problem(needs.evidence_url, node)
     if evidence:
         problems.append(evidence)

@@ -288,7 +288,10 @@ def test_agents_list_names_every_preset_and_kind_with_what_it_needs() -> None:
     rows = {r["name"]: r for r in json.loads(out.stdout)["agents"]}
     assert {"codex", "claude", "gemini", "command", "chat", "prompt", "oracle", "nop"} <= set(rows)
     assert rows["codex"]["version"] == "0.171.0" and rows["gemini"]["version"] == "0.61.0"
-    assert "hangar image build-base --with claude" in rows["claude"]["needs"]
+    from hangar.sandbox.bundles import bundle_id
+
+    assert rows["claude"]["bundle"] == bundle_id("claude") and "/bin/sh" in rows["claude"]["needs"]
+    assert rows["amp"]["config"] == "(not runnable)" and "Amp's own service" in rows["amp"]["needs"]
     assert rows["gemini"]["apis"] == ["google (gemini)"]
     assert rows["oracle"]["apis"] == [] and "solution" in rows["oracle"]["needs"]
     text = runner.invoke(app, ["agents", "list"])

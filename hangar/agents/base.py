@@ -21,12 +21,15 @@ class AgentConfig(BaseModel):
         """sha256 of the agent's config (part of the trial key). Its MCP servers count by
         their pins (their bytes are pinned by sha256); an agent without any has the digest
         it had before agents took MCP servers, and one that is no preset's CLI the digest it
-        had before presets recorded their CLI's packages."""
+        had before presets recorded their CLI's packages and bundle (a preset's bundle, by
+        its recipe's digest, is part of it)."""
         from hangar.agents.mcp import DIGEST_EXCLUDE
 
         exclude: Any = dict(DIGEST_EXCLUDE) if getattr(self, "mcp", None) else {"mcp": True}
         if not getattr(self, "cli", None):
             exclude["cli"] = True
+        if not getattr(self, "bundle", None):
+            exclude["bundle"] = True
         return hashlib.sha256(self.model_dump_json(exclude=exclude).encode()).hexdigest()
 
     def servers(self) -> dict[str, object]:

@@ -24,6 +24,8 @@ from hangar.validation import Name
 
 #: Where a command agent finds its task, relative to the sandbox's HOME.
 CONTEXT_FILE = ".hangar/task.md"
+#: Where a bundle's commands are in the sandbox (`hangar.sandbox.bundles.MOUNT`).
+BUNDLE_BIN = "/opt/hangar/agent/bin"
 
 
 class CommandAgent(AgentConfig):
@@ -47,8 +49,11 @@ class CommandAgent(AgentConfig):
     mcp: dict[Name, McpServer] = Field(default_factory=dict)
     """MCP servers it gets, pinned (`hangar.agents.mcp`), configured for its CLI."""
     cli: list[str] = Field(default_factory=list)
-    """The packages a preset's CLI is built from, as pinned (``sandbox.images``): a
+    """The packages a preset's CLI is built from, as pinned (`hangar.sandbox.bundles`): a
     different version is a different agent."""
+    bundle: str = ""
+    """The bundle a preset's CLI runs from (``<preset>@<recipe digest>``), mounted
+    read-only into the sandbox with its commands first on the command's PATH."""
 
     def settings(self) -> dict[str, object]:
         """The settings a result records: kind, preset and options, the command's sha256,
@@ -59,6 +64,7 @@ class CommandAgent(AgentConfig):
             **self.options,
             "command_sha256": hashlib.sha256(self.command.encode()).hexdigest(),
             **({"cli": self.cli} if self.cli else {}),
+            **({"bundle": self.bundle} if self.bundle else {}),
             **self.servers(),
         }
 
@@ -119,9 +125,12 @@ def run_command_agent(
     if not context_written:
         sandbox.write_file(context_file, context)
     trace.event("agent_start", agent=agent.name, command=agent.command, timeout_s=timeout)
+    command = agent.command
+    if agent.bundle:  # the bundle's commands first, the image's after them
+        command = f'PATH="{BUNDLE_BIN}:$PATH"; export PATH; {command}'
     try:
         res = sandbox.exec(
-            ["bash", "-c", agent.command],
+            ["bash", "-c", command],
             timeout=timeout,
             env={
                 **agent.env,

@@ -4,38 +4,27 @@ Use one in an agents file as ``name: {preset: codex}``, with the preset's option
 it (``{preset: codex, reasoning_effort: low, sandbox_mode: workspace-write}``); other
 fields (``env``, ``collect``) override the preset's. The preset and its options stay in
 the agent's config, so they are part of its digest, its trial keys and every result.
-The sandbox image must hold the CLI:
 
-- ``codex``: OpenAI Codex CLI (``codex exec``), talking the Responses API to the relay
-  as a custom provider. Options: ``reasoning_effort`` (minimal, low, medium, high,
-  xhigh), ``approval_policy`` (untrusted, on-failure, on-request, never) and
-  ``sandbox_mode`` (read-only, workspace-write, danger-full-access; without it Codex's
-  own sandbox is bypassed, since hangar's container is the sandbox). It finds skills in
-  ``~/.agents/skills``. Build the image
-  offline with ``hangar image build-base --with codex`` (it installs ``@openai/codex``
-  from the npm registry on the host and copies the binary in); its session files
-  (``~/.codex/sessions``) go into the evidence.
-- ``gemini``: Gemini CLI (``gemini -p ... -o stream-json``), talking the Gemini API to the
-  relay (``GOOGLE_GEMINI_BASE_URL``). Option: ``approval_mode`` (default, auto_edit,
-  yolo, plan; without it yolo). Its settings turn usage statistics, telemetry and update
-  checks off and its web search and fetch tools off. Image: ``hangar image build-base
-  --with gemini`` (its bundled script and Node.js 22 from the npm registry); its chat
-  files (``~/.gemini/tmp``) go into the evidence. It finds skills in ``~/.gemini/skills``.
-- ``qwen``: Qwen Code (``qwen ... -o stream-json``, a fork of Gemini CLI), talking the
-  OpenAI Chat Completions API to the relay. Option: ``approval_mode`` (plan, default,
-  auto-edit, auto, yolo; without it yolo). Image: ``hangar image build-base --with
-  qwen``; its chat files (``~/.qwen/projects``) go into the evidence.
-- ``opencode``: OpenCode (``opencode run --format json --auto``), talking the OpenAI Chat
-  Completions API to the relay as a provider ``hangar``. Option: ``variant`` (its
-  reasoning effort). Image: ``hangar image build-base --with opencode``; its data folder
-  (``~/.local/share/opencode``) goes into the evidence.
-- ``claude``: Claude Code (``claude -p --output-format stream-json``), talking the
-  Anthropic Messages API to the relay. Option: ``permission_mode`` (default,
-  acceptEdits, plan, bypassPermissions; without it permissions are skipped). It finds
-  skills in ``~/.claude/skills`` (its Skill tool loads them). Its image:
-  ``hangar image build-base --with claude`` (Claude Code's linux-x64 binary and Node.js 22,
-  which Debian bookworm lacks, both from the npm registry); its transcripts
-  (``~/.claude/projects``) go into the evidence.
+No image needs the CLI: each preset's CLI is a bundle (`hangar.sandbox.bundles`: the CLI,
+its runtime and its C library, built once per node from pinned packages) mounted
+read-only into whatever image the trial runs in, its commands first on the command's
+PATH; the bundle's recipe digest (``bundle``) is part of the agent's settings. What each
+CLI is pointed at and what it collects:
+
+- ``codex``: OpenAI Codex CLI (``codex exec``), the Responses API, as a custom provider.
+  Options: ``reasoning_effort``, ``approval_policy``, ``sandbox_mode`` (without it Codex's
+  own sandbox is bypassed: hangar's container is the sandbox). Skills in
+  ``~/.agents/skills``; sessions ``~/.codex/sessions``.
+- ``claude``: Claude Code (``claude -p --output-format stream-json``), the Messages API.
+  Option: ``permission_mode``. Skills in ``~/.claude/skills``; transcripts
+  ``~/.claude/projects``.
+- ``gemini``: Gemini CLI (``gemini -p ... -o stream-json``), the Gemini API
+  (``GOOGLE_GEMINI_BASE_URL``). Option: ``approval_mode``. Usage statistics, telemetry,
+  update checks and its web tools off; chat files ``~/.gemini/tmp``.
+- ``qwen``: Qwen Code, the OpenAI Chat Completions API. Option: ``approval_mode``.
+- ``opencode``: OpenCode (``opencode run --format json``), Chat Completions, the relay as
+  a provider ``hangar``. Option: ``variant``.
+- ``mini-swe-agent`` and ``aider``: from PyPI, on a CPython of the bundle's own.
 """
 
 from __future__ import annotations
@@ -84,8 +73,6 @@ class Preset(BaseModel):
     mcp: str = ""
     """The text that points the CLI at its MCP servers' config (``{tools}``: their tool
     patterns), put at ``{mcp}`` in the command when the agent has servers."""
-    needs: str = ""
-    """The command the sandbox image must have (its CLI)."""
     apis: tuple[str, ...] = ()
     """The model APIs it speaks (what its models' ``provider`` may be)."""
 
@@ -156,7 +143,6 @@ PRESETS: dict[str, Preset] = {
             '-m "$HANGAR_MODEL" - < "$HANGAR_CONTEXT_FILE"'
         ),
         collect=("~/.codex/sessions",),
-        needs="codex",
         apis=("openai (responses)",),
         options={
             "reasoning_effort": Option(
@@ -183,7 +169,6 @@ PRESETS: dict[str, Preset] = {
             '--disallowedTools WebSearch --model "$HANGAR_MODEL" < "$HANGAR_CONTEXT_FILE"'
         ),
         collect=("~/.claude/projects",),
-        needs="claude",
         apis=("anthropic (messages)",),
         skills="~/.claude/skills",
         mcp='--mcp-config "$HOME/.hangar/mcp.json" --strict-mcp-config --allowedTools {tools}',
@@ -208,7 +193,6 @@ PRESETS: dict[str, Preset] = {
             '-m "$HANGAR_MODEL" -o stream-json -p "$HANGAR_CONTEXT" < /dev/null'
         ),
         collect=("~/.gemini/tmp",),
-        needs="gemini",
         apis=("google (gemini)",),
         env={"GEMINI_CLI_NO_RELAUNCH": "true", "GEMINI_SANDBOX": "false", "NO_BROWSER": "true"},
         skills="~/.gemini/skills",
@@ -234,7 +218,6 @@ PRESETS: dict[str, Preset] = {
             "GEMINI_CLI_NO_RELAUNCH": "true",
             "NO_BROWSER": "true",
         },
-        needs="qwen",
         apis=("openai (chat)",),
         skills="~/.qwen/skills",
         options={
@@ -259,7 +242,6 @@ PRESETS: dict[str, Preset] = {
             "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
             "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
         },
-        needs="opencode",
         apis=("openai (chat)",),
         skills="~/.config/opencode/skills",
         options={
@@ -284,7 +266,6 @@ PRESETS: dict[str, Preset] = {
             "MSWEA_COST_TRACKING": "ignore_errors",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         },
-        needs="mini",
         apis=("openai (chat)",),
         options={
             "step_limit": Option(
@@ -319,7 +300,6 @@ PRESETS: dict[str, Preset] = {
         ),
         collect=("~/.aider",),
         env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "AIDER_ANALYTICS": "false"},
-        needs="aider",
         apis=("openai (chat)",),
         options={
             "edit_format": Option(
@@ -339,8 +319,20 @@ PRESETS: dict[str, Preset] = {
     ),
 }
 
+#: Agent CLIs people compare that cannot be presets, and why (`hangar agents list`).
+UNRUNNABLE: dict[str, str] = {
+    "crush": "Crush's npm package downloads its binary from GitHub when installed (no "
+    "registry holds it), which no offline build reaches",
+    "amp": "Amp's npm package downloads its binary when installed, and Amp's models are "
+    "served only through Amp's own service: it cannot be pointed at a model endpoint",
+    "auggie": "Auggie runs only against Augment's own service (a login to it), not a model "
+    "endpoint",
+}
+
 #: Fields of an agent config that are not a preset's options.
-_AGENT_FIELDS = {"preset", "command", "env", "collect", "kind", "name", "script", "mcp", "cli"}
+_AGENT_FIELDS = {
+    "preset", "command", "env", "collect", "kind", "name", "script", "mcp", "cli", "bundle",
+}  # fmt: skip
 
 
 def expand_preset(data: dict[str, Any], where: str) -> dict[str, Any]:
@@ -362,14 +354,22 @@ def expand_preset(data: dict[str, Any], where: str) -> dict[str, Any]:
         "collect": list(preset.collect),
         "env": dict(preset.env),
         "cli": cli_pins(name),
+        "bundle": bundle_of(name),
         **rest,
         "options": chosen,
     }
 
 
 def cli_pins(name: str) -> list[str]:
-    """The packages preset `name`'s CLI image is built from (``sandbox.images``)."""
-    from hangar.sandbox.images import AGENT_CLIS
+    """The packages preset `name`'s CLI bundle is built from (`hangar.sandbox.bundles`)."""
+    from hangar.sandbox.bundles import AGENT_CLIS
 
     cli = AGENT_CLIS.get(name)
     return list(cli.pins) if cli is not None else []
+
+
+def bundle_of(name: str) -> str:
+    """``<name>@<recipe digest>``: the bundle preset `name`'s CLI runs from ('' if none)."""
+    from hangar.sandbox.bundles import AGENT_CLIS, bundle_id
+
+    return bundle_id(name) if name in AGENT_CLIS else ""

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from hangar.cli._app import app
-from hangar.console import JsonFlag, console
+from hangar.console import JsonFlag, console, err_console
 
 agents_app = typer.Typer(help="Agents: every preset and kind, and what each needs.")
 app.add_typer(agents_app, name="agents")
@@ -19,63 +20,94 @@ ALL_APIS = ("openai (chat, responses)", "anthropic (messages)", "google (gemini)
 
 
 def agent_rows() -> list[dict[str, object]]:
-    """Every preset, then every other kind of agent: name, how it is named in an agents
-    file, its version, what it needs in the sandbox image, the APIs it speaks."""
-    from hangar.agents.presets import PRESETS
-    from hangar.sandbox.images import AGENT_CLIS, DEFAULT_BASE_TAG
+    """Every preset, then every other kind of agent, then the CLIs that cannot run here:
+    name, how it is named in an agents file, its version and bundle, what it needs, the
+    APIs it speaks."""
+    from hangar.agents.presets import PRESETS, UNRUNNABLE
+    from hangar.sandbox.bundles import AGENT_CLIS, bundle_id
 
     rows: list[dict[str, object]] = []
     for name, preset in PRESETS.items():
-        cli = AGENT_CLIS.get(name)
-        version = cli.version if cli else ""
+        cli = AGENT_CLIS[name]
         rows.append(
             {
                 "name": name,
                 "config": f"{{preset: {name}}}",
-                "version": version,
-                "needs": f"the `{preset.needs}` command: image {DEFAULT_BASE_TAG}-{name} "
-                f"(hangar image build-base --with {name})",
+                "version": cli.version,
+                "bundle": bundle_id(name),
+                "needs": "an x86-64 Linux image with bash and /bin/sh (its bundle brings the rest)",
                 "apis": list(preset.apis),
                 "options": sorted(preset.options),
             }
         )
     rows += [
         {"name": "command", "config": "{command: ...} or {script: FILE}", "version": "",
-         "needs": "what its command runs, and python3 (the model relay's forwarder)",
-         "apis": list(ALL_APIS), "options": []},
-        {"name": "chat", "config": "{kind: chat}", "version": "",
+         "bundle": "", "needs": "what its command runs", "apis": list(ALL_APIS), "options": []},
+        {"name": "chat", "config": "{kind: chat}", "version": "", "bundle": "",
          "needs": "bash in the image (its tools run there; the loop and its model calls "
                   "stay on the host)",
          "apis": list(ALL_APIS), "options": ["tools", "max_turns", "mcp"]},
-        {"name": "prompt", "config": "{kind: prompt}", "version": "",
+        {"name": "prompt", "config": "{kind: prompt}", "version": "", "bundle": "",
          "needs": "no sandbox (decision cases, rubric samples)", "apis": list(ALL_APIS),
          "options": ["reasoning_effort"]},
         {"name": "oracle", "config": "{kind: reference, role: oracle}", "version": "",
-         "needs": "a task with a reference solution (a Harbor task's solution/solve.sh)",
-         "apis": [], "options": []},
-        {"name": "nop", "config": "{kind: reference, role: nop}", "version": "",
+         "bundle": "", "needs": "a task with a reference solution (a Harbor task's "
+         "solution/solve.sh)", "apis": [], "options": []},
+        {"name": "nop", "config": "{kind: reference, role: nop}", "version": "", "bundle": "",
          "needs": "nothing: it does nothing (a task it passes is broken)", "apis": [],
          "options": []},
+    ]  # fmt: skip
+    rows += [
+        {"name": name, "config": "(not runnable)", "version": "", "bundle": "", "needs": why,
+         "apis": [], "options": []}
+        for name, why in UNRUNNABLE.items()
     ]  # fmt: skip
     return rows
 
 
 @agents_app.command("list")
 def agents_list(as_json: JsonFlag = False) -> None:
-    """Every agent preset (its version, the image it needs and how to build it, the model
-    APIs it speaks) and every other kind of agent."""
+    """Every agent preset (its version, its bundle, the model APIs it speaks), every other
+    kind of agent, and the CLIs people compare that cannot run here, with why."""
     rows = agent_rows()
     if as_json:
         console.print_json(json.dumps({"agents": rows}))
         return
-    table = Table("agent", "in an agents file", "version", "needs", "APIs", title="agents")
+    table = Table(
+        "agent", "in an agents file", "version", "bundle", "needs", "APIs", title="agents"
+    )
     for r in rows:
         apis = r["apis"] if isinstance(r["apis"], list) else []
         table.add_row(
             escape(str(r["name"])),
             escape(str(r["config"])),
             escape(str(r["version"]) or "-"),
+            escape(str(r["bundle"]) or "-"),
             escape(str(r["needs"])),
             escape(", ".join(map(str, apis)) or "-"),
         )
     console.print(table)
+
+
+@agents_app.command("bundle")
+def agents_bundle(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Presets whose bundles to build (default: all).")
+    ] = None,
+) -> None:
+    """Build agent CLIs' bundles on this machine now (a trial builds its own on first use):
+    each from its pinned packages, offline after the first fetch."""
+    from hangar.errors import ImageBuildError
+    from hangar.sandbox.bundles import AGENT_CLIS, ensure_bundle
+
+    failed = False
+    for name in names or list(AGENT_CLIS):
+        try:
+            bundle = ensure_bundle(name, progress=lambda line: err_console.print(f"[dim]{line}[/]"))
+        except ImageBuildError as exc:
+            err_console.print(f"[red]{escape(name)}[/]: {escape(str(exc))}")
+            failed = True
+            continue
+        console.print(f"{name}: {bundle.folder}", highlight=False)
+    if failed:
+        raise typer.Exit(1)

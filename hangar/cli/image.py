@@ -27,14 +27,6 @@ def image_build_base(
         list[str] | None, typer.Option("--package", "-p", help="Extra Debian package (repeatable).")
     ] = None,
     force: Annotated[bool, typer.Option(help="Rebuild even when the image is up to date.")] = False,
-    with_cli: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--with",
-            help="Also build <tag>-<cli> with an agent CLI (repeatable; `hangar agents list` "
-            "names them: codex, claude, gemini, qwen, opencode, mini-swe-agent, aider).",
-        ),
-    ] = None,
 ) -> None:
     """Build the base sandbox image from Debian's packages, with no registry, and its stock
     variant ``<tag>-stock`` (root by default, ``/`` as its working directory, as stock
@@ -59,14 +51,6 @@ def image_build_base(
     from hangar.sandbox.helper import helper_binary
 
     console.print(f"hangar's sandbox helper: {helper_binary()}", highlight=False)
-    for cli in with_cli or []:
-        from hangar.sandbox.images import build_agent_image
-
-        built = build_agent_image(
-            cli, tag, force=force, progress=lambda line: err_console.print(f"[dim]{line}[/]")
-        )
-        verb = f"built in {built.seconds:.0f} s" if built.built else "is up to date; nothing to do"
-        console.print(f"{built.tag} {verb}")
 
 
 @image_app.command("build")

@@ -9,6 +9,7 @@ sandboxes it starts (`sandbox_spec`) and how it is judged.
 from __future__ import annotations
 
 import functools
+import json
 import socket
 import time
 from collections.abc import Callable
@@ -25,12 +26,13 @@ from hangar.agents import (
     run_command_agent,
 )
 from hangar.agents.mcp import Installed, McpTools
-from hangar.errors import ConfigError, ImageNotFound, MissingPython
+from hangar.errors import ConfigError, ImageBuildError, ImageNotFound, MissingPython
 from hangar.models.relay import ModelRelay
 from hangar.models.tunnel import RelayTunnel
 from hangar.paths import cache_dir
 from hangar.results import Usage, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxSpec, create_sandbox, sandbox_class
+from hangar.sandbox.bundles import Bundle, bundle_mount, bundle_problem, ensure_bundle
 from hangar.sandbox.disk import TrialDisk
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun
@@ -73,6 +75,8 @@ class SandboxedTrial(TrialRun):
         self.agent_env: dict[str, str] = {}
         #: The agent's MCP servers on this node (`install_mcp`), and a chat agent's tools.
         self.mcp: list[Installed] = []
+        #: The agent CLI's bundle on this node (`prepare_bundle`), if it runs from one.
+        self.bundle: Bundle | None = None
         self.mcp_tools: McpTools | None = None
 
     #: Whether the task text is already in the sandbox's HOME when a command agent starts.
@@ -87,12 +91,41 @@ class SandboxedTrial(TrialRun):
 
     def install_mcp(self) -> None:
         """The agent's MCP servers resolved on this node (before the sandbox starts: they
-        are mounted into it, `mcp_mounts`)."""
+        are mounted into it, `agent_mounts`)."""
         self.mcp = install_servers(self, self.spec.agent, self.cache)
 
-    def mcp_mounts(self) -> tuple[Mount, ...]:
-        """The agent's MCP servers, read-only, for the agent's sandbox."""
-        return mounts(self.mcp)
+    def agent_mounts(self) -> tuple[Mount, ...]:
+        """The agent's MCP servers and its CLI's bundle, read-only, for its sandbox."""
+        bundle = (bundle_mount(self.bundle),) if self.bundle is not None else ()
+        return (*mounts(self.mcp), *bundle)
+
+    def prepare_bundle(self) -> None:
+        """The agent's CLI bundle on this node (built on first use), tried in the image of
+        the agent's sandbox once per node: a bundle that cannot be built or run there makes
+        the trial blocked_setup, before any model is paid."""
+        agent = self.spec.agent
+        if not isinstance(agent, CommandAgent) or not agent.bundle:
+            return
+        name, _, wanted = agent.bundle.partition("@")
+        try:
+            bundle = ensure_bundle(name)
+        except (ImageBuildError, OSError) as exc:
+            raise Outcome(Verdict.BLOCKED_SETUP, f"agent {name}'s bundle: {exc}") from exc
+        if not bundle.digest.startswith(wanted):
+            raise Outcome(
+                Verdict.BLOCKED_SETUP,
+                f"this node builds agent {name}'s bundle from recipe {bundle.digest[:16]}, the "
+                f"sweep names {wanted}: run the same hangar version on every node",
+            )
+        self.bundle = bundle
+        spec = self.sandbox_spec()
+        try:
+            problem = bundle_problem(bundle, spec, self.spec.backend, self.spec.backend_config)
+        except ImageNotFound as exc:
+            raise Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
+        self.write("agent/bundle.json", json.loads((bundle.folder / "manifest.json").read_text()))
+        if problem:
+            raise Outcome(Verdict.BLOCKED_SETUP, problem)
 
     def start_mcp(self, sandbox: Sandbox) -> None:
         """Check the servers start in `sandbox` and tell the agent of them."""

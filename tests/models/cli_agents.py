@@ -1,10 +1,11 @@
-"""What the tests of real agent CLIs (Codex, Claude Code) share: their image, built
-offline (twice: the second build must do nothing), and one trial of the example scenario
-run by a preset in that image, through the relay, against the scripted server."""
+"""What the tests of real agent CLIs share: their bundle, built offline (twice: the second
+build must do nothing) and mounted into hangar's base image, and one trial of the example
+scenario run by a preset there, through the relay, against the scripted server."""
 
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from hangar.kinds.execution import single_trial
 from hangar.kinds.execution.scenario import load_scenario
 from hangar.models import ModelSpec
 from hangar.results import TrialResult
-from hangar.sandbox.images import build_agent_image
+from hangar.sandbox.base import ExecResult
 from hangar.trials import Arm, run_trial
 from tests.require import BASE_IMAGE
 
@@ -24,13 +25,32 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def cli_image(name: str) -> str:
-    """The tag of ``<base>-<name>``, built from the npm registry (skips without npm)."""
-    if shutil.which("npm") is None:
+    """The image a preset's trial runs in: hangar's base image, which holds no CLI; the
+    preset's bundle (built here, offline after its packages' first fetch; a second build
+    does nothing) is mounted into it."""
+    from hangar.sandbox.bundles import AGENT_CLIS, ensure_bundle
+
+    if AGENT_CLIS[name].packages and shutil.which("npm") is None:
         pytest.skip(f"npm is not installed: the {name} CLI comes from the npm registry")
-    outcome = build_agent_image(name, BASE_IMAGE)
-    again = build_agent_image(name, BASE_IMAGE)
-    assert not again.built, "a second build with the same inputs should do nothing"
-    return outcome.tag
+    first = ensure_bundle(name)
+    started = time.monotonic()
+    assert ensure_bundle(name) == first and time.monotonic() - started < 1
+    return BASE_IMAGE
+
+
+def in_bundle(name: str, command: str, image: str = BASE_IMAGE) -> ExecResult:
+    """`command` (a shell line) in a sandbox of `image` with preset `name`'s bundle mounted
+    and its commands first on PATH, as a command agent runs."""
+    from hangar.agents.command import BUNDLE_BIN
+    from hangar.sandbox import SandboxSpec
+    from hangar.sandbox.bundles import bundle_mount, ensure_bundle
+    from hangar.sandbox.docker import DockerSandbox
+
+    spec = SandboxSpec(
+        image=image, trial=f"{name}-bundle", mounts=(bundle_mount(ensure_bundle(name)),)
+    )
+    with DockerSandbox(spec) as sb:
+        return sb.exec(["bash", "-c", f'PATH="{BUNDLE_BIN}:$PATH"; {command}'], timeout=120)
 
 
 def fix_the_example(image: str, preset: str, model: ModelSpec, tmp_path: Path) -> TrialResult:

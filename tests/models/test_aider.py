@@ -14,9 +14,7 @@ import pytest
 from hangar.agents import parse_agent
 from hangar.models.pricing import Price
 from hangar.results import Verdict
-from hangar.sandbox import SandboxSpec
-from hangar.sandbox.docker import DockerSandbox
-from tests.models.cli_agents import cli_image, fix_the_example, scripted_trial
+from tests.models.cli_agents import cli_image, fix_the_example, in_bundle, scripted_trial
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -43,9 +41,8 @@ def aider_image(docker_client: docker.DockerClient) -> str:
     return cli_image("aider")
 
 
-def test_the_image_has_aider(aider_image: str) -> None:
-    with DockerSandbox(SandboxSpec(image=aider_image, trial="aider-image")) as sb:
-        version = sb.exec(["aider", "--version"])
+def test_the_bundle_runs_aider(aider_image: str) -> None:
+    version = in_bundle("aider", "aider --version", aider_image)
     assert version.returncode == 0 and version.stdout.strip() == "aider 0.86.2", version.stderr
 
 

@@ -14,8 +14,6 @@ import pytest
 from hangar.models import ModelSpec
 from hangar.models.pricing import Price
 from hangar.results import Verdict
-from hangar.sandbox import SandboxSpec
-from hangar.sandbox.docker import DockerSandbox
 from hangar.testing.scripted import Reply, ScriptedServer, ToolCall
 from tests.models.cli_agents import (
     TDD_DESCRIPTION,
@@ -24,6 +22,7 @@ from tests.models.cli_agents import (
     check_the_server_answered,
     cli_image,
     fix_the_example,
+    in_bundle,
     route_the_example,
     scripted_trial,
 )
@@ -39,10 +38,9 @@ def claude_image(docker_client: docker.DockerClient) -> str:
     return cli_image("claude")
 
 
-def test_the_image_has_claude_code_and_node_22(claude_image: str) -> None:
-    with DockerSandbox(SandboxSpec(image=claude_image, trial="claude-image")) as sb:
-        claude = sb.exec(["claude", "--version"])
-        node = sb.exec(["node", "--version"])
+def test_the_bundle_runs_claude_code_and_node_22(claude_image: str) -> None:
+    claude = in_bundle("claude", "claude --version", claude_image)
+    node = in_bundle("claude", "/opt/hangar/agent/node/bin/node --version", claude_image)
     assert claude.returncode == 0 and "2.1.332 (Claude Code)" in claude.stdout
     assert node.returncode == 0 and node.stdout.startswith("v22.")
 

@@ -12,9 +12,7 @@ import pytest
 
 from hangar.models.pricing import Price
 from hangar.results import Verdict
-from hangar.sandbox import SandboxSpec
-from hangar.sandbox.docker import DockerSandbox
-from tests.models.cli_agents import check_session, cli_image, fix_through_relay
+from tests.models.cli_agents import check_session, cli_image, fix_through_relay, in_bundle
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -24,10 +22,9 @@ def gemini_image(docker_client: docker.DockerClient) -> str:
     return cli_image("gemini")
 
 
-def test_the_image_has_gemini_cli_and_node_22(gemini_image: str) -> None:
-    with DockerSandbox(SandboxSpec(image=gemini_image, trial="gemini-image")) as sb:
-        version = sb.exec(["gemini", "--version"])
-        node = sb.exec(["node", "--version"])
+def test_the_bundle_runs_gemini_cli_and_node_22(gemini_image: str) -> None:
+    version = in_bundle("gemini", "gemini --version", gemini_image)
+    node = in_bundle("gemini", "/opt/hangar/agent/node/bin/node --version", gemini_image)
     assert version.returncode == 0 and version.stdout.strip() == "0.61.0"
     assert node.returncode == 0 and node.stdout.startswith("v22.")
 

@@ -14,9 +14,7 @@ import pytest
 from hangar.agents import parse_agent
 from hangar.models.pricing import Price
 from hangar.results import Verdict
-from hangar.sandbox import SandboxSpec
-from hangar.sandbox.docker import DockerSandbox
-from tests.models.cli_agents import check_session, cli_image, fix_through_relay
+from tests.models.cli_agents import check_session, cli_image, fix_through_relay, in_bundle
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -28,21 +26,21 @@ def mini_image(docker_client: docker.DockerClient) -> str:
     return cli_image("mini-swe-agent")
 
 
-def test_the_image_has_mini_swe_agent(mini_image: str) -> None:
-    with DockerSandbox(SandboxSpec(image=mini_image, trial="mini-image")) as sb:
-        version = sb.exec(["python3", "-c", "import sys; print(sys.path)"])
-        run = sb.exec(["sh", "-c", "MSWEA_SILENT_STARTUP=1 mini --help"])
-        wheels = sb.exec(["cat", "/opt/mini-swe-agent/site/hangar-wheels.json"])
-    # the launcher keeps its packages to itself: the agent's commands do not see them
-    assert version.returncode == 0 and "/opt/mini-swe-agent/site" not in version.stdout
+def test_the_bundle_runs_mini_swe_agent(mini_image: str) -> None:
+    from hangar.sandbox.bundles import ensure_bundle
+
+    version = in_bundle("mini-swe-agent", "python3 -c 'import sys; print(sys.path)'", mini_image)
+    run = in_bundle("mini-swe-agent", "MSWEA_SILENT_STARTUP=1 mini --help", mini_image)
+    # the launcher keeps its packages and its Python to itself: the agent's commands see
+    # the image's python3, without the bundle's packages
+    assert version.returncode == 0 and "/opt/hangar/agent" not in version.stdout
     assert run.returncode == 0 and "--task" in run.stdout, run.stderr
-    found = json.loads(wheels.stdout)
+    manifest = json.loads((ensure_bundle("mini-swe-agent").folder / "manifest.json").read_text())
+    found = manifest["wheels"]
     assert any(w.startswith("mini_swe_agent-2.4.6-") for w in found)
     assert all(len(sha) == 64 for sha in found.values())
-    labels = docker.from_env().images.get(mini_image).labels
-    assert labels["hangar.cli"].startswith("mini-swe-agent==2.4.6 on ")
-    assert labels["hangar.cli"].endswith(" launcher 2")
-    assert labels["hangar.cli.wheels"].startswith("sha256:")
+    assert manifest["pins"] == ["mini-swe-agent==2.4.6"]
+    assert any(deb.startswith("python3.11-minimal_") for deb in manifest["debian"])
 
 
 def test_its_options_are_checked_and_in_its_settings() -> None:
@@ -74,8 +72,10 @@ def test_mini_swe_agent_fixes_the_bug_through_the_relay(
     assert result.evidence_uri is not None
     with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
         names = tar.getnames()
-        image = tar.extractfile("image.json")
-        assert image is not None
-        record = json.loads(image.read())
+        bundle = tar.extractfile("agent/bundle.json")
+        assert bundle is not None
+        record = json.loads(bundle.read())
     assert any(n.endswith("trajectory.traj.json") for n in names), names
-    assert record["labels"]["hangar.cli"].startswith("mini-swe-agent==2.4.6")
+    # the bundle's manifest is the trial's evidence: its pins, wheels and Debian packages
+    assert record["pins"] == ["mini-swe-agent==2.4.6"] and record["wheels"]
+    assert result.agent_settings["bundle"] == record["name"] + "@" + record["digest"][:16]

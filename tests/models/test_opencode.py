@@ -12,9 +12,7 @@ import pytest
 
 from hangar.models.pricing import Price
 from hangar.results import Verdict
-from hangar.sandbox import SandboxSpec
-from hangar.sandbox.docker import DockerSandbox
-from tests.models.cli_agents import cli_image, fix_through_relay
+from tests.models.cli_agents import cli_image, fix_through_relay, in_bundle
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -24,9 +22,8 @@ def opencode_image(docker_client: docker.DockerClient) -> str:
     return cli_image("opencode")
 
 
-def test_the_image_has_opencode(opencode_image: str) -> None:
-    with DockerSandbox(SandboxSpec(image=opencode_image, trial="opencode-image")) as sb:
-        version = sb.exec(["opencode", "--version"])
+def test_the_bundle_runs_opencode(opencode_image: str) -> None:
+    version = in_bundle("opencode", "opencode --version", opencode_image)
     assert version.returncode == 0 and version.stdout.strip() == "1.18.33"
 
 

@@ -11,9 +11,7 @@ import pytest
 
 from hangar.models.pricing import Price
 from hangar.results import Verdict
-from hangar.sandbox import SandboxSpec
-from hangar.sandbox.docker import DockerSandbox
-from tests.models.cli_agents import check_session, cli_image, fix_through_relay
+from tests.models.cli_agents import check_session, cli_image, fix_through_relay, in_bundle
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -23,9 +21,8 @@ def qwen_image(docker_client: docker.DockerClient) -> str:
     return cli_image("qwen")
 
 
-def test_the_image_has_qwen_code(qwen_image: str) -> None:
-    with DockerSandbox(SandboxSpec(image=qwen_image, trial="qwen-image")) as sb:
-        version = sb.exec(["qwen", "--version"])
+def test_the_bundle_runs_qwen_code(qwen_image: str) -> None:
+    version = in_bundle("qwen", "qwen --version", qwen_image)
     assert version.returncode == 0 and version.stdout.strip() == "0.24.4"
 
 

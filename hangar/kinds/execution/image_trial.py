@@ -126,6 +126,8 @@ class ImageTaskTrial(SandboxedTrial):
         with self.phase("image"):
             self.image_ref = self.build(self.task.image, "image")
             self.workdir = self.image_workdir(self.image_ref)
+        with self.phase("bundle"):
+            self.prepare_bundle()
         with self.phase("disk"):
             self.write("disk.json", self.disk.open(ttl_s=self.budget() + 900).model_dump())
         with self.phase("relay_up"):
@@ -267,7 +269,7 @@ class ImageTaskTrial(SandboxedTrial):
             mounts=(
                 Mount(source=self.workspace, target=self.workdir),
                 Mount(source=self.logs, target=LOGS),
-                *self.mcp_mounts(),
+                *self.agent_mounts(),
             ),
             cpus=self.limits.cpus,
             memory=self.limits.memory,

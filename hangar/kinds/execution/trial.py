@@ -125,6 +125,8 @@ class ExecutionTrial(SandboxedTrial):
             self.admit()
         with self.phase("mcp"):
             self.install_mcp()
+        with self.phase("bundle"):
+            self.prepare_bundle()
         with self.phase("disk"):
             self.write("disk.json", self.disk.open(ttl_s=self.sandbox_spec().ttl_s).model_dump())
         with self.phase("relay_up"):
@@ -367,7 +369,7 @@ class ExecutionTrial(SandboxedTrial):
         limits = self.scenario.limits
         verifier = self.scenario.verifier
         budget = limits.time_s + verifier.timeout_s * max(1, len(verifier.commands))
-        mounts = [Mount(source=self.workspace, target=WORKDIR), *self.mcp_mounts()]
+        mounts = [Mount(source=self.workspace, target=WORKDIR), *self.agent_mounts()]
         if self.one_sandbox:
             mounts += [Mount(source=self.scratch / n, target=t) for n, t in SCRATCH.items()]
         return SandboxSpec(

@@ -53,6 +53,8 @@ class RoutingTrial(SandboxedTrial):
             self.admit()
         with self.phase("mcp"):
             self.install_mcp()
+        with self.phase("bundle"):
+            self.prepare_bundle()
         with self.phase("disk"):
             self.write("disk.json", self.disk.open(ttl_s=self.sandbox_spec().ttl_s).model_dump())
         with self.phase("relay_up"):
@@ -100,7 +102,7 @@ class RoutingTrial(SandboxedTrial):
             image=self.case.image,
             workdir=WORKDIR,
             home=HOME,
-            mounts=(Mount(source=self.workspace, target=WORKDIR), *self.mcp_mounts()),
+            mounts=(Mount(source=self.workspace, target=WORKDIR), *self.agent_mounts()),
             read_only_root=False,
             limits=SandboxLimits(cpus=limits.cpus, memory=limits.memory, pids=limits.pids),
             sweep=self.spec.sweep,
