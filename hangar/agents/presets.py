@@ -176,6 +176,9 @@ PRESETS: dict[str, Preset] = {
             "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            # It refuses to skip its permission prompts as root (a Harbor task's default
+            # user) unless told it is in a sandbox, which it is.
+            "IS_SANDBOX": "1",
         },
         options={
             "permission_mode": Option(

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from hangar.agents import (
@@ -194,7 +197,10 @@ class SandboxedTrial(TrialRun):
         if model is None or model.provider == "none" or isinstance(self.spec.agent, ChatAgent):
             return  # no model, or a chat agent (its loop calls the model from the host)
         try:
-            self.relay = ModelRelay(self.folder / "relay.sock", model, timeout_s=model.timeout_s)
+            # A private folder with a short path: a unix socket's path is at most 107 bytes,
+            # and a trial's folder can be deeper than that.
+            sockets = Path(tempfile.mkdtemp(prefix="hangar-relay-"))
+            self.relay = ModelRelay(sockets / "relay.sock", model, timeout_s=model.timeout_s)
             self.relay.start()
         except ConfigError as exc:  # the key is missing on this node
             raise Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
@@ -221,6 +227,7 @@ class SandboxedTrial(TrialRun):
         if relay is None:
             return
         relay.stop()
+        shutil.rmtree(relay.socket_path.parent, ignore_errors=True)
         if tunnel is not None and tunnel.problem:
             relay.errors.append(tunnel.problem)
         self.usage = relay.usage
