@@ -58,12 +58,22 @@ def install_target(
     wheels: Path,
     site: Path,
     error: type[HangarError] = HangarError,
+    *,
+    sdists: tuple[str, ...] = (),
 ) -> None:
     """`requirements` downloaded into `wheels` and installed into the folder `site` (a
-    ``--target``, for ``PYTHONPATH``), for CPython `python`."""
+    ``--target``, for ``PYTHONPATH``), for CPython `python`. `sdists` are pure-Python
+    packages PyPI has only as sources: built into wheels here first (for any Python)."""
     platform = platform_args(python)
     said = ", ".join(requirements)
-    pip(["download", *platform, "-d", str(wheels), *requirements], f"resolving {said}", error)
+    if sdists:
+        pip(
+            ["wheel", "--no-deps", "-w", str(wheels), *sdists],
+            f"building {', '.join(sdists)}",
+            error,
+        )
+    pip(["download", *platform, "--find-links", str(wheels), "-d", str(wheels), *requirements],
+        f"resolving {said}", error)  # fmt: skip
     pip(["install", "--no-index", "--find-links", str(wheels), *platform,
          "--target", str(site), *requirements], f"installing {said}", error)  # fmt: skip
 

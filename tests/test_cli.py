@@ -292,6 +292,8 @@ def test_agents_list_names_every_preset_and_kind_with_what_it_needs() -> None:
 
     assert rows["claude"]["bundle"] == bundle_id("claude") and "/bin/sh" in rows["claude"]["needs"]
     assert rows["amp"]["config"] == "(not runnable)" and "Amp's own service" in rows["amp"]["needs"]
+    runnable = [r for r in rows.values() if str(r["config"]).startswith("{preset:")]
+    assert len(runnable) >= 12 and all(r["bundle"] for r in runnable)
     assert rows["gemini"]["apis"] == ["google (gemini)"]
     assert rows["oracle"]["apis"] == [] and "solution" in rows["oracle"]["needs"]
     text = runner.invoke(app, ["agents", "list"])

@@ -122,6 +122,13 @@ _OPENCODE_CONFIG = (
     '\\"apiKey\\":\\"{env:OPENAI_API_KEY}\\"},'
     '\\"models\\":{\\"$HANGAR_MODEL\\":{}}}}}'
 )
+#: Pi's models file: the relay as an OpenAI-compatible provider ``hangar`` with the
+#: trial's model, the key read from ``OPENAI_API_KEY``.
+_PI_MODELS = (
+    '{\\"providers\\":{\\"hangar\\":{\\"baseUrl\\":\\"$OPENAI_BASE_URL\\",'
+    '\\"api\\":\\"openai-completions\\",\\"apiKey\\":\\"OPENAI_API_KEY\\",'
+    '\\"models\\":[{\\"id\\":\\"$HANGAR_MODEL\\"}]}}}'
+)
 #: Qwen Code's (Gemini CLI's settings, its own web tools' names).
 _QWEN_SETTINGS = (
     '{"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false},'
@@ -252,6 +259,96 @@ PRESETS: dict[str, Preset] = {
                 values=("minimal", "low", "medium", "high", "max"), flag="--variant {value}"
             ),
         },
+    ),
+    "copilot": Preset(
+        command=(
+            # Its own provider (BYOK) pointed at the relay; offline: nothing of GitHub's.
+            'COPILOT_PROVIDER_BASE_URL="$OPENAI_BASE_URL" '
+            'COPILOT_PROVIDER_API_KEY="$OPENAI_API_KEY" '
+            'copilot -p "$HANGAR_CONTEXT" --allow-all --no-ask-user {options} '
+            '--model "$HANGAR_MODEL" < /dev/null'
+        ),
+        collect=("~/.copilot/session-state", "~/.copilot/logs"),
+        env={
+            "COPILOT_OFFLINE": "true",
+            "COPILOT_PROVIDER_TYPE": "openai",
+            "COPILOT_AUTO_UPDATE": "false",
+            "NO_COLOR": "1",
+        },
+        apis=("openai (chat)",),
+        skills="~/.copilot/skills",
+        options={},
+    ),
+    "cline": Preset(
+        command=(
+            # The relay as its OpenAI-compatible provider, in its own state folder.
+            'cline auth -p openai -k "$OPENAI_API_KEY" -m "$HANGAR_MODEL" '
+            '-b "$OPENAI_BASE_URL" > /dev/null && '
+            'cline --json --auto-approve true {options} "$HANGAR_CONTEXT" < /dev/null'
+        ),
+        collect=("~/.cline/data",),
+        apis=("openai (chat)",),
+        skills="~/.cline/skills",
+        options={
+            "thinking": Option(
+                values=("none", "low", "medium", "high", "xhigh"), flag="--thinking {value}"
+            ),
+        },
+    ),
+    "kilo": Preset(
+        command=(
+            "mkdir -p \"$HOME/.config/kilo\" && printf '%s' "
+            f'"{_OPENCODE_CONFIG}" > "$HOME/.config/kilo/kilo.json" && '
+            "kilo run --format json --auto {options} "
+            '-m "hangar/$HANGAR_MODEL" "$HANGAR_CONTEXT" < /dev/null'
+        ),
+        collect=("~/.local/share/kilo",),
+        env={
+            "KILO_DISABLE_AUTOUPDATE": "1",
+            "KILO_DISABLE_MODELS_FETCH": "1",
+            "KILO_DISABLE_LSP_DOWNLOAD": "1",
+            "KILO_DISABLE_DEFAULT_PLUGINS": "1",
+            "KILO_DISABLE_SHARE": "1",
+            "KILO_DISABLE_SESSION_INGEST": "1",
+            "KILO_DISABLE_CODEBASE_INDEXING": "1",
+            "KILO_DISABLE_CLAUDE_CODE": "1",
+        },
+        apis=("openai (chat)",),
+        skills="~/.config/kilo/skills",
+        options={
+            "variant": Option(
+                values=("minimal", "low", "medium", "high", "max"), flag="--variant {value}"
+            ),
+        },
+    ),
+    "pi": Preset(
+        command=(
+            # The relay as a provider of Pi's own (its key read from the environment).
+            "mkdir -p \"$HOME/.pi/agent\" && printf '%s' "
+            f'"{_PI_MODELS}" > "$HOME/.pi/agent/models.json" && '
+            'pi -p --mode json --offline --provider hangar --model "$HANGAR_MODEL" {options} '
+            '"$HANGAR_CONTEXT" < /dev/null'
+        ),
+        collect=("~/.pi/agent/sessions",),
+        env={"PI_OFFLINE": "1"},
+        apis=("openai (chat)",),
+        skills="~/.pi/agent/skills",
+        options={
+            "thinking": Option(
+                values=("off", "minimal", "low", "medium", "high", "xhigh"),
+                flag="--thinking {value}",
+            ),
+        },
+    ),
+    "openhands": Preset(
+        command='openhands "$HANGAR_CONTEXT" < /dev/null',
+        collect=("~/.openhands/conversations",),
+        env={
+            "OPENHANDS_SUPPRESS_BANNER": "1",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "OH_DISABLE_TELEMETRY": "1",
+        },
+        apis=("openai (chat)",),
     ),
     "mini-swe-agent": Preset(
         command=(

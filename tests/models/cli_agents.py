@@ -187,14 +187,17 @@ def fix_through_relay(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     finish: str | None = None,
+    arguments: Callable[[str], dict[str, Any]] | None = None,
 ) -> tuple[TrialResult, list[dict[str, Any]]]:
     """The example's fix by the `preset` CLI in `image`, its model scripted to read the
-    file, fix it with its shell tool `shell`, and answer (`scripted_trial`); with
+    file, fix it with its shell tool `shell` (its arguments from the command line:
+    `arguments`, default ``{"command": ...}``), and answer (`scripted_trial`); with
     `finish`, the answer also runs that command (an agent that ends its turn by one)."""
     from hangar.testing.scripted import Reply, ScriptedUsage, ToolCall
 
     def run(command: str) -> list[ToolCall]:
-        return [ToolCall(name=shell, arguments={"command": command})]
+        args = arguments(command) if arguments else {"command": command}
+        return [ToolCall(name=shell, arguments=args)]
 
     replies = [
         Reply(tool_calls=run("sed -n 13,20p statkit/stats.py"),

@@ -42,13 +42,19 @@ STATKIT = (
     "'    if len(ordered) % 2 == 0:\\n        return (ordered[mid - 1] + ordered[mid]) / 2\\n"
     "    return ordered[mid]\\n'))\""
 )
-#: preset -> (its model's provider and path, its shell tool, the argument it takes)
+#: preset -> (its model's provider and path, its shell tool, the argument it takes; a
+#: list of commands where the argument ends in [])
 PRESETS: dict[str, tuple[str, str, str, str]] = {
     "codex": ("openai", "/v1", "exec_command", "cmd"),
     "claude": ("anthropic", "", "Bash", "command"),
     "gemini": ("google", "", "run_shell_command", "command"),
     "qwen": ("openai", "/v1", "run_shell_command", "command"),
     "opencode": ("openai", "/v1", "bash", "command"),
+    "copilot": ("openai", "/v1", "bash", "command"),
+    "cline": ("openai", "/v1", "run_commands", "commands[]"),
+    "kilo": ("openai", "/v1", "bash", "command"),
+    "pi": ("openai", "/v1", "bash", "command"),
+    "openhands": ("openai", "/v1", "terminal", "command"),
     "mini-swe-agent": ("openai", "/v1", "bash", "command"),
 }
 #: Aider edits files from its answer's SEARCH/REPLACE blocks, not with a shell tool.
@@ -69,12 +75,15 @@ def _replies(preset: str, fix: str, look: str) -> list[Any]:
     if preset == "aider":
         raise AssertionError("aider answers with an edit")
     _, _, tool, arg = PRESETS[preset]
-    finish = [ToolCall(name=tool, arguments={arg: "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"})]
+
+    def call(command: str) -> list[ToolCall]:
+        args = {arg[:-2]: [command]} if arg.endswith("[]") else {arg: command}
+        return [ToolCall(name=tool, arguments=args)]
+
+    finish = call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
     return [
-        Reply(tool_calls=[ToolCall(name=tool, arguments={arg: look})],
-              usage=ScriptedUsage(input=1000, output=30)),
-        Reply(tool_calls=[ToolCall(name=tool, arguments={arg: fix})],
-              usage=ScriptedUsage(input=1200, output=90)),
+        Reply(tool_calls=call(look), usage=ScriptedUsage(input=1000, output=30)),
+        Reply(tool_calls=call(fix), usage=ScriptedUsage(input=1200, output=90)),
         Reply(content="Fixed: the median of an even count is the mean of the middle two.",
               tool_calls=finish if preset == "mini-swe-agent" else [],
               usage=ScriptedUsage(input=1400, output=20)),
@@ -163,7 +172,7 @@ def swebench_task(
     return task
 
 
-@pytest.mark.parametrize("preset", ["codex", "claude", "mini-swe-agent"])
+@pytest.mark.parametrize("preset", ["codex", "claude", "copilot", "openhands", "mini-swe-agent"])
 def test_presets_fix_a_swebench_instance_in_its_image(
     swebench_task: Any, preset: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
