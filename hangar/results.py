@@ -93,10 +93,11 @@ class ProviderError(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    kind: Literal["auth", "unavailable"]
+    kind: Literal["auth", "not_found", "unavailable"]
     """``auth``: the provider refused the key (401/403), so every trial of the model would
-    fail the same way; ``unavailable``: 5xx, 429, timeout or a dropped stream that no later
-    call recovered from."""
+    fail the same way; ``not_found``: the provider has no such model (404, or the API's
+    400 saying so): the same, for every trial; ``unavailable``: 5xx, 429, timeout or a
+    dropped stream that no later call recovered from."""
     model: str
     """The model id."""
     status: int | None = None
@@ -105,6 +106,12 @@ class ProviderError(BaseModel):
     """What happened, in words."""
     key_env: str = ""
     """The host variable holding the key (for ``auth``)."""
+
+    @property
+    def stops_model(self) -> bool:
+        """Whether every trial of the model would fail the same way (its key refused, or
+        no such model): the sweep sends none of them any more."""
+        return self.kind in ("auth", "not_found")
 
 
 class Usage(BaseModel):

@@ -93,7 +93,7 @@ class Dispatch:
         self.in_flight -= 1
         self.per_model[spec.model] -= 1
         error = result.provider_error
-        if error is not None and error.kind == "auth" and spec.model not in self.stopped:
+        if error is not None and error.stops_model and spec.model not in self.stopped:
             self.stop_model(spec.model, error)
         if not self.will_retry(result):
             return False
@@ -116,7 +116,7 @@ class Dispatch:
         )
 
     def stop_model(self, model: str, error: ProviderError) -> None:
-        """Send no more trials of `model` (its key was refused)."""
+        """Send no more trials of `model` (its key was refused, or it does not exist)."""
         self.stopped[model] = error
         dropped = self._deferred.pop(model, None)
         self._held -= len(dropped or ())

@@ -41,6 +41,7 @@ from hangar.cluster.reaper import ensure_reapers
 from hangar.errors import ClusterError, ConfigError, RayUnavailable
 from hangar.logs import event
 from hangar.models import check_keys
+from hangar.models.exists import ModelCheck, check_models
 from hangar.paths import default_evidence_url
 from hangar.results import COUNTED_VERDICTS, ProviderError, TrialResult, Verdict
 from hangar.scheduler.board import Snapshot, node_slots, open_board
@@ -223,7 +224,10 @@ class SweepTally:
     budget_exhausted: bool = False
     """The sweep's budget was spent and no new trial was scheduled after that."""
     stopped_models: dict[str, ProviderError] = field(default_factory=dict)
-    """Models whose provider refused the key: no more of their trials were scheduled."""
+    """Models whose provider refused the key or has no such model: no more of their trials
+    were scheduled."""
+    model_checks: list[ModelCheck] = field(default_factory=list)
+    """What each provider answered before the first trial (`hangar.models.exists`)."""
     board: Snapshot = field(default_factory=Snapshot)
     """Running trials per node, as last read from the sweep's board (a few seconds old)."""
     saved: int = 0
@@ -339,6 +343,7 @@ class SweepRunner:
             for verdict, *_, n in self.store.counts(self.sweep.id):
                 self.tally.verdicts[verdict] += n
             return self.tally
+        self._check_models(final)
         needs = tuple(sorted({m.key_env for m in config.models if m.provider != "none"}))
         slots = connect(self.address, config.concurrency.sandbox_slots, needs)
         import ray  # after connect(), which sets Ray's environment first
@@ -383,6 +388,31 @@ class SweepRunner:
         self.tally.interrupted = self._stop > 0
         self._log_end()
         return self.tally
+
+    def _check_models(self, final: set[str]) -> None:
+        """Ask each provider once whether each model with trials still to run exists: a
+        model it does not know (or whose key it refuses) is stopped before any trial. A
+        spent budget buys no check (no trial will run)."""
+        if self._over_budget():
+            return
+        waiting = {
+            s.model for s in self.sweep.trials(self.evidence_url) if s.trial_key not in final
+        }
+        models = [m for m in self.sweep.config.models if m.id in waiting]
+        self.tally.model_checks = check_models(models)
+        for check in self.tally.model_checks:
+            if check.error is not None and check.error.stops_model:
+                self.tally.stopped_models[check.model] = check.error
+            said = "known" if check.ok else check.error.message if check.error else ""
+            event(
+                log,
+                f"model {check.model}: {said}",
+                event="model_checked",
+                model=check.model,
+                ok=check.ok,
+                error=check.error.message if check.error else check.note,
+                cost_usd=check.usage.cost_usd,
+            )
 
     # -- rounds ---------------------------------------------------------------------------
 

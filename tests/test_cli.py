@@ -298,3 +298,24 @@ def test_agents_list_names_every_preset_and_kind_with_what_it_needs() -> None:
     assert rows["oracle"]["apis"] == [] and "solution" in rows["oracle"]["needs"]
     text = runner.invoke(app, ["agents", "list"])
     assert text.exit_code == 0 and "gemini" in text.stdout
+
+
+def test_sweep_check_names_models_it_cannot_price_with_the_nearest_known_id(
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    import yaml
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    shutil.copytree(examples / "decision", tmp_path / "decision")
+    sweep = tmp_path / "decision" / "sweep.yaml"
+    data = yaml.safe_load(sweep.read_text())
+    data["models"] = [{"id": "gpt-4o-mni", "api_key_env": "HOME"}, {"id": "gpt-4o-mini"}]
+    sweep.write_text(yaml.safe_dump(data))
+    out = runner.invoke(app, ["sweep", "check", str(sweep), "--json"])
+    unpriced = json.loads(out.stdout)["unpriced"]
+    assert list(unpriced) == ["gpt-4o-mni"]  # the real id has a price
+    assert "did you mean gpt-4o-mini?" in unpriced["gpt-4o-mni"]
+    text = runner.invoke(app, ["sweep", "check", str(sweep)])
+    assert "did you mean gpt-4o-mini?" in text.output

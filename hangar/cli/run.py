@@ -174,10 +174,22 @@ def run(
         console.print_json(json.dumps(_outcome(tally, sweep.id, store.safe_url, allow_failures)))
     else:
         _print_tally(tally, sweep.id, sweep.config.budget_usd, sweep_file)
+    for check in tally.model_checks:
+        if check.note:
+            err_console.print(
+                f"[yellow]warning:[/] model {escape(check.model)} did not answer its check "
+                f"before the sweep ({escape(check.note)}): its trials met the provider themselves",
+                highlight=False,
+            )
     for model, error in tally.stopped_models.items():
+        fix = (
+            f"Name a model the provider has (`hangar sweep check {sweep_file}` suggests known ids)"
+            if error.kind == "not_found"
+            else f"Set a valid key in {error.key_env}"
+        )
         err_console.print(
-            f"[bold red]error:[/] stopped model {model}: {error.message}. Set a valid key in "
-            f"{error.key_env} and run the sweep again: its trials were not run or not counted",
+            f"[bold red]error:[/] stopped model {escape(model)}: {escape(error.message)}. "
+            f"{fix} and run the sweep again: its trials were not run or not counted",
             highlight=False,
         )
     raise typer.Exit(tally.exit_code(failures_ok=allow_failures))
@@ -265,6 +277,7 @@ def _outcome(tally: SweepTally, sweep: str, store: str, failures_ok: bool) -> di
         "interrupted": tally.interrupted,
         "budget_exhausted": tally.budget_exhausted,
         "stopped_models": {m: e.message for m, e in tally.stopped_models.items()},
+        "model_checks": [c.model_dump(mode="json") for c in tally.model_checks],
         "saved_by_deciding": tally.saved,
         "decided": [{**o.model_dump(mode="json"), "sentence": o.sentence} for o in tally.decided],
         "store": store,

@@ -44,6 +44,7 @@ def sweep_check(
     for task in sweep.tasks:
         problems += kind_of(task.kind).problems(task, matrix, deep=deep)
     problems = list(dict.fromkeys(problems))
+    unpriced = _unpriced(c.models)
     guess = _estimate(sweep) if estimate else None
     if as_json:
         console.print_json(
@@ -55,6 +56,7 @@ def sweep_check(
                     "models": len(c.models),
                     "repeats": c.repeats,
                     "problems": problems,
+                    "unpriced": unpriced,
                     **({"estimate": guess.model_dump()} if guess else {}),
                 }
             )
@@ -74,9 +76,27 @@ def sweep_check(
     )
     if guess is not None:
         _print_estimate(guess)
+    for model, note in unpriced.items():
+        err_console.print(f"[yellow]![/] model {escape(model)}: {escape(note)}", highlight=False)
     for problem in problems:
         err_console.print(f"[red]x[/] {escape(problem)}", highlight=False)
     raise typer.Exit(1 if problems else 0)
+
+
+def _unpriced(models: list[Any]) -> dict[str, str]:
+    """Each model hangar cannot price (no `price` in the sweep, not in the price table),
+    with the nearest id the table knows: a typo is caught before a run asks its provider."""
+    from hangar.models.pricing import has_price, nearest_priced
+
+    found: dict[str, str] = {}
+    for model in models:
+        provider = model.price_provider or model.provider
+        if model.provider == "none" or has_price(model.id, provider, model.price):
+            continue
+        near = nearest_priced(model.id, provider)
+        hint = f"; did you mean {near}?" if near else ""
+        found[model.id] = f"no price known (its cost will be recorded as 0: set `price`){hint}"
+    return found
 
 
 def _estimate(sweep: Any) -> Any:

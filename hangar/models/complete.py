@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from hangar.models import ModelSpec
+from hangar.models.errors import classify
 from hangar.models.policy import PolicyTransport, RelayPolicy, policy_client
 from hangar.models.pricing import cost_of
 from hangar.models.usage import (
@@ -112,25 +113,8 @@ def provider_error_of(exc: Exception, model: ModelSpec) -> ProviderError | None:
     status = getattr(exc, "status_code", None)
     if status is None and isinstance(getattr(exc, "code", None), int):
         status = exc.code  # type: ignore[attr-defined]
-    if status in (401, 403):
-        return ProviderError(
-            kind="auth",
-            model=model.id,
-            status=status,
-            key_env=model.key_env,
-            message=f"the provider refused the key in {model.key_env} for model "
-            f"{model.id!r} (HTTP {status}): {exc}",
-        )
-    if status == 429 or (status or 0) >= 500 or name in (
-        "APITimeoutError", "APIConnectionError", "ConnectError", "ReadTimeout",
-    ):  # fmt: skip
-        return ProviderError(
-            kind="unavailable",
-            model=model.id,
-            status=status,
-            message=f"model {model.id!r} failed upstream: {name}: {exc}",
-        )
-    return None
+    transient = name in ("APITimeoutError", "APIConnectionError", "ConnectError", "ReadTimeout")
+    return classify(status, f"{name}: {exc}", model.id, model.key_env, transient=transient)
 
 
 def complete(

@@ -78,3 +78,16 @@ def has_price(model: str, provider: str | None, price: Price | None) -> bool:
     """Whether calls of `model` get a cost: its own `price`, or the table knows it."""
     probe = Usage(input_tokens=1_000, output_tokens=1_000)
     return price is not None or library_cost(probe, model, provider) is not None
+
+
+def nearest_priced(model: str, provider: str | None) -> str | None:
+    """The model id of the price table nearest to `model` (a typo's likely meaning), among
+    `provider`'s where the table knows it, else among all; None when none is close."""
+    import difflib
+
+    from genai_prices import data
+
+    ids = [m.id for p in data.providers if provider in (None, p.id) for m in p.models]
+    ids = ids or [m.id for p in data.providers for m in p.models]
+    found = difflib.get_close_matches(model, ids, n=1, cutoff=0.75)
+    return found[0] if found else None

@@ -40,6 +40,7 @@ from urllib.parse import parse_qsl, urlencode
 import httpx
 
 from hangar.models import ModelSpec
+from hangar.models.errors import classify
 from hangar.models.policy import RelayPolicy
 from hangar.models.pricing import cost_of
 from hangar.models.usage import add, from_body
@@ -282,7 +283,7 @@ class ModelRelay:
             if error or status >= 400:
                 self.errors.append(error or f"HTTP {status}")
             if not agent_gone:
-                self._classify(status, error, bytes(seen[:2000]))
+                self._classify(status, error, bytes(seen[:2000]), generates=method == "POST")
         self._event(
             "model_call",
             model=self.model.id,
@@ -337,27 +338,19 @@ class ModelRelay:
         provider = self.model.price_provider or self.model.provider
         return cost_of(usage, self.model.id, provider, self.model.price)
 
-    def _classify(self, status: int, error: str, head: bytes) -> None:
-        """Remember what a finished call says about the provider (the lock is held)."""
-        model, env = self.model.id, self.model.key_env
-        if status in (401, 403):
-            message = head.decode(errors="replace")[:300]
-            self._auth = ProviderError(
-                kind="auth",
-                model=model,
-                status=status,
-                key_env=env,
-                message=f"the provider refused the key in {env} for model {model!r} "
-                f"(HTTP {status}): {message}",
-            )
-        elif error or status == 429 or status >= 500:
-            what = error or f"HTTP {status}: {head.decode(errors='replace')[:300]}"
-            failure = ProviderError(
-                kind="unavailable",
-                model=model,
-                status=status or None,
-                message=f"model {model!r} failed upstream: {what}",
-            )
+    def _classify(self, status: int, error: str, head: bytes, *, generates: bool) -> None:
+        """Remember what a finished call says about the provider (the lock is held). Only
+        a call that asks the model (a POST) can say the model does not exist: a CLI's probe
+        of a route the provider lacks (a GET) says nothing of it."""
+        words = error or head.decode(errors="replace")[:300]
+        failure = classify(
+            status or None, words, self.model.id, self.model.key_env, transient=bool(error)
+        )
+        if failure is not None and failure.kind == "not_found" and not generates:
+            failure = None
+        if failure is not None and failure.stops_model:
+            self._auth = failure
+        elif failure is not None:
             self._unavailable = (self.calls, failure)
         elif status < 400:
             self._calls_ok = self.calls

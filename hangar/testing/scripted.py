@@ -18,6 +18,8 @@ conversations:
       - delay_s: 5            # or answer slowly
         content: "..."
       - drop: true            # or cut the stream off half way
+models: [scripted-gold]     # the models it has (optional): any other is a 404, as a
+                            # provider answers a model it does not have
 ```
 
 The server is stateless: which reply comes next is read off the request's own history
@@ -111,6 +113,9 @@ class Script(BaseModel):
 
     conversations: list[Conversation]
     """Tried in order; the first that matches answers."""
+    models: list[str] | None = None
+    """The models the server has (None: any); a request for another is a 404 in its
+    API's own words (`not_found`)."""
 
     @classmethod
     def load(cls, path: Path) -> Script:
@@ -125,6 +130,19 @@ class Script(BaseModel):
                 continue
             return conv.replies[min(turn, len(conv.replies) - 1)]
         return Reply(content=f"(no scripted conversation for model {model!r})")
+
+
+def not_found(path: str, model: str) -> dict[str, Any]:
+    """A provider's 404 for a model it does not have, in the words of `path`'s API."""
+    if GEMINI_PATH.match(path):
+        message = f"models/{model} is not found for API version v1beta, or is not supported"
+        return {"error": {"code": 404, "message": message, "status": "NOT_FOUND"}}
+    if path.endswith("/messages"):
+        return {"type": "error", "error": {"type": "not_found_error", "message": f"model: {model}"}}
+    message = f"The model `{model}` does not exist or you do not have access to it."
+    return {
+        "error": {"message": message, "type": "invalid_request_error", "code": "model_not_found"}
+    }
 
 
 def _text(content: Any) -> str:
@@ -472,6 +490,10 @@ class _Handler(BaseHTTPRequestHandler):
         model = gemini["model"] if gemini else str(body.get("model", ""))
         first, turn = _conversation(path, body)
         self._record(body, turn)
+        known = self.server.script.models
+        if known is not None and model not in known:
+            self._json(404, not_found(path, model))
+            return
         reply = self.server.script.reply(model, first, turn)
         time.sleep(reply.delay_s)
         if reply.status != 200:

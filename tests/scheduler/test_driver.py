@@ -494,19 +494,18 @@ def test_exit_codes(tmp_path: Path) -> None:
     assert stopped.exit_code() == 130
 
 
-def test_a_refused_key_stops_its_model_only(ray_local: None, tmp_path: Path) -> None:
+def _model_sweep(tmp_path: Path, script: dict[str, Any], model: str) -> tuple[Path, Any]:
+    """A sweep of the chat agent on `model` (served by `script`) and on a model of none."""
     from hangar.testing.scripted import Script, ScriptedServer
 
-    (tmp_path / "script.yaml").write_text(
-        json.dumps({"conversations": [{"model": "locked", "replies": [{"status": 401}]}]})
-    )
+    (tmp_path / "script.yaml").write_text(json.dumps(script))
     server = ScriptedServer(Script.load(tmp_path / "script.yaml")).start()
     # A key set before Ray started (Ray's workers keep the environment they started with).
     path = write_sweep(
         tmp_path,
         agents={"chat": {"kind": "chat", "max_turns": 1}},
         models=[
-            {"id": "locked", "base_url": f"{server.url}/v1", "api_key_env": "HANGAR_SCRIPTED_KEY"},
+            {"id": model, "base_url": f"{server.url}/v1", "api_key_env": "HANGAR_SCRIPTED_KEY"},
             {"id": "m1", "provider": "none"},
         ],
         repeats=3,
@@ -514,6 +513,12 @@ def test_a_refused_key_stops_its_model_only(ray_local: None, tmp_path: Path) -> 
         agents_file=None,
         concurrency={"sandbox_slots": 1, "max_in_flight": 1},
     )
+    return path, server
+
+
+def test_a_refused_key_stops_its_model_before_any_trial(ray_local: None, tmp_path: Path) -> None:
+    script = {"conversations": [{"model": "locked", "replies": [{"status": 401}]}]}
+    path, server = _model_sweep(tmp_path, script, "locked")
     # The chat agent needs a model: "m1" (none) gives blocked_setup rows, "locked" a 401.
     try:
         tally, store = go(path)
@@ -522,8 +527,51 @@ def test_a_refused_key_stops_its_model_only(ray_local: None, tmp_path: Path) -> 
     assert list(tally.stopped_models) == ["locked"]
     error = tally.stopped_models["locked"]
     assert error.kind == "auth" and error.key_env == "HANGAR_SCRIPTED_KEY"
-    locked = [r for r in store.results("drv", all_attempts=True) if r.model == "locked"]
-    assert len(locked) == 1 and locked[0].verdict is Verdict.INFRA_ERROR  # never retried
-    assert [r["model"] for r in server.requests] == ["locked"]  # nothing more was sent
+    assert not [r for r in store.results("drv", all_attempts=True) if r.model == "locked"]
+    assert [r["model"] for r in server.requests] == ["locked"]  # the one check, no trial
     assert len([r for r in store.results("drv") if r.model == "m1"]) == 3  # the other model ran
+    assert tally.retries == 0 and tally.exit_code() == 3
+
+
+def test_a_model_that_does_not_exist_is_stopped_before_any_trial(
+    ray_local: None, tmp_path: Path
+) -> None:
+    """A typo in a model id (the provider has gpt-4o-mini, the sweep names gpt-4o-mni)."""
+    script = {"conversations": [{"replies": [{"content": "OK"}]}], "models": ["gpt-4o-mini"]}
+    path, server = _model_sweep(tmp_path, script, "gpt-4o-mni")
+    try:
+        tally, store = go(path)
+    finally:
+        server.shutdown()
+    error = tally.stopped_models["gpt-4o-mni"]
+    assert error.kind == "not_found" and error.status == 404
+    assert "The model `gpt-4o-mni` does not exist" in error.message  # the provider's words
+    assert not [r for r in store.results("drv", all_attempts=True) if r.model == "gpt-4o-mni"]
+    assert len(server.requests) == 1 and tally.exit_code() == 3
+    (check,) = [c for c in tally.model_checks if c.model == "gpt-4o-mni"]
+    assert not check.ok
+
+
+def test_a_404_mid_sweep_stops_the_model_and_leaves_its_trials_to_run_again(
+    ray_local: None, tmp_path: Path
+) -> None:
+    """The model answers the check, then its provider drops it: the trial that met the
+    404 is an uncounted infra_error, none of the model's others is sent, and each is left
+    to run again."""
+    script = {
+        "conversations": [
+            {"match": "Say OK.", "replies": [{"content": "OK"}]},
+            {"model": "vanishing", "replies": [{"status": 404}]},
+        ]
+    }
+    path, server = _model_sweep(tmp_path, script, "vanishing")
+    try:
+        tally, store = go(path)
+    finally:
+        server.shutdown()
+    error = tally.stopped_models["vanishing"]
+    assert error.kind == "not_found"
+    vanishing = [r for r in store.results("drv", all_attempts=True) if r.model == "vanishing"]
+    assert len(vanishing) == 1 and vanishing[0].verdict is Verdict.INFRA_ERROR
+    assert not vanishing[0].verdict.final  # not counted: run again by the next run
     assert tally.retries == 0 and tally.exit_code() == 3

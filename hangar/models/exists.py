@@ -1,0 +1,56 @@
+"""Whether each model of a sweep exists, asked of its provider before any trial is paid.
+
+A model id with a typo (``gpt-4o-mni``) would otherwise be sent to every trial, each
+answered ``404 model not found`` and each charged to the agent as a ``fail``. `check_models`
+asks each provider once per model, with the relay's own client and rules (`complete`: one
+call of one output token, metered, its cost recorded): a provider that says the model does
+not exist (404, or its API's 400 saying so) or refuses the key stops that model before
+any of its trials, with the provider's words; one that is down only warns (its trials
+meet it themselves).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from hangar.models import ModelSpec
+from hangar.models.complete import complete
+from hangar.results import ProviderError, Usage
+
+CHECK_TIMEOUT_S = 30.0
+"""How long a check waits for its provider: one that does not answer in time only warns."""
+
+
+class ModelCheck(BaseModel):
+    """What a provider answered about one model."""
+
+    model: str
+    """The model id."""
+    ok: bool
+    """Whether the provider answered the call (or failed it for another reason)."""
+    error: ProviderError | None = None
+    """The provider's failure, when it said something of the model or its key."""
+    note: str = ""
+    """Another failure of the call, in words (it does not stop the model)."""
+    usage: Usage = Usage()
+    """What the call cost."""
+
+
+def check_model(model: ModelSpec) -> ModelCheck:
+    """Ask `model` for one output token (see the module docstring)."""
+    done = complete(
+        model, "Answer with one word.", "Say OK.", max_output_tokens=1, timeout_s=CHECK_TIMEOUT_S
+    )
+    if done.provider_error is not None:
+        error = done.provider_error
+        return ModelCheck(model=model.id, ok=not error.stops_model, error=error, usage=done.usage)
+    return ModelCheck(model=model.id, ok=True, note=done.error, usage=done.usage)
+
+
+def check_models(models: list[ModelSpec]) -> list[ModelCheck]:
+    """Each model that calls a provider, checked once."""
+    seen: dict[str, ModelCheck] = {}
+    for model in models:
+        if model.provider != "none" and model.id not in seen:
+            seen[model.id] = check_model(model)
+    return list(seen.values())
