@@ -81,7 +81,9 @@ def collect_garbage(
     filters = [f"{LABEL_MANAGED}=true"] + ([f"{LABEL_SWEEP}={sweep}"] if sweep else [])
     now = datetime.now(UTC)
     removed = []
-    for container in docker_client().containers.list(all=True, filters={"label": filters}):
+    for container in docker_client().containers.list(
+        all=True, ignore_removed=True, filters={"label": filters}
+    ):
         labels = container.labels or {}
         if not (everything or _expired(labels.get(LABEL_EXPIRES, ""), now) or _lease_stale(labels)):
             continue

@@ -470,7 +470,9 @@ def test_agent_killing_everything_is_a_fail_not_an_infra_error(run: Runner) -> N
 def test_container_killed_mid_run(run: Runner, docker_client: docker.DockerClient) -> None:
     def killer() -> None:
         for _ in range(300):
-            for container in docker_client.containers.list(filters={"label": "hangar.managed"}):
+            for container in docker_client.containers.list(
+                ignore_removed=True, filters={"label": "hangar.managed"}
+            ):
                 top = docker_client.api.top(container.id)
                 if any("sleep 600" in " ".join(p) for p in top.get("Processes") or []):
                     container.kill()

@@ -73,7 +73,7 @@ def run(
         deadline = time.monotonic() + (0 if wait else 60)  # without: in the background
         while True:
             left = docker_client.containers.list(
-                all=True, filters={"label": f"hangar.trial={spec.trial_key}"}
+                all=True, ignore_removed=True, filters={"label": f"hangar.trial={spec.trial_key}"}
             )
             folders = list((tmp_path / "trials").iterdir())
             if not (left or folders) or time.monotonic() > deadline:

@@ -49,7 +49,7 @@ def run(docker_client: docker.DockerClient, stock: str, tasks: Path, tmp_path: P
         ).model_copy(update={"work_root": tmp_path / "trials", "cache_root": tmp_path / "cache"})
         result = run_trial(spec)
         left = docker_client.containers.list(
-            all=True, filters={"label": f"hangar.trial={spec.trial_key}"}
+            all=True, ignore_removed=True, filters={"label": f"hangar.trial={spec.trial_key}"}
         )
         assert not left, "a container was left behind"
         return result

@@ -122,7 +122,9 @@ def make_sandbox(backend: str) -> Iterator[MakeSandbox]:
     if backend == "docker":
         from hangar.sandbox.docker import docker_client
 
-        left = docker_client().containers.list(all=True, filters={"label": f"hangar.trial={trial}"})
+        left = docker_client().containers.list(
+            all=True, ignore_removed=True, filters={"label": f"hangar.trial={trial}"}
+        )
         assert not left, f"containers left behind: {[c.id for c in left]}"
 
 

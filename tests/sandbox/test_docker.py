@@ -19,7 +19,9 @@ pytestmark = pytest.mark.docker
 
 
 def _ours(client: docker.DockerClient, trial: str) -> list[object]:
-    return client.containers.list(all=True, filters={"label": f"hangar.trial={trial}"})
+    return client.containers.list(
+        all=True, ignore_removed=True, filters={"label": f"hangar.trial={trial}"}
+    )
 
 
 def test_container_settings(docker_client: docker.DockerClient, tmp_path: Path) -> None:

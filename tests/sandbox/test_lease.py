@@ -65,12 +65,14 @@ def test_an_orphaned_sandbox_stops_and_is_collected(docker_client: docker.Docker
             removed = collect_garbage()
             assert [r.trial for r in removed] in (["orphan"], [])
             assert not docker_client.containers.list(
-                all=True, filters={"label": "hangar.trial=orphan"}
+                all=True, ignore_removed=True, filters={"label": "hangar.trial=orphan"}
             )
             assert docker_client.containers.get(live.container_id).status == "running"
         finally:
             orphan.close()
-    assert not docker_client.containers.list(all=True, filters={"label": "hangar.trial=alive"})
+    assert not docker_client.containers.list(
+        all=True, ignore_removed=True, filters={"label": "hangar.trial=alive"}
+    )
 
 
 def test_the_keeper_needs_its_lease() -> None:

@@ -141,13 +141,16 @@ def test_worker_node_killed_mid_sweep(
 
     def worker_busy() -> bool:
         labels = {"label": ["hangar.sweep=nodes", "hangar.node=" + _node_label(worker)]}
-        return bool(docker_client.containers.list(filters=labels))
+        return bool(docker_client.containers.list(ignore_removed=True, filters=labels))
 
     wait_for(worker_busy, 180, "a trial on the worker node")
     assert ray_cluster.kill_worker() > 0
     killed = time.monotonic()
     worker_label = {"label": ["hangar.sweep=nodes", "hangar.node=" + _node_label(worker)]}
-    orphans = {c.id for c in docker_client.containers.list(all=True, filters=worker_label)}
+    orphans = {
+        c.id
+        for c in docker_client.containers.list(all=True, ignore_removed=True, filters=worker_label)
+    }
     assert orphans, "the kill left no orphan: it did not hit a running trial"
     out, err = driver.communicate(timeout=600)
     reasons = sorted({r.reason for r in store.results("nodes") if r.verdict != "pass"})
@@ -166,11 +169,15 @@ def test_worker_node_killed_mid_sweep(
     # stale, and the head's reaper removes them, about a minute after the kill (their
     # `hangar.expires` is the trial's whole budget later).
     def alive() -> set[str]:
-        ours = docker_client.containers.list(all=True, filters={"label": "hangar.sweep=nodes"})
+        ours = docker_client.containers.list(
+            all=True, ignore_removed=True, filters={"label": "hangar.sweep=nodes"}
+        )
         return {c.id for c in ours} & orphans
 
     def running() -> set[str]:
-        ours = docker_client.containers.list(filters={"label": "hangar.sweep=nodes"})
+        ours = docker_client.containers.list(
+            ignore_removed=True, filters={"label": "hangar.sweep=nodes"}
+        )
         return {c.id for c in ours} & orphans
 
     wait_for(lambda: not running(), STALE_S + 4 * CHECK_S, "the orphans' keepers to exit")
