@@ -42,7 +42,10 @@
    agent must fail; `broken-tests` is broken on purpose (its tests check another file
    than the task names), so the sweep over the dataset leaves it out, and runs the
    oracle and nop on the four valid tasks. `count-words`' verifier reaches one host, a
-   service the demo serves on 127.0.0.1:8799, through the audited egress proxy.
+   service the demo serves on 127.0.0.1:8799, through the audited egress proxy. Then an
+   agent CLI on one of its tasks (`harbor/sweep-agent.yaml`): mini-swe-agent's bundle (the
+   CLI and a Python of its own, built once from PyPI and Debian's packages) mounted
+   read-only into fix-median's own image, asking the scripted model through the relay.
 
 7. `examples/routing/`: a routing suite, four prompts over a catalog of three skills,
    checked offline first (`hangar routing check --require-all-fixtures`), then asked of
@@ -65,6 +68,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from rich.markup import escape
+
 from hangar.agents import load_agents
 from hangar.console import console, print_result
 from hangar.kinds.execution.imagetask import ImageTask
@@ -78,6 +83,7 @@ from hangar.kinds.knowledge.scan import scan_and_void, suite_canaries
 from hangar.kinds.rubric.cli import print_report
 from hangar.kinds.rubric.run import run_benchmark
 from hangar.models import ModelSpec
+from hangar.sandbox.bundles import ensure_bundle
 from hangar.scheduler.batch import run_batch
 from hangar.scheduler.driver import SweepRunner
 from hangar.scheduler.sweep import Sweep, load_sweep
@@ -153,6 +159,7 @@ def main() -> int:
             ok &= benchmark()
             ok &= knowledge()
             ok &= harbor()
+            ok &= harbor_agent()
             ok &= routing(load_sweep(HERE / "routing" / "sweep.yaml"))
         finally:
             server.shutdown()
@@ -169,6 +176,7 @@ def scripted() -> Script:
         "sdd-benchmark/scripted-model.yaml",
         "knowledge/scripted-model.yaml",
         "knowledge/scripted-retrieval.yaml",
+        "harbor/scripted-model.yaml",
     )
     return Script(conversations=[c for p in parts for c in Script.load(HERE / p).conversations])
 
@@ -216,7 +224,6 @@ def benchmark() -> bool:
 
 def routing(sweep: Sweep) -> bool:
     """Check the routing suite offline, run it, and compare each route with the expected."""
-    from rich.markup import escape
 
     from hangar.kinds.routing.suite import consistency
 
@@ -282,6 +289,16 @@ def _harbor(sweep: Sweep) -> bool:
     listed = [v.left_out() for v in left_out]
     sweep = sweep.model_copy(update={"tasks": kept, "left_out": listed})
     return run(sweep, {"oracle": "pass", "nop": "fail"}) and ok
+
+
+def harbor_agent() -> bool:
+    """mini-swe-agent's CLI on the Harbor task fix-median, in the task's own image."""
+    console.rule("agent mini-swe-agent on Harbor's fix-median, in the task's own image")
+    bundle = ensure_bundle(  # ahead of the trial, to show what the first build does
+        "mini-swe-agent", progress=lambda line: console.print(f"[dim]{escape(line)}[/]")
+    )
+    console.print(f"bundle: {bundle.folder}", highlight=False)
+    return run(load_sweep(HERE / "harbor" / "sweep-agent.yaml"), {"mini": "pass"})
 
 
 def knowledge() -> bool:

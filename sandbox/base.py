@@ -69,6 +69,10 @@ class Mount(BaseModel):
     """Absolute path where the sandbox sees it."""
     read_only: bool = False
     """Mount it read-only inside the sandbox."""
+    image: str | None = None
+    """An image holding the same folder at ``/bundle`` with a static ``/bin/busybox`` (an
+    agent bundle's, `hangar.sandbox.bundle_images`): a backend that cannot bind a worker's
+    folder (Kubernetes) has an init container copy it from there instead of copying it in."""
 
     @field_validator("target")
     @classmethod

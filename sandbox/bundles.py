@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hangar.errors import ImageBuildError
 from hangar.paths import cache_dir
 from hangar.sandbox import Mount, SandboxSpec, create_sandbox, sandbox_class
+from hangar.sandbox.bundle_images import pull_bundle, push_bundle, remote_ref
 from hangar.sandbox.debian import runtime_root
 
 #: Where a bundle is in a sandbox (read-only).
@@ -299,9 +300,17 @@ def bundles_dir() -> Path:
     return cache_dir() / "bundles"
 
 
-@cache
+def built_bundle(name: str) -> Bundle | None:
+    """Preset `name`'s bundle if this node has built (or pulled) it."""
+    return _built(name, AGENT_CLIS[name].digest()) if name in AGENT_CLIS else None
+
+
 def _built(name: str, digest: str) -> Bundle | None:
-    folder = bundles_dir() / f"{name}-{digest[:16]}"
+    return _found(bundles_dir() / f"{name}-{digest[:16]}", name, digest)
+
+
+@cache
+def _found(folder: Path, name: str, digest: str) -> Bundle | None:
     if not (folder / "manifest.json").is_file():
         return None
     return Bundle(
@@ -309,19 +318,35 @@ def _built(name: str, digest: str) -> Bundle | None:
     )
 
 
-def ensure_bundle(name: str, *, progress: Progress = _quiet) -> Bundle:
+def ensure_bundle(name: str, *, registry: str | None = None, progress: Progress = _quiet) -> Bundle:
     """The bundle of preset `name`'s CLI on this node, built on first use (see the module
-    docstring). Raises `ImageBuildError` with what failed."""
+    docstring). With a `registry` (``host:port/namespace``, for a cluster) a node first
+    pulls what another node pushed, and pushes what it built itself
+    (`hangar.sandbox.bundle_images`). Raises `ImageBuildError` with what failed."""
     if name not in AGENT_CLIS:
         raise ImageBuildError(f"no agent bundle {name!r} (known: {', '.join(AGENT_CLIS)})")
-    cli = AGENT_CLIS[name]
-    digest = cli.digest()
+    digest = AGENT_CLIS[name].digest()
     found = _built(name, digest)
     if found is not None:
         return found
-    _built.cache_clear()
+    _found.cache_clear()
     target = bundles_dir() / f"{name}-{digest[:16]}"
     target.parent.mkdir(parents=True, exist_ok=True)
+    if registry and pull_bundle(registry, name, digest, target):
+        progress(f"{name}: pulled from {registry}")
+    else:
+        _build_bundle(name, digest, target, progress)
+        if registry:
+            progress(f"{name}: pushing to {registry}")
+            push_bundle(registry, name, digest, target)
+    built = _built(name, digest)
+    assert built is not None
+    return built
+
+
+def _build_bundle(name: str, digest: str, target: Path, progress: Progress) -> None:
+    """Build bundle `name` into the new folder `target` (whole or not at all)."""
+    cli = AGENT_CLIS[name]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-") as work:
         folder = Path(work) / "bundle"
@@ -335,9 +360,6 @@ def ensure_bundle(name: str, *, progress: Progress = _quiet) -> Bundle:
         except OSError:
             if not (target / "manifest.json").is_file():
                 raise
-    built = _built(name, digest)
-    assert built is not None
-    return built
 
 
 def _assemble(name: str, cli: AgentCli, folder: Path, progress: Progress) -> dict[str, object]:
@@ -545,9 +567,11 @@ def _launcher(name: str, cli: AgentCli, command: str, launch: Launch, folder: Pa
     return "\n".join(lines) + "\n"
 
 
-def bundle_mount(bundle: Bundle) -> Mount:
-    """The bundle, read-only at `MOUNT`."""
-    return Mount(source=bundle.folder, target=MOUNT, read_only=True)
+def bundle_mount(bundle: Bundle, registry: str | None = None) -> Mount:
+    """The bundle, read-only at `MOUNT`; with the `registry` it was shared through, the
+    mount names its image there (a Kubernetes pod's init container copies it from it)."""
+    image = remote_ref(registry, bundle.name, bundle.digest) if registry else None
+    return Mount(source=bundle.folder, target=MOUNT, read_only=True, image=image)
 
 
 def bundle_problem(

@@ -65,6 +65,7 @@ from hangar.sandbox.base import (
     describe,
     timeout_argv,
 )
+from hangar.sandbox.bundle_images import COPY_COMMAND
 from hangar.sandbox.config import KubernetesConfig
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,27 @@ def _label_value(value: str) -> str:
     return cleaned or "none"
 
 
+def _copier(
+    volume: str, target: str, image: str, config: KubernetesConfig, resources: dict[str, str]
+) -> dict[str, Any]:
+    """The init container that fills `volume` from a mount's image (an agent bundle's,
+    `hangar.sandbox.bundle_images`) with the image's own static busybox: nothing of the
+    task's image runs, and the sandbox container sees the volume read-only."""
+    return {
+        "name": f"copy-{volume}",
+        "image": image,
+        "imagePullPolicy": config.image_pull_policy,
+        "command": [*COPY_COMMAND, target],
+        "resources": {"requests": resources, "limits": resources},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": volume, "mountPath": target}],
+    }
+
+
 def pod_name(spec: SandboxSpec) -> str:
     """A unique, valid pod name for the sandbox."""
     return f"hangar-{_label_value(spec.trial)[:20].lower().strip('-.')}-{uuid.uuid4().hex[:8]}"
@@ -87,14 +109,21 @@ def pod_name(spec: SandboxSpec) -> str:
 def pod_manifest(spec: SandboxSpec, name: str, config: KubernetesConfig) -> dict[str, Any]:
     """The Pod of one sandbox (also what `hangar cluster k8s-manifests` prints)."""
     labels = spec.labels()
-    volumes, mounts = [], []
+    volumes, mounts, inits = [], [], []
+    cpu = f"{int(spec.limits.cpus * 1000)}m"
+    resources = {"cpu": cpu, "memory": str(spec.limits.memory)}
+    from_images = {m.target: m.image for m in spec.mounts if m.image}
+    read_only = {m.target for m in spec.mounts if m.read_only}
     targets = sorted({spec.workdir, *(m.target for m in spec.mounts)})
     for i, target in enumerate(targets):
         volume: dict[str, Any] = {"name": f"files-{i}", "emptyDir": {}}
         volumes.append(volume)
-        mounts.append({"name": f"files-{i}", "mountPath": target})
-    cpu = f"{int(spec.limits.cpus * 1000)}m"
-    resources = {"cpu": cpu, "memory": str(spec.limits.memory)}
+        mounts.append(
+            {"name": f"files-{i}", "mountPath": target}
+            | ({"readOnly": True} if target in from_images and target in read_only else {})
+        )
+        if target in from_images:
+            inits.append(_copier(f"files-{i}", target, from_images[target], config, resources))
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -146,6 +175,8 @@ def pod_manifest(spec: SandboxSpec, name: str, config: KubernetesConfig) -> dict
             "volumes": volumes,
         },
     }
+    if inits:
+        pod["spec"]["initContainers"] = inits
     if config.runtime_class:
         pod["spec"]["runtimeClassName"] = config.runtime_class
     if config.node_selector:
@@ -245,7 +276,8 @@ class KubernetesSandbox(Sandbox):
         self.name = name
         self._wait_running()
         for mount in self.spec.mounts:
-            self.copy_in(mount.source, mount.target)
+            if not mount.image:  # an init container filled it from its image
+                self.copy_in(mount.source, mount.target)
 
     def _wait_running(self) -> None:
         deadline = time.monotonic() + self.config.schedule_timeout_s
@@ -259,7 +291,11 @@ class KubernetesSandbox(Sandbox):
             for cond in pod.status.conditions or []:
                 if cond.type == "PodScheduled" and cond.status == "False":
                     reason = f"{cond.reason}: {cond.message}"
-            for cs in pod.status.container_statuses or []:
+            statuses = [
+                *(pod.status.init_container_statuses or []),
+                *(pod.status.container_statuses or []),
+            ]
+            for cs in statuses:
                 waiting = cs.state.waiting if cs.state else None
                 if waiting is not None and waiting.reason in _PULL_FAILURES | _BROKEN:
                     raise SandboxUnavailable(

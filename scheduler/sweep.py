@@ -172,8 +172,9 @@ class SweepFile(BaseModel):
     reward_threshold: float | None = Field(default=None, ge=0, le=1)
     """The reward at or above which an image task's trial passes (default 1)."""
     registry: str | None = None
-    """Where the nodes of a cluster share the images they build for image tasks
-    (``host:port/namespace``): a node pulls what another pushed, and pushes what it built."""
+    """Where the nodes of a cluster share the images they build for image tasks and the
+    agent CLIs' bundles (``host:port/namespace``): a node pulls what another pushed, and
+    pushes what it built; on Kubernetes sandbox pods take their agent's bundle from it."""
     network: SweepNetwork = Field(default_factory=lambda: SweepNetwork())
     """What networks image tasks may have beyond their allowlists."""
     margin: float | None = Field(default=None, gt=0, le=100)
@@ -347,13 +348,15 @@ class Sweep(BaseModel):
     def trials(self, evidence_url: str) -> Iterator[TrialSpec]:
         """The sweep's trials, lazily; models vary fastest, repeats slowest."""
         matrix = self.matrix(evidence_url)
+        shared = {"registry": self.config.registry} if self.config.registry else None
         for repeat in range(self.config.repeats):
             for task in self.tasks:
                 kind = kind_of(task.kind)
                 for arm in kind.arms(task, matrix):
                     for agent in kind.agents(matrix):
                         for model in matrix.models:
-                            yield kind.spec(task, agent, arm, model, repeat, matrix)
+                            spec = kind.spec(task, agent, arm, model, repeat, matrix)
+                            yield spec.model_copy(update=shared) if shared else spec
 
 
 def _scenario_files(base: Path, patterns: list[str]) -> dict[Path, str]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.require import BASE_IMAGE, required_services, skip_or_fail
-from tests.services import postgres_url, ray_cluster, ray_local, s3_endpoint
+from tests.services import postgres_url, ray_cluster, ray_local, registry, s3_endpoint
 
 # One trial of a private copy of the example scenario (`run`, `scenario_dir`, `cache_root`).
 pytest_plugins = ["tests.trialkit"]
@@ -58,6 +58,7 @@ __all__ = [
     "postgres_url",
     "ray_cluster",
     "ray_local",
+    "registry",
     "required_services",
     "s3_endpoint",
     "skip_or_fail",

@@ -3,6 +3,7 @@
 - S3: moto's server mode (``moto_server``) on 127.0.0.1.
 - PostgreSQL: Debian's server binaries, a throwaway cluster (initdb) run as the
   ``postgres`` user, listening on 127.0.0.1 only.
+- A docker registry: Debian's ``docker-registry`` on 127.0.0.1.
 - Ray: embedded (`ray.init`) or a real head + worker started with ``ray start``.
 
 Each fixture skips with the reason when its service is missing, and fails instead when
@@ -308,3 +309,30 @@ def sigint_twice_once(started: threading.Event, timeout: float = 60) -> None:
         os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=twice, daemon=True).start()
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[str]:
+    """A registry on 127.0.0.1 (the docker engine trusts loopback registries over HTTP)."""
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        skip_or_fail("registry", "docker-registry is not installed (Debian: docker-registry)")
+    port = free_port()
+    config = tmp_path / "registry.yml"
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'data'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    proc = subprocess.Popen(
+        [str(binary), "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield f"127.0.0.1:{port}/hangar-test"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -94,16 +94,32 @@ def agents_bundle(
     names: Annotated[
         list[str] | None, typer.Argument(help="Presets whose bundles to build (default: all).")
     ] = None,
+    registry: Annotated[
+        str | None,
+        typer.Option(
+            help="A registry (host:port/namespace) to share the bundles through: each is "
+            "pulled from it when this machine has none, else pushed to it (a sweep's "
+            "`registry:`, for the nodes of a cluster and for Kubernetes pods)."
+        ),
+    ] = None,
 ) -> None:
     """Build agent CLIs' bundles on this machine now (a trial builds its own on first use):
     each from its pinned packages, offline after the first fetch."""
     from hangar.errors import ImageBuildError
-    from hangar.sandbox.bundles import AGENT_CLIS, ensure_bundle
+    from hangar.sandbox.bundle_images import push_bundle
+    from hangar.sandbox.bundles import AGENT_CLIS, built_bundle, ensure_bundle
 
     failed = False
     for name in names or list(AGENT_CLIS):
         try:
-            bundle = ensure_bundle(name, progress=lambda line: err_console.print(f"[dim]{line}[/]"))
+            had = built_bundle(name)
+            bundle = ensure_bundle(
+                name,
+                registry=registry,
+                progress=lambda line: err_console.print(f"[dim]{escape(line)}[/]"),
+            )
+            if registry and had is not None:  # built before: shared now
+                push_bundle(registry, name, bundle.digest, bundle.folder)
         except ImageBuildError as exc:
             err_console.print(f"[red]{escape(name)}[/]: {escape(str(exc))}")
             failed = True

@@ -99,7 +99,7 @@ class SandboxedTrial(TrialRun):
 
     def agent_mounts(self) -> tuple[Mount, ...]:
         """The agent's MCP servers and its CLI's bundle, read-only, for its sandbox."""
-        bundle = (bundle_mount(self.bundle),) if self.bundle is not None else ()
+        bundle = (bundle_mount(self.bundle, self.spec.registry),) if self.bundle is not None else ()
         return (*mounts(self.mcp), *bundle)
 
     def prepare_bundle(self) -> None:
@@ -111,7 +111,7 @@ class SandboxedTrial(TrialRun):
             return
         name, _, wanted = agent.bundle.partition("@")
         try:
-            bundle = ensure_bundle(name)
+            bundle = ensure_bundle(name, registry=self.spec.registry)
         except (ImageBuildError, OSError) as exc:
             raise Outcome(Verdict.BLOCKED_SETUP, f"agent {name}'s bundle: {exc}") from exc
         if not bundle.digest.startswith(wanted):

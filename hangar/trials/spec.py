@@ -140,6 +140,9 @@ class TrialSpec(BaseModel):
     """The sweep's settings of that backend (None: its defaults)."""
     evidence_url: str
     """Evidence store URL (``file://DIR``)."""
+    registry: str | None = None
+    """Where the nodes of a cluster share what they build (``host:port/namespace``, the
+    sweep's ``registry:``): agent bundles here; image tasks carry their own."""
     work_root: Path | None = None
     """Node-local folder for per-trial folders (default: the worker's cache/trials)."""
     cache_root: Path | None = None

@@ -4,48 +4,14 @@ nodes of a cluster through a registry (a real one, Debian's docker-registry, on 
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
-import pytest
 
 from hangar.sandbox.task_images import ensure_task_image, stock_image
-from tests.require import skip_or_fail
 
 DATASET = Path(__file__).resolve().parents[2] / "examples" / "harbor" / "dataset"
-
-
-@pytest.fixture
-def registry(tmp_path: Path) -> Iterator[str]:
-    """A registry on 127.0.0.1 (the docker engine trusts loopback registries over HTTP)."""
-    binary = shutil.which("docker-registry")
-    if binary is None:
-        skip_or_fail("registry", "docker-registry is not installed (Debian: docker-registry)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    config = tmp_path / "registry.yml"
-    config.write_text(
-        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'data'}\n"
-        f"http:\n  addr: 127.0.0.1:{port}\n"
-    )
-    proc = subprocess.Popen(
-        [str(binary), "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        for _ in range(100):
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
-        yield f"127.0.0.1:{port}/hangar-test"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def test_a_built_image_is_shared_through_the_registry(
