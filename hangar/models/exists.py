@@ -17,6 +17,9 @@ from hangar.models import ModelSpec
 from hangar.models.complete import complete
 from hangar.results import ProviderError, Usage
 
+CHECK_SYSTEM = "Answer with one word."
+CHECK_USER = "Say OK."
+"""The check's one call (a scripted server tells it from trial calls by it)."""
 CHECK_TIMEOUT_S = 30.0
 """How long a check waits for its provider: one that does not answer in time only warns."""
 
@@ -38,9 +41,7 @@ class ModelCheck(BaseModel):
 
 def check_model(model: ModelSpec) -> ModelCheck:
     """Ask `model` for one output token (see the module docstring)."""
-    done = complete(
-        model, "Answer with one word.", "Say OK.", max_output_tokens=1, timeout_s=CHECK_TIMEOUT_S
-    )
+    done = complete(model, CHECK_SYSTEM, CHECK_USER, max_output_tokens=1, timeout_s=CHECK_TIMEOUT_S)
     if done.provider_error is not None:
         error = done.provider_error
         return ModelCheck(model=model.id, ok=not error.stops_model, error=error, usage=done.usage)

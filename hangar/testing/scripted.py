@@ -42,6 +42,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from hangar.files import read_yaml
+from hangar.models.exists import CHECK_USER
 
 
 class ScriptedUsage(BaseModel):
@@ -455,10 +456,11 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
-    def _record(self, body: dict[str, Any], turn: int = 0) -> str:
-        """Log the request (every method: tests check what reached the provider)."""
+    def _record(self, body: dict[str, Any], turn: int = 0, check: bool = False) -> str:
+        """Log the request (every method: tests check what reached the provider); a
+        sweep's model check (`hangar.models.exists`) goes to `checks`, not `requests`."""
         path = self.path.split("?")[0].rstrip("/")
-        self.server.requests.append(
+        (self.server.checks if check else self.server.requests).append(
             {
                 "method": self.command,
                 "path": path,
@@ -489,7 +491,7 @@ class _Handler(BaseHTTPRequestHandler):
         gemini = GEMINI_PATH.match(path)
         model = gemini["model"] if gemini else str(body.get("model", ""))
         first, turn = _conversation(path, body)
-        self._record(body, turn)
+        self._record(body, turn, check=turn == 0 and first.strip() == CHECK_USER)
         known = self.server.script.models
         if known is not None and model not in known:
             self._json(404, not_found(path, model))
@@ -559,6 +561,9 @@ class ScriptedServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", port), _Handler)
         self.script = script
         self.requests: list[dict[str, Any]] = []
+        """Every request but the model checks, as received."""
+        self.checks: list[dict[str, Any]] = []
+        """The sweeps' model checks (one-token calls before the first trial)."""
 
     @property
     def url(self) -> str:

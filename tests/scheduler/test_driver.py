@@ -528,7 +528,8 @@ def test_a_refused_key_stops_its_model_before_any_trial(ray_local: None, tmp_pat
     error = tally.stopped_models["locked"]
     assert error.kind == "auth" and error.key_env == "HANGAR_SCRIPTED_KEY"
     assert not [r for r in store.results("drv", all_attempts=True) if r.model == "locked"]
-    assert [r["model"] for r in server.requests] == ["locked"]  # the one check, no trial
+    assert [r["model"] for r in server.checks] == ["locked"]  # "m1" calls no provider
+    assert not server.requests  # no trial's call
     assert len([r for r in store.results("drv") if r.model == "m1"]) == 3  # the other model ran
     assert tally.retries == 0 and tally.exit_code() == 3
 
@@ -547,7 +548,7 @@ def test_a_model_that_does_not_exist_is_stopped_before_any_trial(
     assert error.kind == "not_found" and error.status == 404
     assert "The model `gpt-4o-mni` does not exist" in error.message  # the provider's words
     assert not [r for r in store.results("drv", all_attempts=True) if r.model == "gpt-4o-mni"]
-    assert len(server.requests) == 1 and tally.exit_code() == 3
+    assert len(server.checks) == 1 and not server.requests and tally.exit_code() == 3
     (check,) = [c for c in tally.model_checks if c.model == "gpt-4o-mni"]
     assert not check.ok
 

@@ -157,8 +157,9 @@ def test_after_one_ctrl_c_no_pooled_trial_starts_and_the_rest_run_next_time(
 def test_a_second_ctrl_c_ends_the_pooled_trials_as_interrupted(
     ray_local: None, tmp_path: Path
 ) -> None:
-    reply = Reply(content=ANSWER, delay_s=30.0)
-    server = ScriptedServer(Script(conversations=[Conversation(replies=[reply])])).start()
+    reply = Reply(content=ANSWER, delay_s=30.0)  # the cases' answers (not the model check's)
+    slow = Conversation(match="a bug report arrives", replies=[reply])
+    server = ScriptedServer(Script(conversations=[slow])).start()
     path = write_sweep(tmp_path, server.url, cases=2, in_flight=4)
     started = threading.Event()
 
