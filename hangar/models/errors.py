@@ -7,7 +7,7 @@ import re
 
 from hangar.results import ProviderError
 
-#: How providers say a model does not exist in a 400 (404 says it for every API).
+#: How providers say a model does not exist in a 400.
 _NOT_FOUND = re.compile(
     r"model[_ ]not[_ ]found|not[_ ]found[_ ]error|does not exist|is not found|"
     r"unknown model|invalid model|model identifier is invalid|no such model",
@@ -16,8 +16,12 @@ _NOT_FOUND = re.compile(
 
 
 def not_found(status: int | None, message: str) -> bool:
-    """Whether a provider's answer says the model does not exist."""
-    return status == 404 or (status == 400 and bool(_NOT_FOUND.search(message)))
+    """Whether a provider's answer says the model does not exist: a 404 that speaks of
+    the model (a 404 of a route the provider lacks, ``Invalid URL (POST /v1/x)`` or
+    ``Not Found``, says nothing of it), or a 400 in the words an API uses for it."""
+    if status == 404:
+        return "model" in message.lower()
+    return status == 400 and bool(_NOT_FOUND.search(message))
 
 
 def classify(

@@ -498,6 +498,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         reply = self.server.script.reply(model, first, turn)
         time.sleep(reply.delay_s)
+        if reply.status == 404:  # the provider no longer has the model
+            self._json(404, not_found(path, model))
+            return
         if reply.status != 200:
             self._json(
                 reply.status,
