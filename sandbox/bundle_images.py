@@ -29,6 +29,7 @@ from hangar.errors import ImageBuildError, SandboxError
 from hangar.sandbox.archive import extract_untrusted
 from hangar.sandbox.debian import runtime_root
 from hangar.sandbox.docker import docker_client
+from hangar.sandbox.task_images import pull_ref, push_ref
 
 REPOSITORY = "hangar-bundle"
 """The repository of bundle images, under the registry's namespace."""
@@ -77,18 +78,12 @@ def push_bundle(registry: str, name: str, digest: str, folder: Path) -> str:
     """Pack and push bundle `name` to `registry`, for the other nodes; its remote reference.
     The local copy of the image is removed after (the node has the folder)."""
     remote = remote_ref(registry, name, digest)
-    client = docker_client()
     bundle_image(name, digest, folder, tag=remote)
-    repository, _, version = remote.rpartition(":")
     try:
-        for event in client.api.push(repository, tag=version, stream=True, decode=True):
-            if "error" in event:
-                raise ImageBuildError(f"cannot push {remote}: {event['error']}")
-    except docker.errors.APIError as exc:
-        raise ImageBuildError(f"cannot push {remote}: {exc}") from exc
+        push_ref(remote)
     finally:
         with contextlib.suppress(docker.errors.APIError):
-            client.images.remove(remote, noprune=False)
+            docker_client().images.remove(remote, noprune=False)
     return remote
 
 
@@ -97,15 +92,8 @@ def pull_bundle(registry: str, name: str, digest: str, target: Path) -> bool:
     False when the registry has none. Raises `ImageBuildError` for an unreachable registry
     or an image that is not a bundle of that digest."""
     remote = remote_ref(registry, name, digest)
-    client = docker_client()
-    try:
-        client.images.pull(remote)
-    except (docker.errors.NotFound, docker.errors.ImageNotFound):
+    if pull_ref(remote) is None:
         return False
-    except docker.errors.APIError as exc:
-        if "not found" in str(exc).lower() or "unknown" in str(exc).lower():
-            return False
-        raise ImageBuildError(f"cannot pull {remote}: {exc}") from exc
     try:
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-pull-") as work:
             folder = Path(work) / INSIDE
@@ -125,7 +113,7 @@ def pull_bundle(registry: str, name: str, digest: str, target: Path) -> bool:
                     raise
     finally:
         with contextlib.suppress(docker.errors.APIError):
-            client.images.remove(remote, noprune=False)
+            docker_client().images.remove(remote, noprune=False)
     return True
 
 

@@ -24,6 +24,7 @@ import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import docker.errors
 
@@ -32,6 +33,9 @@ from hangar.files import tree_digest
 from hangar.paths import cache_dir
 from hangar.sandbox.docker import docker_client
 from hangar.sandbox.images import DEFAULT_BASE_TAG, ImageBuildOutcome
+
+if TYPE_CHECKING:
+    from docker.models.images import Image
 
 #: ``FROM [--flag=...] image [AS name]``.
 _FROM = re.compile(r"^(\s*FROM\s+(?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE)
@@ -128,27 +132,38 @@ def ensure_task_image(
 
 def _pull(registry: str, tag: str) -> str | None:
     """The image `tag` pulled from `registry` and tagged locally, or None if it has none."""
-    remote = f"{registry.rstrip('/')}/{tag}"
+    image = pull_ref(f"{registry.rstrip('/')}/{tag}")
+    if image is None:
+        return None
+    image.tag(tag)
+    return str(image.id)
+
+
+def pull_ref(remote: str) -> Image | None:
+    """The image `remote` (``host:port/namespace/name:tag``) pulled, or None if its
+    registry has none. Raises `ImageBuildError` when the registry cannot be asked."""
     try:
-        image = docker_client().images.pull(remote)
+        return docker_client().images.pull(remote)
     except (docker.errors.NotFound, docker.errors.ImageNotFound):
         return None
     except docker.errors.APIError as exc:
         if "not found" in str(exc).lower() or "unknown" in str(exc).lower():
             return None
         raise ImageBuildError(f"cannot pull {remote}: {exc}") from exc
-    image.tag(tag)
-    return str(image.id)
 
 
 def _push(registry: str, tag: str) -> None:
     """Push the local image `tag` to `registry`, for the other nodes."""
     remote = f"{registry.rstrip('/')}/{tag}"
+    docker_client().images.get(tag).tag(remote)
+    push_ref(remote)
+
+
+def push_ref(remote: str) -> None:
+    """Push the local image tagged `remote` to its registry."""
     repository, _, version = remote.rpartition(":")
-    client = docker_client()
-    client.images.get(tag).tag(remote)
     try:
-        for event in client.api.push(repository, tag=version, stream=True, decode=True):
+        for event in docker_client().api.push(repository, tag=version, stream=True, decode=True):
             if "error" in event:
                 raise ImageBuildError(f"cannot push {remote}: {event['error']}")
     except docker.errors.APIError as exc:
