@@ -87,6 +87,12 @@ class Score(BaseModel):
     """The highest value of a ``points`` scale."""
 
 
+CHECK_SYSTEM = "Answer with one word."
+CHECK_USER = "Say OK."
+"""A sweep's model check (`hangar.models.exists`): one call of these words per model
+before the first trial (the scripted server tells it from trial calls by them)."""
+
+
 class ProviderError(BaseModel):
     """A model provider's failure that is not the agent's: it makes a trial that did not
     pass an ``infra_error`` (never a counted fail)."""

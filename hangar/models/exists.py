@@ -15,11 +15,8 @@ from pydantic import BaseModel
 
 from hangar.models import ModelSpec
 from hangar.models.complete import complete
-from hangar.results import ProviderError, Usage
+from hangar.results import CHECK_SYSTEM, CHECK_USER, ProviderError, Usage
 
-CHECK_SYSTEM = "Answer with one word."
-CHECK_USER = "Say OK."
-"""The check's one call (a scripted server tells it from trial calls by it)."""
 CHECK_TIMEOUT_S = 30.0
 """How long a check waits for its provider: one that does not answer in time only warns."""
 

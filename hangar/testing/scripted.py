@@ -42,7 +42,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from hangar.files import read_yaml
-from hangar.models.exists import CHECK_USER
+from hangar.results import CHECK_USER
 
 
 class ScriptedUsage(BaseModel):
