@@ -305,6 +305,15 @@ def built_bundle(name: str) -> Bundle | None:
     return _built(name, AGENT_CLIS[name].digest()) if name in AGENT_CLIS else None
 
 
+def stale_bundles() -> list[Path]:
+    """This node's bundle folders that no current recipe names (left by an earlier
+    hangar version, or half-built by a process that died)."""
+    root = bundles_dir()
+    current = {f"{name}-{cli.digest()[:16]}" for name, cli in AGENT_CLIS.items()}
+    found = sorted(root.iterdir()) if root.is_dir() else []
+    return [p for p in found if p.is_dir() and p.name != "checks" and p.name not in current]
+
+
 def _built(name: str, digest: str) -> Bundle | None:
     return _found(bundles_dir() / f"{name}-{digest[:16]}", name, digest)
 

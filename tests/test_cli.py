@@ -319,3 +319,24 @@ def test_sweep_check_names_models_it_cannot_price_with_the_nearest_known_id(
     assert "did you mean gpt-4o-mini?" in unpriced["gpt-4o-mni"]
     text = runner.invoke(app, ["sweep", "check", str(sweep)])
     assert "did you mean gpt-4o-mini?" in text.output
+
+
+def test_agents_prune_removes_only_bundles_no_preset_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hangar.sandbox.bundles import bundle_id
+
+    monkeypatch.setenv("HANGAR_CACHE_DIR", str(tmp_path))
+    bundles = tmp_path / "bundles"
+    current = bundles / bundle_id("codex").replace("@", "-")
+    old = bundles / "codex-0123456789abcdef"
+    for folder in (current, old, bundles / "checks"):
+        folder.mkdir(parents=True)
+        (folder / "manifest.json").write_text("{}")
+    (old / "codex").write_bytes(b"x" * 2**20)
+    dry = runner.invoke(app, ["agents", "prune", "--dry-run"])
+    assert dry.exit_code == 0 and "would remove" in dry.output and old.is_dir()
+    done = runner.invoke(app, ["agents", "prune"])
+    assert done.exit_code == 0, done.output
+    assert "1 MiB freed" in done.output
+    assert not old.exists() and current.is_dir() and (bundles / "checks").is_dir()

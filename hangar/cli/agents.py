@@ -89,6 +89,28 @@ def agents_list(as_json: JsonFlag = False) -> None:
     console.print(table)
 
 
+@agents_app.command("prune")
+def agents_prune(
+    dry_run: Annotated[bool, typer.Option(help="Name them, remove nothing.")] = False,
+) -> None:
+    """Remove this machine's agent bundles that no preset of this hangar version uses
+    (each is hundreds of MB; a new version's recipes have new digests)."""
+    import shutil
+
+    from hangar.sandbox.bundles import stale_bundles
+
+    freed = 0
+    for folder in stale_bundles():
+        files = [f.lstat() for f in folder.rglob("*") if f.is_file() and not f.is_symlink()]
+        size = sum(f.st_size for f in files if f.st_nlink == 1)  # not what the cache shares
+        freed += size
+        said = "would remove" if dry_run else "removed"
+        console.print(f"{said} {folder} ({size / 2**20:.0f} MiB)", highlight=False)
+        if not dry_run:
+            shutil.rmtree(folder)
+    console.print(f"{freed / 2**20:.0f} MiB {'to free' if dry_run else 'freed'}", highlight=False)
+
+
 @agents_app.command("bundle")
 def agents_bundle(
     names: Annotated[
