@@ -46,6 +46,21 @@ def read_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}{where}: malformed YAML: {problem}") from None
 
 
+def read_data(path: Path) -> Any:
+    """A YAML or JSON file's data (by its suffix: ``.json`` is read as JSON, anything else
+    as YAML, of which JSON is a subset); errors name the file, line and column."""
+    if path.suffix != ".json":
+        return read_yaml(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from None
+
+
 def file_sha256(path: Path) -> str:
     """The pin of a file's bytes (``sha256:<hex>``)."""
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hangar.agents import AgentSpec, load_agents, parse_agent
 from hangar.errors import ConfigError, HangarError
-from hangar.files import read_yaml
+from hangar.files import read_data, read_yaml
 from hangar.models import ModelSpec
 from hangar.paths import runs_dir
 from hangar.results import TrialResult, Verdict
@@ -521,9 +521,14 @@ def _kind_of_file(file: Path, data: Any) -> Kind:
     raise ConfigError(f"{file}: no kind of task reads this file")
 
 
+#: Task files whose data the kinds are shown (each kind knows its own by what it says:
+#: ``kind: decision`` in a YAML or a JSON suite alike); others are recognised by name.
+_DATA_SUFFIXES = (".yaml", ".yml", ".json")
+
+
 def _load_tasks(file: Path) -> list[Task]:
     """A task file's tasks (a scenario, a decision suite's cases)."""
-    data = read_yaml(file) if file.suffix in (".yaml", ".yml") else None
+    data = read_data(file) if file.suffix in _DATA_SUFFIXES else None
     return _kind_of_file(file, data).load(file, data)
 
 

@@ -345,6 +345,25 @@ def test_a_sweep_expands_cases_into_both_arms(tmp_path: Path) -> None:
     ]
 
 
+def test_a_json_suite_loads_in_a_sweep_as_its_yaml_twin(tmp_path: Path) -> None:
+    """The guide says "one YAML or JSON file": the kind is known by what the file says."""
+    from hangar.scheduler.sweep import load_sweep
+
+    data = yaml.safe_load(suite_file(tmp_path).read_text())
+    (tmp_path / "suite.json").write_text(json.dumps(data, indent="\t"))  # tabs: JSON, not YAML
+    sweeps = {}
+    for name in ("suite.yaml", "suite.json"):
+        (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({"scenarios": [name], "models": ["m"]}))
+        sweep = load_sweep(tmp_path / "sweep.yaml")
+        assert not sweep.unloadable, sweep.unloadable
+        sweeps[name] = sorted((t.id, t.digest) for t in sweep.of_kind("prompt"))
+    assert sweeps["suite.json"] == sweeps["suite.yaml"] and len(sweeps["suite.json"]) == 2
+    (tmp_path / "suite.json").write_text('{"kind": "decision", "cases": [}')
+    sweep = load_sweep(tmp_path / "sweep.yaml")
+    (bad,) = sweep.unloadable
+    assert "suite.json:1:32: malformed JSON" in bad.error
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_the_example_suite_on_ray_with_roles(ray_local: None, tmp_path: Path) -> None:
