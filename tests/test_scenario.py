@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from hangar.cli import app
@@ -187,3 +188,24 @@ def test_a_source_outside_the_scenarios_folder_is_refused_unless_allowed(
         load_scenario(path)
     path.write_text(plugin + "sources_outside: true\n" + text)
     assert load_scenario(path).scenario.plugins[0].source == source
+
+
+def test_a_host_verifier_pinned_by_absolute_path_loads_without_an_opt_in(
+    scenario_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """As a fixture registry pins its verifiers: an absolute path and the bytes' sha256.
+    The script runs on the host; what is copied into the sandbox keeps the folder rule."""
+    from hangar.files import file_sha256
+
+    elsewhere = tmp_path_factory.mktemp("verifiers") / "verify.py"
+    shutil.copy2(scenario_dir / "verify.py", elsewhere)
+    path = scenario_dir / "scenario.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["verifier"]["host"] = {"file": str(elsewhere), "sha256": file_sha256(elsewhere)}
+    path.write_text(yaml.safe_dump(data))
+    loaded = load_scenario(path)
+    assert loaded.scenario.verifier.host.file == str(elsewhere)
+    data["verifier"]["files"] = [{"source": str(elsewhere), "target": "tests/v.py"}]
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"verifier.files: .* leaves the scenario's folder"):
+        load_scenario(path)

@@ -84,9 +84,11 @@ class Scenario(Strict):
     canaries: tuple[str, ...] = ()
     """Strings that must never appear in a trace; one that does voids the trial."""
     sources_outside: bool = False
-    """Let plugin sources, verifier files and scripts lie outside the scenario's folder
-    (a skill a suite's scenarios share: ``../skills/review``). Off, each is a relative
-    path that stays inside it, symlinks resolved, as every target stays in the workspace."""
+    """Let plugin sources and verifier files (what is copied into the sandbox) lie outside
+    the scenario's folder (a skill a suite's scenarios share: ``../skills/review``). Off,
+    each is a relative path that stays inside it, symlinks resolved, as every target stays
+    in the workspace. The host scripts (``prepare``, ``verifier.host``) are pinned by their
+    sha256 and may lie anywhere, an absolute path included, without it."""
 
     @field_validator("revision", mode="before")
     @classmethod
@@ -191,10 +193,18 @@ def load_scenario(path: Path) -> LoadedScenario:
     return LoadedScenario(path=path, scenario=scenario, digest=scenario_digest(path, scenario))
 
 
+#: Scripts run on the host and pinned by their sha256 (the operator's, as a fixture
+#: registry pins its verifiers by absolute path and digest): they may lie anywhere.
+_HOST_PINNED = ("prepare", "verifier.host")
+
+
 def _check_sources(path: Path, scenario: Scenario) -> None:
-    """Every file the scenario references stays inside its folder (see `sources_outside`)."""
+    """Every file the scenario copies into the sandbox stays inside its folder (see
+    `sources_outside`); pinned host scripts may lie anywhere."""
     folder = path.parent
     for role, rel in referenced_files(scenario):
+        if role in _HOST_PINNED:
+            continue
         pure = PurePosixPath(rel)
         inside = (folder / rel).resolve().is_relative_to(folder)
         if pure.is_absolute() or ".." in pure.parts or not inside:
