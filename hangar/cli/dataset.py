@@ -37,7 +37,8 @@ def dataset_validate(
     resumable sweep, and record each task version as valid or broken (with the reason).
     Sweeps leave broken and unvalidated tasks out unless run with --include-unvalidated.
 
-    Exit status: 0 every task valid; 1 some broken; 3 some not validated yet.
+    Exit status: 0 every task valid; 1 some broken or not loading; 3 some not validated
+    yet.
     """
     from functools import partial
 
@@ -48,37 +49,46 @@ def dataset_validate(
     from hangar.scheduler.sweep import load_sweep, load_task_folder
     from hangar.store import ResultsStore
 
+    unloadable: list[tuple[str, str]] = []
     if dataset.is_file():
         sweep = load_sweep(dataset)
         name, tasks = sweep.id, sweep.tasks
+        unloadable = [(u.scenario_id, u.error) for u in sweep.unloadable]
         store = store or sweep.config.store
         evidence = sweep.config.evidence
     else:
         name, evidence = dataset.resolve().name, None
         tasks = load_task_folder(dataset, parse_pairs(image_map, "--image-map"))
     images = [t for t in tasks if isinstance(t, ImageTask)]
-    if not images:
+    if not images and not unloadable:
         raise ConfigError(f"{dataset}: no image tasks (Harbor task folders) to validate")
-    found = validate_dataset(
-        name,
-        images,
-        partial(run_batch, address=address),
-        repeats=repeats,
-        store=store,
-        evidence=evidence,
+    found = (
+        validate_dataset(
+            name,
+            images,
+            partial(run_batch, address=address),
+            repeats=repeats,
+            store=store,
+            evidence=evidence,
+        )
+        if images
+        else []
     )
     table = Table("task", "validation", "why", title=f"dataset {escape(name)}")
     colour = {"valid": "green", "broken": "red", "unvalidated": "yellow"}
     for v in found:
         table.add_row(escape(v.task_id), f"[{colour[v.status]}]{v.status}[/]", escape(v.reason))
+    for task_id, error in unloadable:
+        table.add_row(escape(task_id), "[red]does not load[/]", escape(error))
     console.print(table)
     counts = {s: sum(v.status == s for v in found) for s in colour}
     err_console.print(
         f"{counts['valid']} valid, {counts['broken']} broken, {counts['unvalidated']} not "
-        f"validated yet (store: {ResultsStore(store).safe_url})",
+        f"validated yet, {len(unloadable)} not loading (store: {ResultsStore(store).safe_url})",
         highlight=False,
     )
-    raise typer.Exit(3 if counts["unvalidated"] else 1 if counts["broken"] else 0)
+    broken = counts["broken"] or unloadable
+    raise typer.Exit(3 if counts["unvalidated"] else 1 if broken else 0)
 
 
 import_app = typer.Typer(help="Import the field's datasets as task folders.")

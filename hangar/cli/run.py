@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -192,7 +193,19 @@ def run(
             f"{fix} and run the sweep again: its trials were not run or not counted",
             highlight=False,
         )
-    raise typer.Exit(tally.exit_code(failures_ok=allow_failures))
+    code = tally.exit_code(failures_ok=allow_failures)
+    if listed and not include_unvalidated and code != 130:
+        said = ", ".join(
+            f"{n} {status}" for status, n in Counter(v.status for v in left_out).items()
+        )
+        err_console.print(
+            f"[bold yellow]{len(listed)} task(s) left out[/] ({said}): their trials were not "
+            f"run. `hangar dataset validate {sweep_file}` validates them (or "
+            "--include-unvalidated runs them anyway)",
+            highlight=False,
+        )
+        code = 3  # tasks not run: never a clean exit
+    raise typer.Exit(code)
 
 
 def _confirm_cost(sweep: Any, store: Any, *, yes: bool, above: float) -> None:

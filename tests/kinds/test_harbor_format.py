@@ -275,3 +275,23 @@ def test_validation_rules() -> None:
     assert not kept.run and kept.left_out[0].status == "broken"
     assert partition([task], {d: {"status": "valid", "reason": ""}}).run == [task]
     assert partition([task], {}).left_out[0].status == "unvalidated"
+
+
+def test_validate_fails_when_a_task_does_not_load(tmp_path: Path) -> None:
+    """Tasks that do not load are broken, in the table and the exit status, not only a
+    line on stderr."""
+    from typer.testing import CliRunner
+
+    from hangar.cli import app
+
+    for name in ("bad-one", "bad-two"):
+        (tmp_path / "dataset" / name).mkdir(parents=True)
+        (tmp_path / "dataset" / name / "task.toml").write_text("[agent\ntimeout_sec = 1\n")
+    (tmp_path / "sweep.yaml").write_text(
+        f"id: ds\nscenarios: [dataset]\nagents: {{nop: {{kind: reference, role: nop}}}}\n"
+        f"models: [none]\nstore: sqlite:///{tmp_path}/r.db\n"
+    )
+    out = CliRunner().invoke(app, ["dataset", "validate", str(tmp_path / "sweep.yaml")])
+    assert out.exit_code == 1, out.output
+    assert out.output.count("does not load") == 2
+    assert "0 valid, 0 broken, 0 not validated yet, 2 not loading" in out.output

@@ -194,18 +194,20 @@ def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(
     )
     cli = CliRunner()
     out = cli.invoke(app, ["run", str(sweep)])
-    assert out.exit_code == 0, out.output  # every task left out: none validated
+    assert out.exit_code == 3, out.output  # every task left out: none validated
     assert out.output.count("is unvalidated: never validated") == 5
+    assert "5 task(s) left out (5 unvalidated)" in out.output
     answers = serve_answers(EXAMPLE_ANSWERS, EXAMPLE_PORT)  # count-words' verifier asks it
 
     out = cli.invoke(app, ["dataset", "validate", str(sweep)])
     assert out.exit_code == 1, out.output  # one broken
-    assert "4 valid, 1 broken, 0 not validated yet" in out.output
+    assert "4 valid, 1 broken, 0 not validated yet, 0 not loading" in out.output
     assert "the oracle fails: reward 0 is below" in out.output
 
     out = cli.invoke(app, ["run", str(sweep), "--allow-failures"])
-    assert out.exit_code == 0, out.output
+    assert out.exit_code == 3, out.output  # the broken task was not run
     assert "left out: broken-tests is broken" in out.output
+    assert "1 task(s) left out (1 broken)" in out.output
     assert "8 of 8 trials final" in out.output
     out = cli.invoke(app, ["status", str(sweep)])
     assert "left out: broken-tests is broken" in out.output
