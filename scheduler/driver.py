@@ -75,6 +75,11 @@ EMBEDDED = "embedded"
 """`address` that always starts an embedded Ray, even beside a warm local head."""
 
 
+#: What this process attached Ray to (`connect`): the address asked for and the
+#: environment variables the trials needed then.
+_ATTACHED: dict[str, Any] = {}
+
+
 def connect(address: str | None, slots: int, needs: tuple[str, ...] = ()) -> int:
     """Attach to `address`, else to this machine's warm head (`hangar cluster start
     --head`, or the one `hangar run` keeps warm, started here if need be: `needs` names
@@ -88,10 +93,23 @@ def connect(address: str | None, slots: int, needs: tuple[str, ...] = ()) -> int
     import ray
 
     if ray.is_initialized():
-        total = int(ray.cluster_resources().get(SANDBOX_RESOURCE, 0))
-        if total:
-            return total
-        raise RayUnavailable("the running Ray has no hangar_sandbox resource")
+        if _ATTACHED.get("address") == address and set(needs) <= _ATTACHED.get("needs", set()):
+            total = int(ray.cluster_resources().get(SANDBOX_RESOURCE, 0))
+            if total:
+                return total
+            raise RayUnavailable("the running Ray has no hangar_sandbox resource")
+        if "address" in _ATTACHED:  # attached by an earlier sweep of this process
+            missing = sorted(set(needs) - _ATTACHED.get("needs", set()))
+            why = f"it needs {', '.join(missing)}" if missing else f"it names {address}"
+            log.warning("attaching Ray again for this sweep (%s, which the last one lacked)", why)
+            ray.shutdown()
+        else:  # initialised by the caller (a test, a notebook): used as it is
+            total = int(ray.cluster_resources().get(SANDBOX_RESOURCE, 0))
+            if total:
+                return total
+            raise RayUnavailable("the running Ray has no hangar_sandbox resource")
+    _ATTACHED.clear()
+    original = address
     node_ip = None
     if address is None and (warm := _warm_head(slots, needs)) is not None:
         address, node_ip = warm
@@ -111,6 +129,7 @@ def connect(address: str | None, slots: int, needs: tuple[str, ...] = ()) -> int
     except Exception as exc:
         where = address if address not in (None, EMBEDDED) else "an embedded node"
         raise RayUnavailable(f"cannot start or reach Ray at {where}: {exc}") from exc
+    _ATTACHED.update(address=original, needs=set(needs))
     total = _sandbox_slots(ray, wait_s=30.0 if node_ip == "127.0.0.1" else 0.0)
     if not total:
         raise RayUnavailable(

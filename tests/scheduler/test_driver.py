@@ -576,3 +576,45 @@ def test_a_404_mid_sweep_stops_the_model_and_leaves_its_trials_to_run_again(
     assert len(vanishing) == 1 and vanishing[0].verdict is Verdict.INFRA_ERROR
     assert not vanishing[0].verdict.final  # not counted: run again by the next run
     assert tally.retries == 0 and tally.exit_code() == 3
+
+
+LATE_KEY = """
+import os, ray
+from hangar.scheduler.driver import connect
+
+connect(None, 1, ())  # an earlier sweep of the process, which needed no key
+os.environ["HANGAR_LATE_KEY"] = "set-after-the-first-sweep"
+
+@ray.remote
+def seen() -> str | None:
+    return os.environ.get("HANGAR_LATE_KEY")
+
+before = ray.get(seen.remote())
+connect(None, 1, ("HANGAR_LATE_KEY",))  # this sweep needs the key: Ray is attached again
+print(before, ray.get(seen.remote()))
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_later_sweep_that_needs_a_key_attaches_ray_again(tmp_path: Path) -> None:
+    """An earlier sweep of the process attached Ray without the key (an embedded Ray, or
+    a warm head) whose workers do not have it: the sweep that needs it does not reuse that
+    attachment but starts again, and says so."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    short = tempfile.mkdtemp(prefix="hr-", dir="/tmp")  # Ray's sockets need a short path
+    env = {k: v for k, v in os.environ.items() if k != "HANGAR_LATE_KEY"}
+    env.update(HANGAR_WARM_HEAD="0", RAY_TMPDIR=short, RAY_AUTH_MODE="token")
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", LATE_KEY], capture_output=True, text=True, env=env, timeout=300
+        )
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[-2:] == ["None", "set-after-the-first-sweep"], run.stdout
+    assert "attaching Ray again for this sweep (it needs HANGAR_LATE_KEY" in run.stderr
