@@ -20,8 +20,9 @@ def model_serve(
     script: Annotated[Path, typer.Argument(help="Script file (conversations and replies).")],
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free one).")] = 8765,
 ) -> None:
-    """Serve a scripted model on loopback until Ctrl-C: it answers the OpenAI and Anthropic
-    APIs from the script (see `hangar.testing.scripted`), so sweeps run without a key.
+    """Serve a scripted model on loopback until Ctrl-C: it answers the OpenAI, Anthropic
+    and Gemini APIs from the script (its format: the models-and-agents guide), so sweeps
+    run without a key.
     Give its models ``base_url: http://127.0.0.1:PORT/v1`` and any key variable."""
     from hangar.testing.scripted import Script, ScriptedServer
 
