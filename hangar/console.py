@@ -4,7 +4,9 @@ a model given on the command line (an id or a mapping)."""
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+import os
+import sys
+from typing import Annotated, Any, TextIO
 
 import typer
 import yaml
@@ -14,9 +16,23 @@ from rich.markup import escape
 from hangar.errors import ConfigError
 from hangar.results import TrialResult
 
+#: Columns when the output is not a terminal (a pipe, a file, CI) and COLUMNS is unset:
+#: Rich's 80 would cut tables' ids and names (``more-itertools__more-itertool…``).
+PIPE_WIDTH = 240
+
+
+def _width(stream: TextIO) -> int | None:
+    """None (the terminal's own) on a terminal or with COLUMNS set, else `PIPE_WIDTH`."""
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError):  # no stream, or a closed one
+        terminal = False
+    return None if os.environ.get("COLUMNS") or terminal else PIPE_WIDTH
+
+
 # Soft wrap: a command to copy or a URI in a message is never broken across lines.
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+console = Console(soft_wrap=True, width=_width(sys.stdout))
+err_console = Console(stderr=True, soft_wrap=True, width=_width(sys.stderr))
 
 
 JsonFlag = Annotated[
