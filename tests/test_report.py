@@ -146,6 +146,9 @@ def test_export_jsonl(store: ResultsStore, tmp_path: Path) -> None:
     )
     lines = out.read_text().splitlines()
     assert len(lines) == 27 and TrialResult.model_validate(json.loads(lines[0]))
+    piped = runner.invoke(app, ["export", "sw", "--out", "-", "--store", store.url])
+    assert piped.exit_code == 0 and not Path("-").exists()
+    assert piped.stdout.splitlines() == lines  # '-' is stdout; the count goes to stderr
 
 
 def test_baseline_is_immutable_and_compare_gates(store: ResultsStore) -> None:

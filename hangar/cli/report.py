@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -101,7 +103,7 @@ def _recorded(sweep: str, results: Any, sweep_id: str) -> dict[str, Any]:
 @app.command("export")
 def export(
     sweep: Annotated[str, typer.Argument(help="Sweep file, or a sweep id in --store.")],
-    out: Annotated[Path, typer.Option(help="JSONL file, one trial per line.")],
+    out: Annotated[Path, typer.Option(help="JSONL file, one trial per line ('-': stdout).")],
     all_attempts: Annotated[bool, typer.Option(help="Every attempt, not just the latest.")] = False,
     store: StoreOption = None,
 ) -> None:
@@ -119,13 +121,16 @@ def export(
                     Score(metric=metric, value=row[column])
                 )
     n = 0
-    with out.open("w") as f:
+    to_stdout = str(out) == "-"
+    with contextlib.nullcontext(sys.stdout) if to_stdout else out.open("w") as f:
         for r in results.results(sweep_id, all_attempts=all_attempts):
             if r.trial_key in labelled:
                 r = r.model_copy(update={"scores": (*r.scores, *labelled[r.trial_key])})
             f.write(r.model_dump_json() + "\n")
             n += 1
-    console.print(f"wrote {n} trial(s) to {out}")
+    (err_console if to_stdout else console).print(
+        f"wrote {n} trial(s) to {'stdout' if to_stdout else out}", highlight=False
+    )
 
 
 @app.command("compare")
