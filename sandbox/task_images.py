@@ -22,7 +22,7 @@ import io
 import re
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,19 +48,35 @@ Mapper = Callable[[str], str]
 def map_dockerfile(text: str, mapped: Mapper) -> str:
     """The Dockerfile with each ``FROM`` image rewritten by `mapped` (names of earlier
     stages are left alone)."""
-    stages: set[str] = set()
     out = []
+    for line, image in _from_lines(text):
+        match = _FROM.match(line) if image is not None else None
+        if match is not None:
+            head, _, tail = match.groups()
+            line = f"{head}{mapped(image or '')}{tail}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def base_images(text: str) -> list[str]:
+    """The images a Dockerfile starts ``FROM`` (not its own stages, not ``scratch``)."""
+    found = [image for _, image in _from_lines(text) if image is not None]
+    return [image for image in dict.fromkeys(found) if image.lower() != "scratch"]
+
+
+def _from_lines(text: str) -> Iterator[tuple[str, str | None]]:
+    """Each line, with the image it starts ``FROM`` when that is not an earlier stage."""
+    stages: set[str] = set()
     for line in text.splitlines():
         match = _FROM.match(line)
+        image = None
         if match:
-            head, image, tail = match.groups()
-            if image.lower() not in stages:
-                line = f"{head}{mapped(image)}{tail}"
+            _, named, tail = match.groups()
+            image = named if named.lower() not in stages else None
             alias = re.search(r"\bAS\s+(\S+)", tail, re.IGNORECASE)
             if alias:
                 stages.add(alias.group(1).lower())
-        out.append(line)
-    return "\n".join(out) + "\n"
+        yield line, image
 
 
 def context_tag(name: str, context: Path, dockerfile_text: str) -> str:
@@ -124,10 +140,35 @@ def ensure_task_image(
         existing = find_image(tag) or (_pull(registry, tag) if registry else None)
         if existing is not None:
             return ImageBuildOutcome(tag=tag, image_id=existing, built=False, seconds=0.0)
-        built = _build(tag, _tar_context(context, dockerfile, text), dockerfile, timeout_s, log)
+        try:
+            built = _build(tag, _tar_context(context, dockerfile, text), dockerfile, timeout_s, log)
+        except ImageBuildError as exc:
+            raise ImageBuildError(f"{exc}{_unpulled_hint(str(exc), text)}") from exc
         if registry:
             _push(registry, tag)
         return built
+
+
+#: How a build says it could not fetch an image it starts FROM.
+_UNPULLED = re.compile(
+    r"no such host|pull access denied|failed to resolve|dial tcp|repository does not exist|"
+    r"manifest unknown|connection refused|network is unreachable|i/o timeout",
+    re.IGNORECASE,
+)
+
+
+def _unpulled_hint(error: str, dockerfile_text: str) -> str:
+    """What to do when a build could not fetch its base image ('' otherwise)."""
+    images = base_images(dockerfile_text)
+    if not images or not _UNPULLED.search(error):
+        return ""
+    first = images[0]
+    return (
+        f"\nIt could not fetch the image it starts FROM ({', '.join(images)}): map it onto an "
+        f"image this machine has, `--image-map '{first}=IMAGE'` (a sweep's `image_map:`), "
+        "e.g. the stock Debian image `hangar/base:bookworm-stock`, or push it to a registry "
+        "the machine reaches."
+    )
 
 
 def _pull(registry: str, tag: str) -> str | None:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import docker
+import pytest
 
 from hangar.sandbox.task_images import ensure_task_image, stock_image
 
@@ -41,3 +42,22 @@ def test_a_built_image_is_shared_through_the_registry(
     assert not ensure_task_image("shared", context, mapped=mapped, registry=registry).built
     for tag in (first.tag, remote):
         docker_client.images.remove(tag, force=True)
+
+
+def test_a_base_image_that_cannot_be_fetched_says_to_map_it(
+    docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """Offline, a task's FROM image is not on the machine and no registry is reachable:
+    the error names the image and the --image-map that fixes it."""
+    from hangar.errors import ImageBuildError
+
+    context = tmp_path / "environment"
+    context.mkdir()
+    (context / "Dockerfile").write_text(
+        "FROM hangar-test/absent:1 AS build\nFROM build\nRUN true\n"
+    )
+    with pytest.raises(ImageBuildError) as caught:
+        ensure_task_image("unfetchable", context)
+    said = str(caught.value)
+    assert "could not fetch the image it starts FROM (hangar-test/absent:1)" in said, said
+    assert "--image-map 'hangar-test/absent:1=IMAGE'" in said
