@@ -340,3 +340,27 @@ def test_agents_prune_removes_only_bundles_no_preset_uses(
     assert done.exit_code == 0, done.output
     assert "1 MiB freed" in done.output
     assert not old.exists() and current.is_dir() and (bundles / "checks").is_dir()
+
+
+def test_view_says_its_url_once_it_answers(tmp_path: Path) -> None:
+    import urllib.request
+
+    from hangar.store import ResultsStore
+
+    url = f"sqlite:///{tmp_path}/r.db"
+    ResultsStore(url)  # an empty store
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hangar", "view", "--port", "0", "--store", url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("hangar view on http://127.0.0.1:"), (line, proc.stderr)
+        address = line.split()[3]
+        assert not address.endswith(":0/")  # the port it got
+        with urllib.request.urlopen(address, timeout=5) as page:  # answers at once
+            assert page.status == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -65,8 +65,17 @@ def view(
         knowledge=knowledge,
         margin=None if margin is None else margin / 100,
     )
-    console.print(f"hangar view on http://{host}:{port}/ (Ctrl-C stops it)", highlight=False)
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # said once it answers, not before; the port it got (--port 0)
+                bound = [s.getsockname()[1] for srv in self.servers for s in srv.sockets]
+                url = f"http://{host}:{bound[0] if bound else port}/"
+                console.print(f"hangar view on {url} (Ctrl-C stops it)", highlight=False)
+
+    config = uvicorn.Config(make_app(viewer), host=host, port=port, log_level="warning")
     try:
-        uvicorn.run(make_app(viewer), host=host, port=port, log_level="warning")
+        Server(config).run()
     finally:
         viewer.evidence.close()
