@@ -93,21 +93,19 @@ def connect(address: str | None, slots: int, needs: tuple[str, ...] = ()) -> int
     import ray
 
     if ray.is_initialized():
-        if _ATTACHED.get("address") == address and set(needs) <= _ATTACHED.get("needs", set()):
+        # Initialised by the caller (a test, a notebook): used as it is. Attached by an
+        # earlier sweep of this process: used again unless this sweep names another
+        # address or needs a variable that attachment's workers were not started with.
+        had = _ATTACHED.get("needs", set())
+        if "address" not in _ATTACHED or (_ATTACHED["address"] == address and set(needs) <= had):
             total = int(ray.cluster_resources().get(SANDBOX_RESOURCE, 0))
             if total:
                 return total
             raise RayUnavailable("the running Ray has no hangar_sandbox resource")
-        if "address" in _ATTACHED:  # attached by an earlier sweep of this process
-            missing = sorted(set(needs) - _ATTACHED.get("needs", set()))
-            why = f"it needs {', '.join(missing)}" if missing else f"it names {address}"
-            log.warning("attaching Ray again for this sweep (%s, which the last one lacked)", why)
-            ray.shutdown()
-        else:  # initialised by the caller (a test, a notebook): used as it is
-            total = int(ray.cluster_resources().get(SANDBOX_RESOURCE, 0))
-            if total:
-                return total
-            raise RayUnavailable("the running Ray has no hangar_sandbox resource")
+        missing = sorted(set(needs) - had)
+        why = f"it needs {', '.join(missing)}" if missing else f"it names {address}"
+        log.warning("attaching Ray again for this sweep (%s, which the last one lacked)", why)
+        ray.shutdown()
     _ATTACHED.clear()
     original = address
     node_ip = None
