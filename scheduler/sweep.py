@@ -392,8 +392,9 @@ def load_sweep(path: Path) -> Sweep:
     agents: dict[str, AgentSpec] = {}
     if config.agents_file:
         agents.update(load_agents(base / config.agents_file))
+    text = path.read_text(encoding="utf-8", errors="replace")
     for name, cfg in config.agents.items():
-        agents[name] = parse_agent(name, cfg, str(path), base)
+        agents[name] = parse_agent(name, cfg, str(path), base, text=text, root=("agents", name))
     try:
         arms = [Arm(name=name, plugins=tuple(plugins)) for name, plugins in config.arms.items()]
     except ValidationError as exc:

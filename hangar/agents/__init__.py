@@ -63,18 +63,41 @@ def _script_command(data: dict[str, object], base: Path | None, where: str) -> d
     return {**rest, "command": f"{runner} - <<'HANGAR_AGENT_SCRIPT'\n{text}\nHANGAR_AGENT_SCRIPT"}
 
 
-def parse_agent(name: str, data: object, where: str, base: Path | None = None) -> AgentSpec:
-    """Validate one agent config; errors name where it came from and the field.
+#: Each agent kind's model, so an error names the field of that kind (and its nearest).
+_KINDS: dict[str, type[AgentSpec]] = {
+    "command": CommandAgent,
+    "chat": ChatAgent,
+    "prompt": PromptAgent,
+    "reference": ReferenceAgent,
+}
+
+
+def parse_agent(
+    name: str,
+    data: object,
+    where: str,
+    base: Path | None = None,
+    *,
+    text: str = "",
+    root: tuple[str, ...] = (),
+) -> AgentSpec:
+    """Validate one agent config; errors name where it came from and the field (with its
+    line, given the file's `text` and where the config sits in it, `root`; an unknown
+    field with the nearest known one).
 
     `base` is the folder a ``script:`` path (and an MCP server's ``file:``) is relative to.
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: agent {name!r} must be a mapping with a `command`")
+    model: type[AgentSpec] | None = None
     try:
         data = read_pinned(_script_command(expand_preset(data, where), base, where), base, where)
-        return _AGENT.validate_python({"kind": "command", "name": name, **data})
+        full = {"kind": "command", "name": name, **data}
+        model = _KINDS.get(str(full["kind"]))
+        return model.model_validate(full) if model else _AGENT.validate_python(full)
     except ValidationError as exc:
-        raise ConfigError(validation_message(where, f"agent ({name!r})", exc)) from None
+        message = validation_message(where, f"agent ({name!r})", exc, text, root, model)
+        raise ConfigError(message) from None
 
 
 def load_agents(path: Path) -> dict[str, AgentSpec]:
@@ -82,8 +105,10 @@ def load_agents(path: Path) -> dict[str, AgentSpec]:
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: an agents file must map agent names to configs")
+    text = path.read_text(encoding="utf-8", errors="replace")
     return {
-        str(name): parse_agent(str(name), cfg, str(path), path.parent) for name, cfg in data.items()
+        str(name): parse_agent(str(name), cfg, str(path), path.parent, text=text, root=(name,))
+        for name, cfg in data.items()
     }
 
 

@@ -29,6 +29,7 @@ CLI is pointed at and what it collects:
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 from typing import Any
@@ -83,7 +84,11 @@ class Preset(BaseModel):
             option = self.options.get(name)
             if option is None:
                 known = ", ".join(self.options) or "none"
-                raise ConfigError(f"{where}: unknown option {name!r} (this preset takes: {known})")
+                near = difflib.get_close_matches(name, list(self.options), n=1, cutoff=0.6)
+                hint = f"did you mean {near[0]!r}? " if near else ""
+                raise ConfigError(
+                    f"{where}: unknown option {name!r} ({hint}this preset takes: {known})"
+                )
             if option.pattern and not re.fullmatch(option.pattern, value):
                 raise ConfigError(f"{where}: {name} must be {option.meaning}, got {value!r}")
             if not option.pattern and value not in option.values:

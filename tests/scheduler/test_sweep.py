@@ -98,6 +98,14 @@ def test_duplicate_ids_refuse_the_sweep(tmp_path: Path) -> None:
         ({"repeats": 0}, "field `repeats`"),
         ({"colour": "blue"}, "field `colour`"),
         ({"agents": {"x": {"comand": "typo"}}}, r"not a valid agent \('x'\)"),
+        (
+            {"agents": {"x": {"command": "echo", "colect": ["~/a"]}}},
+            r"field `agents\.x\.colect` \(line \d+\): unknown field \(did you mean `collect`\?\)",
+        ),
+        (
+            {"agents": {"c": {"preset": "codex", "reasoning_efort": "low"}}},
+            "did you mean 'reasoning_effort'",
+        ),
         ({"backend": "dokcer"}, "docker"),
         ({"backend": {"kind": "kubernetes", "namespce": "x"}}, "namespce"),
         (
