@@ -29,14 +29,20 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file; errors name the file, line and column."""
+def read_config_text(path: Path) -> str:
+    """A configuration file's text (UTF-8); `ConfigError` naming the file when it is not
+    there or cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read it: {exc}") from None
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file; errors name the file, line and column."""
+    text = read_config_text(path)
     try:
         return yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
@@ -51,12 +57,9 @@ def read_data(path: Path) -> Any:
     as YAML, of which JSON is a subset); errors name the file, line and column."""
     if path.suffix != ".json":
         return read_yaml(path)
+    text = read_config_text(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it: {exc}") from None
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: malformed JSON: {exc.msg}") from None
 

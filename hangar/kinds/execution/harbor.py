@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hangar.errors import ConfigError
-from hangar.files import parse_size
+from hangar.files import parse_size, read_config_text
 from hangar.kinds.execution.imagetask import (
     Artifact,
     ImageSource,
@@ -137,11 +137,7 @@ def task_files(folder: Path) -> list[Path]:
 def read_config(path: Path) -> HarborConfig:
     """Parse and validate a task.toml; errors name the file, the field and what is expected."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it: {exc}") from None
+        data = tomllib.loads(read_config_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     try:
