@@ -258,7 +258,7 @@ class Sweep(BaseModel):
             arms = (
                 kind.arms(task, matrix) if task is not None else self._fallback_arms(kind, matrix)
             )
-            key = (kind.title, len(kind.agents(matrix)), len(arms), task is None)
+            key = (kind.title_of(task), len(kind.agents(matrix)), len(arms), task is None)
             terms[key] = terms.get(key, 0) + 1
         return [
             {"tasks": n, "kind": title, "agents": agents, "arms": arms, "unloadable": bad}

@@ -123,6 +123,12 @@ class Kind(ABC):
     #: The viewer template of its section of a trial page, under the kind's name in its
     #: package's ``templates`` folder (``prompt/view.html``; None: none).
     view_template: str | None = None
+
+    def title_of(self, task: Task | None) -> str:
+        """What `task` is called, for people (a kind whose sources differ names each;
+        None: a file that did not load)."""
+        return self.title
+
     #: What the viewer says of a trial of this kind that has no score yet.
     unscored_note: str = ""
     #: Its trials are scored by an LLM judge (their pages show the judge's usage).

@@ -295,3 +295,15 @@ def test_validate_fails_when_a_task_does_not_load(tmp_path: Path) -> None:
     assert out.exit_code == 1, out.output
     assert out.output.count("does not load") == 2
     assert "0 valid, 0 broken, 0 not validated yet, 2 not loading" in out.output
+
+
+def test_a_sweep_names_harbor_tasks_and_swebench_instances_as_such() -> None:
+    from hangar.scheduler.sweep import load_sweep
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    harbor = load_sweep(examples / "harbor" / "sweep.yaml").breakdown()
+    assert {t["kind"] for t in harbor} == {"Harbor tasks"}
+    swebench = load_sweep(examples / "swebench" / "sweep.yaml").breakdown()
+    assert {t["kind"] for t in swebench} == {"SWE-bench instances"}
+    scenarios = load_sweep(examples / "sweep.yaml").breakdown()
+    assert {t["kind"] for t in scenarios} == {"execution scenarios"}

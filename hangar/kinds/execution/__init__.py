@@ -85,6 +85,12 @@ class ExecutionKind(Kind):
         ("task", "hangar.kinds.execution.task_cli"),
     )
 
+    def title_of(self, task: Task | None) -> str:
+        """Scenarios, Harbor tasks or SWE-bench instances."""
+        if isinstance(task, ImageTask):
+            return "SWE-bench instances" if task.grading is not None else "Harbor tasks"
+        return self.title
+
     def recognizes(self, path: Path, data: Any) -> bool:
         """A file one of the task sources reads."""
         return source_of(path, data) is not None

@@ -95,7 +95,7 @@ def about(evidence: Path) -> About:
     image = read_json(evidence / "image.json")
     facts = [
         ("task", str(task.get("title") or task.get("name", ""))),
-        ("format", str(task.get("format", ""))),
+        ("format", "SWE-bench" if task.get("grading") else str(task.get("format", ""))),
     ]
     if isinstance(image, dict):
         facts.append(("image", str(image.get("reference", ""))))
