@@ -18,21 +18,30 @@ from hangar.kinds.execution.scenario import load_scenario
 from hangar.models import ModelSpec
 from hangar.results import TrialResult
 from hangar.sandbox.base import ExecResult
+from hangar.sandbox.bundles import Bundle
 from hangar.trials import Arm, run_trial
 from tests.require import BASE_IMAGE
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def cli_image(name: str) -> str:
-    """The image a preset's trial runs in: hangar's base image, which holds no CLI; the
-    preset's bundle (built here, offline after its packages' first fetch; a second build
-    does nothing) is mounted into it."""
+def bundle_or_skip(name: str) -> Bundle:
+    """Preset `name`'s bundle, built here; the test skips where its CLI cannot be fetched
+    (a machine without npm, for a CLI from the npm registry)."""
     from hangar.sandbox.bundles import AGENT_CLIS, ensure_bundle
 
     if AGENT_CLIS[name].packages and shutil.which("npm") is None:
         pytest.skip(f"npm is not installed: the {name} CLI comes from the npm registry")
-    first = ensure_bundle(name)
+    return ensure_bundle(name)
+
+
+def cli_image(name: str) -> str:
+    """The image a preset's trial runs in: hangar's base image, which holds no CLI; the
+    preset's bundle (built here, offline after its packages' first fetch; a second build
+    does nothing) is mounted into it."""
+    from hangar.sandbox.bundles import ensure_bundle
+
+    first = bundle_or_skip(name)
     started = time.monotonic()
     assert ensure_bundle(name) == first and time.monotonic() - started < 1
     return BASE_IMAGE
@@ -43,11 +52,11 @@ def in_bundle(name: str, command: str, image: str = BASE_IMAGE) -> ExecResult:
     and its commands first on PATH, as a command agent runs."""
     from hangar.agents.command import BUNDLE_BIN
     from hangar.sandbox import SandboxSpec
-    from hangar.sandbox.bundles import bundle_mount, ensure_bundle
+    from hangar.sandbox.bundles import bundle_mount
     from hangar.sandbox.docker import DockerSandbox
 
     spec = SandboxSpec(
-        image=image, trial=f"{name}-bundle", mounts=(bundle_mount(ensure_bundle(name)),)
+        image=image, trial=f"{name}-bundle", mounts=(bundle_mount(bundle_or_skip(name)),)
     )
     with DockerSandbox(spec) as sb:
         return sb.exec(["bash", "-c", f'PATH="{BUNDLE_BIN}:$PATH"; {command}'], timeout=120)

@@ -25,7 +25,7 @@ from hangar.sandbox.bundle_images import (
 from hangar.sandbox.bundles import MOUNT, bundle_mount, bundles_dir, ensure_bundle
 from hangar.sandbox.config import KubernetesConfig
 from hangar.sandbox.kubernetes import pod_manifest
-from tests.models.cli_agents import in_bundle
+from tests.models.cli_agents import bundle_or_skip, in_bundle
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -48,7 +48,7 @@ def test_a_node_without_the_bundle_pulls_what_another_pushed(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    built = ensure_bundle(NAME)  # this node's
+    built = bundle_or_skip(NAME)  # this node's
     remote = push_bundle(registry, NAME, built.digest, built.folder)
     assert remote == remote_ref(registry, NAME, built.digest)
     with pytest.raises(docker.errors.ImageNotFound):  # not kept on the pushing node
@@ -114,7 +114,7 @@ def test_the_bundle_image_copies_itself_with_its_own_busybox(
 ) -> None:
     """What a pod's init container runs, run here with docker: the image's static busybox
     copies ``/bundle`` into a volume (the image has nothing else: no C library)."""
-    built = ensure_bundle(NAME)
+    built = bundle_or_skip(NAME)
     tag = bundle_image(NAME, built.digest, built.folder)
     assert tag == image_tag(NAME, built.digest)
     out = tmp_path / "volume"
@@ -137,7 +137,7 @@ def test_a_kubernetes_pod_takes_its_bundle_from_the_image(tmp_path: Path) -> Non
     mounts read-only; the pod validates against the Kubernetes schema."""
     from tests.cluster.test_k8s import k8s_validate
 
-    built = ensure_bundle(NAME)
+    built = bundle_or_skip(NAME)
     registry = "registry.example:5000/hangar"
     spec = SandboxSpec(
         image="registry.example:5000/harbor/task:1",
