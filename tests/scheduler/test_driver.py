@@ -494,8 +494,11 @@ def test_exit_codes(tmp_path: Path) -> None:
     assert stopped.exit_code() == 130
 
 
-def _model_sweep(tmp_path: Path, script: dict[str, Any], model: str) -> tuple[Path, Any]:
-    """A sweep of the chat agent on `model` (served by `script`) and on a model of none."""
+def _run_model_sweep(
+    tmp_path: Path, script: dict[str, Any], model: str
+) -> tuple[SweepTally, ResultsStore, Any]:
+    """A sweep of the chat agent on `model` (served by `script`) and on a model of none,
+    run; (tally, store, the stopped server with the requests it received)."""
     from hangar.testing.scripted import Script, ScriptedServer
 
     (tmp_path / "script.yaml").write_text(json.dumps(script))
@@ -513,17 +516,17 @@ def _model_sweep(tmp_path: Path, script: dict[str, Any], model: str) -> tuple[Pa
         agents_file=None,
         concurrency={"sandbox_slots": 1, "max_in_flight": 1},
     )
-    return path, server
-
-
-def test_a_refused_key_stops_its_model_before_any_trial(ray_local: None, tmp_path: Path) -> None:
-    script = {"conversations": [{"model": "locked", "replies": [{"status": 401}]}]}
-    path, server = _model_sweep(tmp_path, script, "locked")
-    # The chat agent needs a model: "m1" (none) gives blocked_setup rows, "locked" a 401.
     try:
         tally, store = go(path)
     finally:
         server.shutdown()
+    return tally, store, server
+
+
+def test_a_refused_key_stops_its_model_before_any_trial(ray_local: None, tmp_path: Path) -> None:
+    script = {"conversations": [{"model": "locked", "replies": [{"status": 401}]}]}
+    # The chat agent needs a model: "m1" (none) gives blocked_setup rows, "locked" a 401.
+    tally, store, server = _run_model_sweep(tmp_path, script, "locked")
     assert list(tally.stopped_models) == ["locked"]
     error = tally.stopped_models["locked"]
     assert error.kind == "auth" and error.key_env == "HANGAR_SCRIPTED_KEY"
@@ -539,11 +542,7 @@ def test_a_model_that_does_not_exist_is_stopped_before_any_trial(
 ) -> None:
     """A typo in a model id (the provider has gpt-4o-mini, the sweep names gpt-4o-mni)."""
     script = {"conversations": [{"replies": [{"content": "OK"}]}], "models": ["gpt-4o-mini"]}
-    path, server = _model_sweep(tmp_path, script, "gpt-4o-mni")
-    try:
-        tally, store = go(path)
-    finally:
-        server.shutdown()
+    tally, store, server = _run_model_sweep(tmp_path, script, "gpt-4o-mni")
     error = tally.stopped_models["gpt-4o-mni"]
     assert error.kind == "not_found" and error.status == 404
     assert "The model `gpt-4o-mni` does not exist" in error.message  # the provider's words
@@ -565,11 +564,7 @@ def test_a_404_mid_sweep_stops_the_model_and_leaves_its_trials_to_run_again(
             {"model": "vanishing", "replies": [{"status": 404}]},
         ]
     }
-    path, server = _model_sweep(tmp_path, script, "vanishing")
-    try:
-        tally, store = go(path)
-    finally:
-        server.shutdown()
+    tally, store, _ = _run_model_sweep(tmp_path, script, "vanishing")
     error = tally.stopped_models["vanishing"]
     assert error.kind == "not_found"
     vanishing = [r for r in store.results("drv", all_attempts=True) if r.model == "vanishing"]
