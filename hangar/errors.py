@@ -8,6 +8,7 @@ without a traceback and exits non-zero.
 
     HangarError
     ├── ConfigError                  bad input: a malformed file, an unknown field, a bad value
+    │   └── AdmissionError           input that refuses a whole run (a fixture registry's)
     ├── ImageError                   an image cannot be found or built
     │   ├── ImageNotFound            the image a sandbox asks for is not on the engine
     │   └── ImageBuildError          `hangar image build-base` / `build` failed
@@ -38,6 +39,11 @@ class HangarError(Exception):
 
 class ConfigError(HangarError):
     """Bad input the user can fix: the message names the file, the field and the fix."""
+
+
+class AdmissionError(ConfigError):
+    """Input that refuses the whole run rather than one task file (a fixture registry
+    with a malformed entry, a duplicate or an unknown case id)."""
 
 
 class ImageError(HangarError):

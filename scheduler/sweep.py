@@ -36,7 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hangar.agents import AgentSpec, load_agents, parse_agent
-from hangar.errors import ConfigError, HangarError
+from hangar.errors import AdmissionError, ConfigError, HangarError
 from hangar.files import read_data, read_yaml
 from hangar.models import ModelSpec
 from hangar.paths import runs_dir
@@ -187,6 +187,11 @@ class SweepFile(BaseModel):
     repo_map: dict[str, str] = Field(default_factory=dict)
     """Repositories of image tasks rewritten: a URL or a SWE-bench ``owner/name`` -> a
     mirror's URL or a local path (relative to the sweep file)."""
+    fixtures: str | None = None
+    """A fixture registry (a JSON list of ``{caseId, repository, revision, context,
+    prepare?, verifier}``, relative to the sweep file): it binds each case id's scenario
+    to a local repository, revision, task text and host scripts (`hangar run --fixtures`
+    gives one instead)."""
 
 
 class UnloadableScenario(BaseModel):
@@ -384,10 +389,13 @@ def _scenario_files(base: Path, patterns: list[str]) -> dict[Path, str]:
     return files
 
 
-def load_sweep(path: Path) -> Sweep:
-    """Load and validate a sweep file; errors name the file and the field."""
+def load_sweep(path: Path, fixtures: Path | None = None) -> Sweep:
+    """Load and validate a sweep file; errors name the file and the field. `fixtures`: a
+    fixture registry given instead of the file's ``fixtures:``."""
     path = path.resolve()
     config = _sweep_file(path)
+    if fixtures is not None:
+        config = config.model_copy(update={"fixtures": str(fixtures.resolve())})
     base = path.parent
     agents: dict[str, AgentSpec] = {}
     if config.agents_file:
@@ -471,10 +479,13 @@ def _tasks(path: Path, config: SweepFile) -> tuple[list[Task], list[UnloadableSc
             k: v if "://" in v or v.startswith("git@") else str((base / v).resolve())
             for k, v in config.repo_map.items()
         },
+        "fixtures": str(base / config.fixtures) if config.fixtures else None,
     }
     for file, suite in files.items():
         try:
-            found = [kind_of(t.kind).configure(t, options) for t in _load_tasks(file)]
+            found = [kind_of(t.kind).configure(t, options) for t in _load_tasks(file, options)]
+        except AdmissionError:
+            raise
         except HangarError as exc:
             unloadable.append(_unloadable(file, base, suite, str(exc)))
             continue
@@ -487,6 +498,9 @@ def _tasks(path: Path, config: SweepFile) -> tuple[list[Task], list[UnloadableSc
                 )
             seen[task.id] = file
             tasks.append(task.model_copy(update={"suite": suite}) if not task.suite else task)
+    ids = set(seen) | {u.scenario_id for u in unloadable}
+    for kind in kinds():
+        kind.admit(options, ids)
     return tasks, unloadable
 
 
@@ -527,10 +541,10 @@ def _kind_of_file(file: Path, data: Any) -> Kind:
 _DATA_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def _load_tasks(file: Path) -> list[Task]:
+def _load_tasks(file: Path, options: dict[str, Any] | None = None) -> list[Task]:
     """A task file's tasks (a scenario, a decision suite's cases)."""
     data = read_data(file) if file.suffix in _DATA_SUFFIXES else None
-    return _kind_of_file(file, data).load(file, data)
+    return _kind_of_file(file, data).load(file, data, options)
 
 
 def _unloadable(file: Path, base: Path, suite: str, error: str) -> UnloadableScenario:

@@ -56,6 +56,15 @@ def run(
     repeat: Annotated[
         int | None, typer.Option(min=1, help="Repeats of each trial (instead of the file's).")
     ] = None,
+    fixtures: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="HANGAR_FIXTURES",
+            help="Fixture registry (a JSON list of {caseId, repository, revision, context, "
+            "prepare?, verifier}) binding scenarios to local repositories and host scripts, "
+            "instead of the sweep's `fixtures:`.",
+        ),
+    ] = None,
     log_format: Annotated[
         LogFormat,
         typer.Option(
@@ -132,7 +141,7 @@ def run(
     from hangar.store import ResultsStore
 
     configure_logs(log_format)
-    sweep = load_sweep(sweep_file).narrowed(filter_, repeat)
+    sweep = load_sweep(sweep_file, fixtures).narrowed(filter_, repeat)
     sweep = _until_decided(sweep, until_decided, baseline, candidate, round_units)
     for bad in sweep.unloadable:
         err_console.print(

@@ -31,13 +31,20 @@ def sweep_check(
             "earlier trials in the store.",
         ),
     ] = False,
+    fixtures: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="HANGAR_FIXTURES",
+            help="Fixture registry to check the sweep with (as `hangar run --fixtures`).",
+        ),
+    ] = None,
 ) -> None:
     """Print the matrix size, how it adds up, and every problem found; with --estimate,
     what the trials still to run are expected to cost. Exit 1 when there is a problem."""
     from hangar.scheduler.sweep import load_sweep
     from hangar.trials.kind import kind_of
 
-    sweep = load_sweep(sweep_file)
+    sweep = load_sweep(sweep_file, fixtures)
     c, matrix = sweep.config, sweep.matrix()
     terms = sweep.breakdown()
     problems = [f"{bad.path} does not load: {bad.error}" for bad in sweep.unloadable]

@@ -150,9 +150,16 @@ class Kind(ABC):
         holds tasks of this kind."""
         return False
 
-    def load(self, path: Path, data: Any) -> list[Task]:
-        """The tasks of the file `path` (`data`: its parsed YAML)."""
+    def load(self, path: Path, data: Any, options: dict[str, Any] | None = None) -> list[Task]:
+        """The tasks of the file `path` (`data`: its parsed YAML; `options`: the sweep's
+        options, as `configure` has them)."""
         raise NotImplementedError(f"{self.title} are not listed in sweep files")
+
+    def admit(self, options: dict[str, Any], ids: set[str]) -> None:
+        """Refuse the whole sweep (`hangar.errors.AdmissionError`) when its `options` for
+        this kind do not fit the ids of its tasks (`ids`: every task's, of every kind,
+        files that did not load included), e.g. a fixture registry's unknown case id."""
+        return None
 
     def configure(self, task: Task, options: dict[str, Any]) -> Task:
         """`task` with the sweep's `options` that concern it (e.g. an ``image_map``)."""

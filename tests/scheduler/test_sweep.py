@@ -65,7 +65,7 @@ def test_suite_folder_and_bad_scenarios(tmp_path: Path) -> None:
         ("broken", "broken.scenario.yaml"),  # its id, when the YAML has one
         ("ex/garbled.scenario.yaml", "garbled.scenario.yaml"),  # else its path
     ]
-    assert "field `repository`" in sweep.unloadable[0].error
+    assert "has no repository of its own" in sweep.unloadable[0].error
     # Their trials are in the sweep, as blocked_setup rows: counted, never left out.
     assert sweep.size == 3 * 2 * 2 * 1 * 3
     blocked = list(sweep.blocked_results())

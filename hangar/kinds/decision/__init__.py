@@ -67,7 +67,7 @@ class DecisionKind(Kind):
         """A suite file (``kind: decision``)."""
         return is_decision_suite(data)
 
-    def load(self, path: Path, data: Any) -> list[Task]:
+    def load(self, path: Path, data: Any, options: dict[str, Any] | None = None) -> list[Task]:
         """The suite's cases."""
         return list(load_decision_suite(path, data))
 

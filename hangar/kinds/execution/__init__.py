@@ -8,6 +8,7 @@ and reports treat alike. docs/architecture.md walks through its phases.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 from hangar.agents import AgentSpec, sandbox_agents
 from hangar.files import tree_digest
+from hangar.kinds.execution.fixtures import Registry, read_registry
 from hangar.kinds.execution.imagetask import ImageTask
 from hangar.kinds.execution.scenario import LoadedScenario
 from hangar.kinds.execution.sources import source_of
@@ -39,6 +41,19 @@ def plugin_bytes_digest(loaded: ExecutionTask, arm: Arm) -> str:
         except KeyError:
             parts.append([name, "absent"])
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def _registry(path: str | Path | None) -> Registry | None:
+    """The fixture registry at `path`, read once per version of the file."""
+    if not path:
+        return None
+    st = Path(path).stat() if Path(path).is_file() else None
+    return _read_registry(str(path), st.st_mtime_ns if st else 0, st.st_size if st else 0)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_registry(path: str, mtime_ns: int, size: int) -> Registry:
+    return read_registry(Path(path))
 
 
 #: The tasks of the execution kind: a git scenario, or a task whose fixture is its image.
@@ -95,11 +110,18 @@ class ExecutionKind(Kind):
         """A file one of the task sources reads."""
         return source_of(path, data) is not None
 
-    def load(self, path: Path, data: Any) -> list[Task]:
-        """The scenarios of the file, through its task source."""
+    def load(self, path: Path, data: Any, options: dict[str, Any] | None = None) -> list[Task]:
+        """The scenarios of the file, through its task source (bound to the sweep's fixture
+        registry, `fixtures` in `options`, when it has one)."""
         source = source_of(path, data)
         assert source is not None
-        return list(source.load(path, data))
+        return list(source.load(path, data, _registry((options or {}).get("fixtures"))))
+
+    def admit(self, options: dict[str, Any], ids: set[str]) -> None:
+        """A fixture registry's case ids are all scenarios of the sweep."""
+        registry = _registry(options.get("fixtures"))
+        if registry is not None:
+            registry.admit(ids)
 
     def configure(self, task: Task, options: dict[str, Any]) -> Task:
         """An image task with the sweep's image map and reward threshold."""

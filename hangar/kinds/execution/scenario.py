@@ -30,7 +30,7 @@ from hangar.errors import ConfigError
 from hangar.files import file_sha256, read_yaml, tree_digest
 from hangar.trials.limits import ScenarioLimits
 from hangar.trials.spec import Task
-from hangar.validation import Name, validation_message
+from hangar.validation import CaseId, Name, validation_message
 from hangar.verifiers.spec import (
     BuiltinVerifier,
     PinnedFile,
@@ -38,7 +38,8 @@ from hangar.verifiers.spec import (
     VerifierSpec,
 )
 
-_REVISION = re.compile(r"^[0-9a-f]{40}$")
+#: An exact commit.
+REVISION = re.compile(r"^[0-9a-f]{40}$")
 
 
 class Plugin(Strict):
@@ -57,8 +58,8 @@ class Plugin(Strict):
 class Scenario(Strict):
     """One task: a repository at a pinned revision, the task text, and how to judge it."""
 
-    id: Name
-    """Unique id within a suite."""
+    id: CaseId
+    """Unique id within a sweep (a fixture registry's case id binds it)."""
     repository: str
     """Git repository or bundle: a path (relative to the scenario file), file:// or URL."""
     revision: str
@@ -98,7 +99,7 @@ class Scenario(Strict):
                 f"expected the exact commit as 40 lowercase hex characters, got {value!r}: "
                 "quote it in YAML so it stays a string"
             )
-        if not _REVISION.match(value):
+        if not REVISION.match(value):
             raise ValueError(
                 f"expected the exact commit as 40 lowercase hex characters, got {value!r} "
                 "(a branch, tag or short hash is not a pin: use `git rev-parse`)"
@@ -184,10 +185,11 @@ def _text(path: Path) -> str:
         return ""
 
 
-def load_scenario(path: Path) -> LoadedScenario:
-    """Load, validate and digest one scenario file."""
+def load_scenario(path: Path, data: Any = None) -> LoadedScenario:
+    """Load, validate and digest one scenario file (`data`: its content as read and bound
+    to its fixture, `hangar.kinds.execution.fixtures`; default: the file as it is)."""
     path = path.resolve()
-    scenario = parse_scenario(path, read_yaml(path))
+    scenario = parse_scenario(path, read_yaml(path) if data is None else data)
     if not scenario.sources_outside:
         _check_sources(path, scenario)
     return LoadedScenario(path=path, scenario=scenario, digest=scenario_digest(path, scenario))

@@ -15,6 +15,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
+from hangar.errors import ConfigError
+from hangar.kinds.execution.fixtures import Registry, missing_fixture
 from hangar.kinds.execution.harbor import TASK_FILE, load_task
 from hangar.kinds.execution.scenario import load_scenario
 from hangar.trials.spec import Task
@@ -31,8 +33,9 @@ class TaskSource(ABC):
         """Whether the file at `path` (`data`: its parsed YAML, or None) is of this format."""
 
     @abstractmethod
-    def load(self, path: Path, data: Any) -> list[Task]:
-        """Its tasks, validated and digested (errors name the file and the field)."""
+    def load(self, path: Path, data: Any, fixtures: Registry | None = None) -> list[Task]:
+        """Its tasks, validated and digested (errors name the file and the field);
+        `fixtures`: the sweep's fixture registry, if it has one."""
 
 
 class ScenarioFile(TaskSource):
@@ -46,9 +49,13 @@ class ScenarioFile(TaskSource):
             return False
         return not isinstance(data, dict) or data.get("kind", "scenario") == "scenario"
 
-    def load(self, path: Path, data: Any) -> list[Task]:
-        """The one scenario of the file."""
-        return [load_scenario(path)]
+    def load(self, path: Path, data: Any, fixtures: Registry | None = None) -> list[Task]:
+        """The one scenario of the file, bound to its fixture when `fixtures` has one."""
+        if fixtures is not None:
+            data = fixtures.bind(data, path)
+        if missing := missing_fixture(path, data, fixtures):
+            raise ConfigError(missing)
+        return [load_scenario(path, data)]
 
 
 class HarborTaskDir(TaskSource):
@@ -60,7 +67,7 @@ class HarborTaskDir(TaskSource):
         """A file called task.toml."""
         return path.name == TASK_FILE
 
-    def load(self, path: Path, data: Any) -> list[Task]:
+    def load(self, path: Path, data: Any, fixtures: Registry | None = None) -> list[Task]:
         """The one task of the folder."""
         return [load_task(path)]
 
@@ -74,7 +81,7 @@ class SwebenchFile(TaskSource):
         """A ``.jsonl`` file."""
         return path.suffix == ".jsonl"
 
-    def load(self, path: Path, data: Any) -> list[Task]:
+    def load(self, path: Path, data: Any, fixtures: Registry | None = None) -> list[Task]:
         """One task per instance (imported once per version of the file)."""
         from hangar.kinds.execution.swebench import imported
         from hangar.paths import cache_dir

@@ -68,7 +68,7 @@ class RoutingKind(Kind):
         """A suite file (``kind: routing``)."""
         return is_routing_suite(data)
 
-    def load(self, path: Path, data: Any) -> list[Task]:
+    def load(self, path: Path, data: Any, options: dict[str, Any] | None = None) -> list[Task]:
         """The suite's cases."""
         return list(load_routing_suite(path, data))
 
