@@ -81,6 +81,51 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
+#: A Harbor task whose test script runs unittest, writes reward 0 on a failure and exits 0.
+GREETING_TEST = """import unittest
+from pathlib import Path
+
+
+class Greeting(unittest.TestCase):
+    def test_readme_kept(self):
+        self.assertTrue(Path("/app/README").exists())
+
+    def test_hello_file(self):
+        p = Path("/app/hello.txt")
+        self.assertEqual(p.read_text().strip() if p.exists() else None, "Hello, world!")
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+GREETING_SH = """#!/bin/bash
+if python3 /tests/test_greeting.py; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
+"""
+
+
+def _harbor_sweep(root: Path, url: str, evidence: str) -> None:
+    """The greeting task (hello-file, judged by unittest) with the nop agent."""
+    from hangar.scheduler.driver import SweepRunner
+    from hangar.scheduler.sweep import load_sweep
+
+    task = root / "harbor" / "greeting"
+    shutil.copytree(EXAMPLES / "harbor" / "dataset" / "hello-file", task)
+    (task / "tests" / "test.sh").write_text(GREETING_SH)
+    (task / "tests" / "test_greeting.py").write_text(GREETING_TEST)
+    stock = "hangar/base:bookworm-stock"
+    sweep = {
+        "id": "view-harbor",
+        "scenarios": ["greeting"],
+        "agents": {"nop": {"kind": "reference", "role": "nop"}},
+        "models": ["none"],
+        "image_map": {"ubuntu:*": stock},
+        "store": url,
+        "evidence": evidence,
+    }
+    (root / "harbor" / "sweep.yaml").write_text(yaml.safe_dump(sweep))
+    SweepRunner(load_sweep(root / "harbor" / "sweep.yaml"), ResultsStore(url)).run()
+
+
 def _sweeps(root: Path, url: str, server_url: str) -> dict[str, str]:
     """Run a sweep of each kind into the store at `url`."""
     from hangar.kinds.knowledge.custody import import_arm, sealed_suite
@@ -109,6 +154,8 @@ def _sweeps(root: Path, url: str, server_url: str) -> dict[str, str]:
     (root / "sweep.yaml").write_text(yaml.safe_dump(sweep))
     loaded = load_sweep(root / "sweep.yaml")
     SweepRunner(loaded, ResultsStore(url)).run()
+
+    _harbor_sweep(root, url, evidence)
 
     shutil.copytree(EXAMPLES / "decision", root / "decision")
     decision = yaml.safe_load((root / "decision" / "sweep.yaml").read_text())
@@ -151,6 +198,7 @@ def _sweeps(root: Path, url: str, server_url: str) -> dict[str, str]:
     assert bench_run.report.summary.total_samples == 8
     return {
         "execution": "view-exec",
+        "harbor": "view-harbor",
         "decision": "view-decision",
         "rubric": benchmark_id,
         "knowledge": arm.sweep,
@@ -237,7 +285,7 @@ def trial_link(
 def test_the_sweeps_page_lists_every_run_and_filters(farm: Farm, page: Any) -> None:
     page.goto(farm.base + "/")
     rows = page.locator("tr.sweep-row")
-    assert rows.count() == 4
+    assert rows.count() == len(farm.ids) == 5
     text = page.inner_text("#sweeps")
     for sweep in farm.ids.values():
         assert sweep in text
@@ -330,6 +378,37 @@ def test_a_failed_trial_says_why_first(farm: Farm, page: Any, tmp_path: Path) ->
     page.goto(here)
     page.screenshot(path=str(shot), full_page=True)
     assert page.errors == []
+
+
+def test_a_script_that_exits_0_on_a_failed_reward_is_shown_failed(
+    farm: Farm, page: Any, tmp_path: Path
+) -> None:
+    """Harbor's test.sh writes reward 0 and exits 0: the page and `hangar trial show` say
+    it failed and show the first failing test's output before anything else."""
+    link = trial_link(farm, farm.ids["harbor"], agent="nop")
+    page.goto(link)
+    assert page.inner_text("#verdict") == "fail"
+    failing = page.locator("#failing .command").all_inner_texts()
+    assert failing[0].startswith("first failing test: FAIL: test_hello_file")
+    assert "AssertionError: None != 'Hello, world!'" in failing[0]
+    assert "bash /tests/test.sh (exit 0, reward 0 < 1)" in failing[1]
+    status = page.locator(".command p.mono span", has_text="exit 0, reward 0 < 1")
+    assert status.get_attribute("class") == "error"  # never painted as success
+    assert page.locator(".command span.ok").count() == 0
+    reward = page.inner_text("#reward")  # rows, not raw JSON
+    assert "reward\t0" in reward and "outcome\treward 0 < 1" in reward
+    assert not page.locator("#reward + details").evaluate("d => d.open")  # raw JSON folded
+    page.screenshot(path=str(tmp_path / "harbor-trial.png"), full_page=True)
+    assert page.errors == []
+    key = link.rsplit("/", 1)[1]
+    shown = CliRunner().invoke(app, ["trial", "show", key[:12], "--store", farm.url])
+    assert shown.exit_code == 0, shown.output
+    out = shown.output
+    first, script = (
+        out.index("first failing test: FAIL: test_hello_file"),
+        out.index("$ bash /tests/test.sh (exit 0, reward 0 < 1)"),
+    )
+    assert first < out.index("AssertionError: None != 'Hello, world!'") < script
 
 
 def test_the_sweep_pages_sort_filter_by_choice_and_fit_1400_px(

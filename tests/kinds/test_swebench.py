@@ -18,6 +18,7 @@ from hangar.kinds.execution.harbor import load_task
 from hangar.kinds.execution.imagetask import SwebenchGrading
 from hangar.kinds.execution.swebench import (
     ImportOptions,
+    failing_words,
     grade,
     image_name,
     import_instances,
@@ -148,6 +149,49 @@ def test_grading_is_swebench_resolution(tmp_path: Path) -> None:
     assert scores["resolved"] == 0.0 and scores["fail_to_pass"] == 1.0
     missing = grade(GRADING, tmp_path / "absent.txt")
     assert missing.reward.value is None and "no test log" in missing.reward.problem
+
+
+#: What pytest prints when the package under test cannot be imported.
+IMPORT_FAILED = """============================= test session starts ==============================
+collected 0 items / 1 error
+
+==================================== ERRORS ====================================
+_________________________ ERROR collecting tests/t.py __________________________
+ImportError while importing test module '/testbed/tests/t.py'.
+Traceback:
+tests/t.py:1: in <module>
+    import statkit
+E   ModuleNotFoundError: No module named 'statkit'
+=========================== short test summary info ============================
+ERROR tests/t.py
+=============================== 1 error in 0.05s ===============================
+"""
+
+
+def test_a_package_that_does_not_import_is_named_in_the_reason(tmp_path: Path) -> None:
+    """The tests never ran: the reason says so and what the log says, not only their names."""
+    log = tmp_path / "test_output.txt"
+    log.write_text(IMPORT_FAILED)
+    graded = grade(GRADING, log)
+    assert graded.reward.value == 0.0
+    assert graded.report["not_run"] == [
+        "tests/t.py::test_new",
+        "tests/t.py::test_old",
+        "tests/t.py::test_skipped",
+    ]
+    assert graded.report["log_error"] == "ModuleNotFoundError: No module named 'statkit'"
+    words = failing_words(graded.checks, graded.report)
+    assert words.startswith("failing FAIL_TO_PASS tests/t.py::test_new")
+    assert "(none of them is in the test log: they did not run)" in words
+    assert words.endswith("the test log says: ModuleNotFoundError: No module named 'statkit'")
+    # Tests that ran and failed are named; only the one missing from the log did not run.
+    ran = grade(
+        GRADING, _log(tmp_path, "FAILED tests/t.py::test_new", "PASSED tests/t.py::test_old")
+    )
+    assert ran.report["not_run"] == ["tests/t.py::test_skipped"]
+    words = failing_words(ran.checks, ran.report)
+    assert words.startswith("failing FAIL_TO_PASS tests/t.py::test_new, PASS_TO_PASS")
+    assert "(1 not in the test log: they did not run)" in words
 
 
 def test_an_unknown_parser_is_a_clear_error(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ from hangar.kinds.execution.image_verifier import (
 )
 from hangar.kinds.execution.imagetask import ImageSource, ImageTask, Network
 from hangar.kinds.execution.rewards import Reward, log_texts, read_reward, reported_failures
-from hangar.kinds.execution.swebench import grade
+from hangar.kinds.execution.swebench import failing_words, grade
 from hangar.models.tunnel import RelayTunnel
 from hangar.results import COUNTED_VERDICTS, CheckOutcome, Score, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, create_sandbox
@@ -100,6 +100,7 @@ class ImageTaskTrial(SandboxedTrial):
         self.read_limit = READ_LIMIT
         self.reward: Reward | None = None
         self.checks: tuple[CheckOutcome, ...] = ()
+        self.graded_report: dict[str, Any] = {}
         self.egress: list[EgressProxy] = []
         self.egress_tunnels: list[RelayTunnel] = []
         #: The snapshot of the agent's sandbox a shared verifier starts from.
@@ -526,7 +527,7 @@ class ImageTaskTrial(SandboxedTrial):
             reward = read_reward(logs)
         else:
             graded = grade(grading, logs / grading.log)
-            reward, self.checks = graded.reward, graded.checks
+            reward, self.checks, self.graded_report = graded.reward, graded.checks, graded.report
             self.write("verifier/swebench-report.json", graded.report)
         scores = [s.model_dump() for s in reward.scores]
         self.write("verifier/reward.json", reward._asdict() | {"scores": scores})
@@ -536,11 +537,9 @@ class ImageTaskTrial(SandboxedTrial):
         """The reward in words: resolved or not (the failing tests named), or its value."""
         assert self.reward is not None and self.reward.value is not None
         if self.task.grading is not None:
-            failing = [c.requirement for c in self.checks if c.status != "pass"]
-            if not failing:
+            if all(c.status == "pass" for c in self.checks):
                 return "resolved"
-            more = f" and {len(failing) - 5} more" if len(failing) > 5 else ""
-            return "not resolved: failing " + ", ".join(failing[:5]) + more
+            return "not resolved: " + failing_words(self.checks, self.graded_report)
         if self.reward.value >= self.task.threshold:
             return f"reward {self.reward.value:g}"
         return f"reward {self.reward.value:g} is below the threshold {self.task.threshold:g}"

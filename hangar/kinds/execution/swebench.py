@@ -27,7 +27,7 @@ import hashlib
 import json
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hangar.errors import ConfigError
 from hangar.kinds.execution.imagetask import SwebenchGrading
 from hangar.kinds.execution.rewards import Reward
+from hangar.kinds.execution.testlog import first_error
 from hangar.results import CheckOutcome, Score
 from hangar.validation import validation_message
 
@@ -319,8 +320,32 @@ def grade(grading: SwebenchGrading, log: Path) -> Graded:
         Score(metric="fail_to_pass", value=share[FAIL_TO_PASS], scale="points", low=0.0, high=1.0),
         Score(metric="pass_to_pass", value=share[PASS_TO_PASS], scale="points", low=0.0, high=1.0),
     )
-    full = {"resolution": resolution, "tests_status": report, "statuses_parsed": len(statuses)}
+    failing = [t for key in gold for t in report[key]["failure"]]
+    full = {
+        "resolution": resolution,
+        "tests_status": report,
+        "statuses_parsed": len(statuses),
+        # Why, for people: failing tests the log never reports (they did not run) and the
+        # log's first error line (an import that failed says more than the test names).
+        "not_run": [t for t in failing if t not in statuses],
+        "log_error": first_error(text) if failing else None,
+    }
     return Graded(Reward(value, scores), checks, full)
+
+
+def failing_words(checks: Sequence[CheckOutcome], report: dict[str, Any]) -> str:
+    """Why an instance is not resolved, in words: the failing tests (five named), those
+    the test log never reports, and the log's first error line."""
+    failing = [c.requirement for c in checks if c.status != "pass"]
+    more = f" and {len(failing) - 5} more" if len(failing) > 5 else ""
+    words = "failing " + ", ".join(failing[:5]) + more
+    not_run = report.get("not_run") or []
+    if not_run:
+        which = "none of them is" if len(not_run) == len(failing) else f"{len(not_run)} not"
+        words += f" ({which} in the test log: they did not run)"
+    if report.get("log_error"):
+        words += f"; the test log says: {report['log_error']}"
+    return words
 
 
 def _checks(report: dict[str, Any], key: str, evidence: tuple[str, ...]) -> list[CheckOutcome]:
