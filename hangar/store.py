@@ -476,6 +476,20 @@ class ResultsStore:
             row = conn.execute(select(sweeps.c.config).where(sweeps.c.id == sweep_id)).first()
             return None if row is None else dict(row.config or {})
 
+    def runs(self, family: str) -> list[tuple[str, datetime]]:
+        """The runs of one sweep file, newest first: (sweep id, when it was first run) of
+        every sweep recorded with that `family` (its id as the file gives it), and of the
+        sweep whose id is `family` (recorded before families were)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(sweeps.c.id, sweeps.c.config, sweeps.c.created_at).order_by(
+                    sweeps.c.created_at.desc(), sweeps.c.id.desc()
+                )
+            )
+            return [
+                (r.id, r.created_at) for r in rows if (r.config or {}).get("family", r.id) == family
+            ]
+
     def sweep_ids(self) -> list[str]:
         """Every sweep in the store, newest first."""
         with self.engine.connect() as conn:

@@ -504,6 +504,7 @@ class SweepRunner:
         config = self.sweep.config
         recorded = {
             **config.model_dump(mode="json"),
+            "family": self.sweep.family or self.sweep.id,
             "left_out": self.sweep.left_out,
             "margin": self.sweep.margin,
         }

@@ -26,7 +26,7 @@ import glob
 import hashlib
 import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from hangar.sealing import sealed_suite_of
 from hangar.sealing import verify as verify_suite
 from hangar.trials import Arm, Task, TrialSpec, trial_key
 from hangar.trials.kind import Kind, Matrix, kind_of, kinds
-from hangar.validation import Name, validation_message
+from hangar.validation import validation_message
 
 
 class Concurrency(BaseModel):
@@ -134,8 +134,18 @@ class SweepFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: Name | None = None
-    """Sweep id; resume and the store key on it (default: the file's stem)."""
+    id: str | None = None
+    """Sweep id; resume and the store key on it (default: the file's stem). ``{date}``
+    (UTC ``2026-12-03``) or ``{week}`` (ISO ``2026-W49``) in it start a new run each day or
+    week (``weekly-{week}``), resumed within it; `hangar run --new` starts one any time."""
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_run_id(expand_id(value, datetime(2000, 1, 3, tzinfo=UTC)))
+        return value
+
     scenarios: list[str]
     """Scenario files, globs or suite folders."""
     agents: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -218,7 +228,10 @@ class Sweep(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     id: str
-    """Sweep id."""
+    """Sweep id: the run's (placeholders filled in; with a stamp for `hangar run --new`)."""
+    family: str = ""
+    """The id as the file gives it (placeholders kept; default its stem): every run of
+    the file shares it, so reports find its runs over time."""
     path: Path | None
     """The sweep file."""
     config: SweepFile
@@ -411,7 +424,8 @@ def load_sweep(path: Path, fixtures: Path | None = None) -> Sweep:
         raise ConfigError(f"{path}: `arms` is empty (use `control: []` for no plugins)")
     tasks, unloadable = _tasks(path, config)
     sweep = Sweep(
-        id=config.id or path.stem,
+        id=expand_id(config.id, datetime.now(UTC)) if config.id else path.stem,
+        family=config.id or path.stem,
         path=path,
         config=config,
         tasks=tasks,
@@ -427,6 +441,46 @@ def load_sweep(path: Path, fixtures: Path | None = None) -> Sweep:
                 "(command or chat agents; prompt agents answer decision suites only)"
             )
     return sweep
+
+
+#: What an id's placeholders become.
+def _week(now: datetime) -> str:
+    year, week, _ = now.isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+_PLACEHOLDERS: dict[str, Callable[[datetime], str]] = {
+    "date": lambda now: now.strftime("%Y-%m-%d"),
+    "week": _week,
+}
+
+
+def expand_id(template: str, now: datetime) -> str:
+    """`template` with ``{date}`` and ``{week}`` filled in for `now` (UTC)."""
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in _PLACEHOLDERS:
+            raise ValueError(
+                f"unknown placeholder {{{name}}} in the id {template!r}: use {{date}} or {{week}}"
+            )
+        return _PLACEHOLDERS[name](now)
+
+    return re.sub(r"\{([^{}]*)\}", fill, template)
+
+
+def check_run_id(value: str) -> str:
+    """`value` when it is a valid sweep id (letters, digits, '_', '.', '-')."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", value):
+        raise ValueError(
+            f"expected letters, digits, '_', '.', '-' (and {{date}}, {{week}}), got {value!r}"
+        )
+    return value
+
+
+def new_run_id(sweep_id: str, now: datetime) -> str:
+    """The id of a new run of a sweep (`hangar run --new`): its id and the UTC time."""
+    return f"{sweep_id}.{now.strftime('%Y%m%d-%H%M%S')}"
 
 
 def _sweep_file(path: Path) -> SweepFile:

@@ -10,6 +10,7 @@ import importlib
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -19,6 +20,9 @@ from hangar.errors import ConfigError, HangarError
 from hangar.store import ResultsStore
 from hangar.trials.batch import BatchOutcome, Services, TaskBatch
 from hangar.trials.kind import kinds
+
+if TYPE_CHECKING:
+    from hangar.scheduler.sweep import Sweep
 
 app = typer.Typer(
     name="hangar",
@@ -81,18 +85,29 @@ def resolve_sweep(
     size: int | None = None
     if path.is_file():
         loaded = load_sweep(path)
-        sweep_id, size, url = loaded.id, loaded.size, store or loaded.config.store
+        results = ResultsStore(store or loaded.config.store, create=False)
+        sweep_id, size = latest_run(loaded, results, any_day=True), loaded.size
     elif path.suffix in (".yaml", ".yml") or "/" in sweep:
         raise ConfigError(f"file not found: {sweep} (give a sweep file or a sweep id)")
     else:
-        sweep_id, url = sweep, store
-    results = ResultsStore(url, create=False)
+        sweep_id, results = sweep, ResultsStore(store, create=False)
     if require and results.sweep_config(sweep_id) is None and not results.counts(sweep_id):
         known = results.sweep_ids()
         listed = f"its sweeps: {', '.join(known[:20])}" if known else "it holds no sweep yet"
         more = f" (and {len(known) - 20} more: `hangar sweeps`)" if len(known) > 20 else ""
         raise ConfigError(f"no sweep {sweep_id!r} in {results.safe_url}; {listed}{more}")
     return sweep_id, size, results
+
+
+def latest_run(sweep: Sweep, results: ResultsStore, *, any_day: bool) -> str:
+    """The run of a sweep file that commands continue (`hangar run`) or read (reports):
+    the newest of its runs in the store (`hangar run --new` starts new ones); with
+    `any_day` False, the newest of those with the id the file gives today (its
+    ``{date}`` or ``{week}`` filled in); the file's id when there is none."""
+    for run_id, _ in results.runs(sweep.family or sweep.id):
+        if any_day or run_id == sweep.id or run_id.startswith(sweep.id + "."):
+            return run_id
+    return sweep.id
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from hangar.cli._app import app, resolve_sweep
@@ -39,10 +40,19 @@ def report(
     candidate: Annotated[
         str | None, typer.Option(help="The candidate arm, model or agent (with --baseline).")
     ] = None,
+    runs: Annotated[
+        bool,
+        typer.Option(
+            "--runs",
+            help="Compare the runs of the sweep file over time (`hangar run --new`, or an "
+            "id with {date} or {week}): each group's passes in each run.",
+        ),
+    ] = False,
     store: StoreOption = None,
 ) -> None:
     """Scores per agent, model and arm and per metric, the pass matrix, requirements and
-    paired comparisons (with --baseline and --candidate, in those roles)."""
+    paired comparisons (with --baseline and --candidate, in those roles); a sweep file's
+    latest run (--runs: all its runs side by side)."""
     from hangar.scores.render import render_html, render_markdown, render_text
     from hangar.scores.report import build_report, sweep_design
 
@@ -54,6 +64,9 @@ def report(
         raise ConfigError("give both --baseline and --candidate (or neither)")
     roles = (baseline, candidate) if baseline is not None and candidate is not None else None
     sweep_id, _, results = resolve_sweep(sweep, store)
+    if runs:
+        _print_runs(sweep_id, results, fmt, out)
+        return
     recorded = _recorded(sweep, results, sweep_id)
     points = margin if margin is not None else sweep_margin(recorded)
     # a sweep run until decided is reported in its roles, with its decisions
@@ -75,6 +88,39 @@ def report(
         console.print(f"wrote {out}")
     else:
         console.out(text, highlight=False)
+
+
+#: The most runs `--runs` shows (the newest).
+RUNS_SHOWN = 12
+
+
+def _print_runs(sweep_id: str, results: Any, fmt: str, out: Path | None) -> None:
+    """`hangar report --runs`: the runs of the sweep's file, oldest first, a column each."""
+    from hangar.scores.report import over_time
+
+    family = (results.sweep_config(sweep_id) or {}).get("family", sweep_id)
+    found = results.runs(family)[:RUNS_SHOWN]
+    table = over_time(family, [(i, t, results.results(i)) for i, t in found])
+    if fmt == "json":
+        text = table.model_dump_json(indent=1)
+        if out is not None:
+            out.write_text(text)
+            console.print(f"wrote {out}")
+        else:
+            console.out(text, highlight=False)
+        return
+    if fmt != "text":
+        raise ConfigError("--runs writes text or json")
+    grid = Table("agent · model · arm", title=escape(f"{len(table.runs)} run(s) of {family}"))
+    for run in table.runs:
+        grid.add_column(escape(f"{run.sweep}\n{run.started:%Y-%m-%d %H:%M}"), justify="right")
+    for label in table.labels:
+        cells = []
+        for run in table.runs:
+            passes, n = run.groups.get(label, (0, 0))
+            cells.append(f"{passes / n:.0%} ({passes}/{n})" if n else "-")
+        grid.add_row(escape(label), *cells)
+    console.print(grid)
 
 
 def left_out_of(sweep: str, results: Any) -> list[Any]:

@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -15,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from hangar.cli._app import app, resolve_sweep
+from hangar.cli._app import app, latest_run, resolve_sweep
 from hangar.console import console, err_console
 from hangar.errors import ConfigError
 from hangar.logs import LogFormat
@@ -24,6 +25,8 @@ from hangar.results import COUNTED_VERDICTS, Verdict
 
 if TYPE_CHECKING:
     from hangar.scheduler.driver import SweepTally
+    from hangar.scheduler.sweep import Sweep
+    from hangar.store import ResultsStore
 
 
 @app.command("run")
@@ -56,6 +59,14 @@ def run(
     repeat: Annotated[
         int | None, typer.Option(min=1, help="Repeats of each trial (instead of the file's).")
     ] = None,
+    new: Annotated[
+        bool,
+        typer.Option(
+            "--new",
+            help="Start a new run of the sweep (its id and the UTC time: "
+            "statkit-demo.20261203-171207) instead of resuming the latest one.",
+        ),
+    ] = False,
     fixtures: Annotated[
         Path | None,
         typer.Option(
@@ -149,6 +160,7 @@ def run(
         )
     _warn_unpriced(sweep.config.models)
     store = ResultsStore(sweep.config.store)
+    sweep = _this_run(sweep, store, new=new)
     kept, left_out = validated_tasks(sweep.tasks, store, include_unvalidated=include_unvalidated)
     listed = [v.left_out() for v in left_out]
     sweep = sweep.model_copy(
@@ -282,6 +294,31 @@ def _warn_unpriced(models: list[Any]) -> None:
                 "(set `price: {input: USD, output: USD}` per 1M tokens in the sweep)",
                 highlight=False,
             )
+
+
+def _this_run(sweep: Sweep, store: ResultsStore, *, new: bool) -> Sweep:
+    """The sweep as the run it continues (the latest of the file's, `latest_run`), or as
+    a new run (`--new`), saying which when the file has had another."""
+    from hangar.scheduler.sweep import new_run_id
+
+    runs = dict(store.runs(sweep.family))
+    if new:
+        run_id = new_run_id(sweep.id, datetime.now(UTC))
+        if runs:
+            err_console.print(
+                f"new run {run_id} (the file's runs before it: {len(runs)}; "
+                f"`hangar report {sweep.path} --runs` compares them)",
+                highlight=False,
+            )
+    else:
+        run_id = latest_run(sweep, store, any_day=False)
+        if run_id in runs and len(runs) > 1:
+            started = runs[run_id].strftime("%Y-%m-%d %H:%M")
+            err_console.print(
+                f"resuming run {run_id} (started {started} UTC; `--new` starts another)",
+                highlight=False,
+            )
+    return sweep.model_copy(update={"id": run_id})
 
 
 def _outcome(tally: SweepTally, sweep: str, store: str, failures_ok: bool) -> dict[str, Any]:

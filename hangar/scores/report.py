@@ -499,3 +499,39 @@ def _summaries(counted: list[TrialResult], seed: int) -> list[MetricSummary]:
             )
         )
     return out
+
+
+class RunColumn(BaseModel):
+    """One run of a sweep file in `over_time`."""
+
+    sweep: str
+    """The run's sweep id."""
+    started: datetime
+    """When it was first run."""
+    groups: dict[str, tuple[int, int]]
+    """Group label -> (passes, counted trials)."""
+
+
+class OverTime(BaseModel):
+    """The runs of one sweep file side by side (`hangar report FILE --runs`)."""
+
+    family: str
+    """The id the file gives (placeholders kept)."""
+    runs: list[RunColumn]
+    """Oldest first."""
+
+    @property
+    def labels(self) -> list[str]:
+        """Every group of any run, sorted."""
+        return sorted({label for run in self.runs for label in run.groups})
+
+
+def over_time(family: str, runs: Sequence[tuple[str, datetime, Iterable[TrialResult]]]) -> OverTime:
+    """Each run's pass counts per group (its latest attempts; `runs`: (id, started,
+    results), in any order)."""
+    columns = []
+    for sweep, started, results in sorted(runs, key=lambda r: (r[1], r[0])):
+        report = build_report(sweep, results)
+        counts = {g.label: (g.passes, g.trials) for g in report.groups}
+        columns.append(RunColumn(sweep=sweep, started=started, groups=counts))
+    return OverTime(family=family, runs=columns)
