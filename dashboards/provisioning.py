@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from hangar.cluster.metrics import discovery_file
 from hangar.dashboards.model import PG, PROM, Dashboard
 from hangar.dashboards.operations import operations_dashboard
 from hangar.dashboards.scores import scores_dashboard
@@ -83,14 +84,20 @@ providers:
       path: /var/lib/grafana/dashboards/hangar
 """
 
-PROMETHEUS_YAML = f"""# Prometheus scraping every Ray node: Ray keeps this file listing each node's
-# metrics endpoint up to date (on the head node).
+
+def prometheus_yaml(hangar_file: Path) -> str:
+    """A Prometheus config scraping every Ray node: through Ray's own discovery file
+    (written by a head whose dashboard is on) and hangar's (`hangar.cluster.metrics`,
+    written whenever a sweep attaches to Ray, for every head hangar starts)."""
+    return f"""# Prometheus scraping every Ray node. hangar's file lists the nodes of the Ray
+# a sweep last attached to (embedded, kept warm, or a cluster); Ray's lists them on a
+# head whose dashboard is on. A file that does not exist yet is empty to Prometheus.
 global:
   scrape_interval: 15s
 scrape_configs:
   - job_name: ray
     file_sd_configs:
-      - files: ["{RAY_SERVICE_DISCOVERY}"]
+      - files: ["{hangar_file}", "{RAY_SERVICE_DISCOVERY}"]
 """
 
 
@@ -100,7 +107,7 @@ def export(out: Path) -> list[Path]:
         **{f"dashboards/{n}": t for n, t in rendered().items()},
         "provisioning/datasources/hangar.yaml": DATASOURCES_YAML,
         "provisioning/dashboards/hangar.yaml": PROVIDERS_YAML,
-        "prometheus/prometheus.yml": PROMETHEUS_YAML,
+        "prometheus/prometheus.yml": prometheus_yaml(discovery_file()),
     }
     written = []
     for rel, text in files.items():

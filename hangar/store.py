@@ -707,18 +707,26 @@ def views_sql(dialect: str) -> list[str]:
 
 
 def copy_store(source: ResultsStore, target: ResultsStore) -> dict[str, int]:
-    """Copy every row of `source` into `target` (rows already there are kept).
+    """Copy every row of `source` into `target`: rows already there are kept, but a
+    sweep's own row takes the source's config and size (a sweep resumed since); returns
+    the rows new to `target` per table. Run again after each sweep, it copies what is new.
 
-    For people who ran locally on SQLite and want the dashboards on PostgreSQL.
+    For people who run locally on SQLite and want the dashboards on PostgreSQL.
     """
     copied = {}
     with source.engine.connect() as src, target.engine.begin() as dst:
         tables = (sweeps, trials, checks, scores, baselines, validations, historical_routes)
         for table in (*tables, knowledge_scores):
+            before = dst.execute(select(func.count()).select_from(table)).scalar_one()
             rows = [dict(r._mapping) for r in src.execute(select(table))]
-            if rows:
-                dst.execute(target._insert(table).on_conflict_do_nothing(), rows)
-            copied[table.name] = len(rows)
+            insert = target._insert(table)
+            if rows and table is sweeps:
+                fresh = {c: insert.excluded[c] for c in ("config", "total_trials", "updated_at")}
+                dst.execute(insert.on_conflict_do_update(index_elements=["id"], set_=fresh), rows)
+            elif rows:
+                dst.execute(insert.on_conflict_do_nothing(), rows)
+            after = dst.execute(select(func.count()).select_from(table)).scalar_one()
+            copied[table.name] = after - before
     return copied
 
 

@@ -189,6 +189,17 @@ def _start_embedded(ray: Any, slots: int) -> None:
     )
 
 
+def _announce_metrics(nodes: list[dict[str, Any]]) -> None:
+    """Write the nodes' metrics endpoints where Prometheus finds them (`cluster.metrics`);
+    a file that cannot be written costs a warning, never the sweep."""
+    from hangar.cluster.metrics import targets, write_discovery
+
+    try:
+        write_discovery(targets(nodes))
+    except OSError as exc:
+        log.warning("cannot write the Prometheus discovery file: %s", exc)
+
+
 def sandbox_nodes() -> list[dict[str, Any]]:
     """Ray's records of the alive nodes that offer sandbox slots."""
     import ray
@@ -366,6 +377,7 @@ class SweepRunner:
         import ray  # after connect(), which sets Ray's environment first
 
         nodes = sandbox_nodes()
+        _announce_metrics(ray.nodes())
         check_evidence_reachable(self.evidence_url, len(nodes))
         self.preflight = preflight(self.sweep, self.evidence_url, nodes)
         window = config.concurrency.max_in_flight or 2 * slots

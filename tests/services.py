@@ -256,14 +256,16 @@ def ray_cluster() -> Iterator[RayCluster]:
 class Prometheus:
     """A real Prometheus (Debian's binary) scraping given targets every second."""
 
-    def __init__(self, folder: Path, targets: list[str]) -> None:
+    def __init__(self, folder: Path, targets: list[str] | None = None, text: str = "") -> None:
+        """Scraping `targets`, or as the config `text` says."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = folder / "prometheus.yml"
         config.write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            text
+            or "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
             "scrape_configs:\n  - job_name: ray\n    static_configs:\n"
-            f"      - targets: {json.dumps(targets)}\n"
+            f"      - targets: {json.dumps(targets or [])}\n"
         )
         self._proc = subprocess.Popen(
             [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -212,7 +214,8 @@ def test_password_never_in_messages() -> None:
 def test_copy_sqlite_into_postgres(tmp_path: Path, postgres_url: str) -> None:
     from hangar.store import copy_store
 
-    local = ResultsStore(f"sqlite:///{tmp_path}/local.db")
+    (tmp_path / "runs").mkdir()
+    local = ResultsStore(f"sqlite:///{tmp_path}/runs/hangar.db")  # the local store's place
     local.ensure_sweep("copied", {"id": "copied"}, 2)
     local.record([result("c1", sweep="copied"), result("c2", sweep="copied", verdict=Verdict.FAIL)])
     remote = ResultsStore(postgres_url)
@@ -222,5 +225,20 @@ def test_copy_sqlite_into_postgres(tmp_path: Path, postgres_url: str) -> None:
     counts = copy_store(local, remote)
     assert counts["trials"] == 2 and counts["checks"] == 2 and counts["sweeps"] == 1
     assert sorted(r.trial_key for r in remote.results("copied")) == ["c1", "c2"]
-    assert copy_store(local, remote)["trials"] == 2  # again: rows already there are kept
-    assert len(list(remote.results("copied"))) == 2
+    # Again after the sweep went on: only what is new, and the sweep's row refreshed.
+    local.ensure_sweep("copied", {"id": "copied", "family": "copied"}, 3)
+    local.record([result("c3", sweep="copied")])
+    again = copy_store(local, remote)
+    assert (again["trials"], again["sweeps"]) == (1, 0)
+    assert len(list(remote.results("copied"))) == 3
+    assert remote.sweep_config("copied") == {"id": "copied", "family": "copied"}
+    # The one command the dashboards guide runs after each sweep: from the local store.
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "hangar"), "store", "copy", "--to", postgres_url],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "runs/hangar.db -> " in proc.stdout and ": 0 new trials (nothing new)" in proc.stdout

@@ -44,9 +44,13 @@ def cluster_start(
         f"it, elsewhere `hangar run SWEEP --address <this host>:{port}`",
         highlight=False,
     )
+    from hangar.cluster.metrics import write_discovery
+
+    found = write_discovery([f"{node_ip or '127.0.0.1'}:{metrics_port}"])
     console.print(
-        f"Prometheus: scrape <each node>:{metrics_port}/metrics, or use Ray's "
-        "service discovery file /tmp/ray/prom_metrics_service_discovery.json",
+        f"Prometheus: scrape <each node>:{metrics_port}/metrics, or read the discovery "
+        f"file {found} (each sweep rewrites it with every node it runs on; "
+        "`hangar dashboards export` writes a prometheus.yml reading it)",
         highlight=False,
     )
 

@@ -18,16 +18,24 @@ app.add_typer(store_app, name="store")
 
 @store_app.command("copy")
 def store_copy(
-    source: Annotated[
-        str, typer.Option("--from", help="Store to read (e.g. sqlite:///runs/hangar.db).")
-    ],
     target: Annotated[str, typer.Option("--to", help="Store to write (postgresql+psycopg://...).")],
+    source: Annotated[
+        str | None,
+        typer.Option("--from", help="Store to read (default: the local one, ./runs/hangar.db)."),
+    ] = None,
 ) -> None:
-    """Copy every result into another store (rows already there are kept)."""
+    """Copy every result into another store (the dashboards' PostgreSQL): rows already
+    there are kept, so run it again after each sweep and it copies what is new."""
     from hangar.store import ResultsStore, copy_store
 
-    counts = copy_store(ResultsStore(source, create=False), ResultsStore(target))
-    console.print(", ".join(f"{n} {table}" for table, n in counts.items()) + " copied")
+    src = ResultsStore(source, create=False)
+    dst = ResultsStore(target)
+    counts = copy_store(src, dst)
+    new = ", ".join(f"{n} new {table}" for table, n in counts.items() if n) or "nothing new"
+    console.print(
+        f"{src.safe_url} -> {dst.safe_url}: {counts['trials']} new trials ({new})",
+        highlight=False,
+    )
 
 
 def list_sweeps(

@@ -43,8 +43,11 @@ def test_export_writes_mountable_files(tmp_path: Path) -> None:
     providers = yaml.safe_load((tmp_path / "provisioning/dashboards/hangar.yaml").read_text())
     assert providers["providers"][0]["options"]["path"].endswith("hangar")
     prom = yaml.safe_load((tmp_path / "prometheus/prometheus.yml").read_text())
+    from hangar.cluster.metrics import discovery_file
+
     assert prom["scrape_configs"][0]["file_sd_configs"][0]["files"] == [
-        "/tmp/ray/prom_metrics_service_discovery.json"
+        str(discovery_file()),  # hangar's, for the heads it starts without Ray's dashboard
+        "/tmp/ray/prom_metrics_service_discovery.json",
     ]
     panel_uids = {
         p["datasource"]["uid"]

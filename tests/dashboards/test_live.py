@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import tempfile
 import time
@@ -23,6 +25,7 @@ from sqlalchemy import text
 
 from hangar.dashboards.model import Sql
 from hangar.dashboards.operations import QUERIES as PROMQL
+from hangar.dashboards.provisioning import export as export_dashboards
 from hangar.dashboards.scores import ALL_QUERIES, scores_dashboard
 from hangar.results import TrialResult, Verdict
 from hangar.scheduler.driver import SweepRunner
@@ -59,7 +62,14 @@ def live(ray_local: None, postgres_url: str) -> Iterator[Live]:
         )
     folder = Path(tempfile.mkdtemp(prefix="hangar-live-"))
     port = ray.nodes()[0]["MetricsExportPort"]
-    prom = Prometheus(folder, [f"127.0.0.1:{port}"])
+    # Prometheus as `hangar dashboards export` configures it: it finds the Ray node
+    # through the discovery file the sweep writes when it attaches (none exists yet).
+    discovery = folder / "ray-nodes.json"
+    os.environ["HANGAR_PROMETHEUS_SD"] = str(discovery)
+    export_dashboards(folder / "grafana")
+    config = (folder / "grafana" / "prometheus" / "prometheus.yml").read_text()
+    assert str(discovery) in config and not discovery.exists()
+    prom = Prometheus(folder, text=config.replace("scrape_interval: 15s", "scrape_interval: 1s"))
     store = ResultsStore(postgres_url)
     with store.engine.begin() as conn:
         for table in ("checks", "trials", "sweeps", "baselines"):
@@ -105,6 +115,9 @@ def live(ray_local: None, postgres_url: str) -> Iterator[Live]:
     try:
         sweep = load_sweep(folder / "sweep.yaml")
         SweepRunner(sweep, store, listener=unblock).run()
+        groups = json.loads(discovery.read_text())
+        node = ray.nodes()[0]["NodeManagerAddress"]
+        assert groups[0]["targets"] == [f"{node}:{port}"], groups
         time.sleep(8)  # a few more scrapes after the last trial
         results = list(store.results(SWEEP))
         # a dataset's broken task, as `hangar dataset validate` records it
@@ -121,6 +134,7 @@ def live(ray_local: None, postgres_url: str) -> Iterator[Live]:
         )
         yield Live(store, results, build_report(SWEEP, results), prom)
     finally:
+        os.environ.pop("HANGAR_PROMETHEUS_SD", None)
         server.shutdown()
         prom.stop()
 
