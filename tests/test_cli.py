@@ -274,7 +274,7 @@ def test_sweeps_status_and_trial_show_read_the_store(tmp_path: Path) -> None:
     shown = _hangar("trial", "show", key[:10], "--store", store)
     assert shown.returncode == 0, shown.stderr
     assert "-> fail" in shown.stdout and "- verifier command failed" in shown.stdout
-    assert "$ echo looking for DONE; test -f DONE (exited 1)\nlooking for DONE" in shown.stdout
+    assert "$ echo looking for DONE; test -f DONE (exit 1)\nlooking for DONE" in shown.stdout
     as_json = json.loads(_hangar("trial", "show", key[:10], "--store", store, "--json").stdout)
     assert as_json["verdict"] == "fail"
     assert as_json["failures"][0]["what"].startswith("$ echo looking")

@@ -117,6 +117,19 @@ def test_comparison_and_decision(store: ResultsStore) -> None:
     assert strict.comparisons[0].sentence == "skill is not shown to beat control by 90 points"
 
 
+def test_one_scenario_claims_no_interval() -> None:
+    """Over one task a paired difference has no spread: no interval, no 'shown to beat'."""
+    rows = [trial("one", "s0", arm, r, v) for r in range(3) for arm, v in
+            (("skill", Verdict.PASS), ("control", Verdict.FAIL))]  # fmt: skip
+    report = build_report("one", rows)
+    (c,) = report.comparisons
+    assert c.scenarios == 1 and c.difference == 1.0 and (c.ci_low, c.ci_high) == (-1.0, 1.0)
+    assert c.sentence == "skill is not shown to beat control by 5 points"
+    text = render_text(report)
+    assert "+100.0 points, no interval (2 or more scenarios are needed)" in text
+    assert "[+100.0, +100.0]" not in text and "[+100.0, +100.0]" not in render_markdown(report)
+
+
 def test_voided_trials_are_listed(store: ResultsStore) -> None:
     report = build_report("sw", store.results("sw"))
     assert [v.scenario for v in report.voided] == ["s6"]

@@ -72,6 +72,10 @@ def metric_words(metric: str) -> str:
     return "pass rate" if metric == "pass" else metric
 
 
+#: The fewest paired scenarios a comparison's interval is estimated from.
+MIN_SCENARIOS = 2
+
+
 def beats(
     candidate: str, baseline: str, low: float, margin: float, points: float, metric: str
 ) -> str:
@@ -158,6 +162,11 @@ def _compare(
     )
     if result is None:
         return []
+    if result.scenarios < MIN_SCENARIOS:
+        # One paired unit has no spread: the bootstrap's interval would be the point
+        # itself and claim certainty. The interval is the metric's whole range instead,
+        # so nothing is shown from it.
+        result = result.model_copy(update={"low": -span, "high": span})
     sentence = (
         loses(baseline[at], result.low, margin, points, metric)
         if roles is not None

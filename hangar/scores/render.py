@@ -16,7 +16,7 @@ from rich.table import Table
 
 from hangar.console import usd
 from hangar.results import Verdict
-from hangar.scores.comparisons import Comparison
+from hangar.scores.comparisons import MIN_SCENARIOS, Comparison
 from hangar.scores.report import Group, MetricSummary, Report
 
 VERDICTS = tuple(v.value for v in Verdict)
@@ -168,6 +168,11 @@ def _points(c: Comparison, value: float) -> float:
 
 def _diff(c: Comparison) -> str:
     """The difference and its interval, in points of the metric's range."""
+    if c.scenarios < MIN_SCENARIOS:
+        return (
+            f"{_points(c, c.difference):+.1f} points, no interval "
+            f"({MIN_SCENARIOS} or more scenarios are needed)"
+        )
     return (
         f"{_points(c, c.difference):+.1f} points, 95% CI "
         f"[{_points(c, c.ci_low):+.1f}, {_points(c, c.ci_high):+.1f}]"
