@@ -32,4 +32,4 @@ def sweep_of(batch: TaskBatch) -> Sweep:
 def run_batch(batch: TaskBatch, *, address: str | None = None) -> BatchOutcome:
     """Run `batch` on Ray (attached to `address`, else as `hangar run` connects)."""
     tally = SweepRunner(sweep_of(batch), ResultsStore(batch.store), address=address).run()
-    return BatchOutcome(not_run=tally.not_run, interrupted=tally.interrupted)
+    return BatchOutcome(not_run=tally.not_run + tally.lost, interrupted=tally.interrupted)

@@ -245,6 +245,8 @@ class SweepTally:
     """Trials left with infra_error or verifier_error after their last attempt."""
     interrupted: bool = False
     """Ctrl-C stopped the run before the end."""
+    cancelled: int = 0
+    """Trials a second Ctrl-C cancelled (recorded infra_error: the next run runs them)."""
     peak_in_flight: int = 0
     """Most trials submitted to Ray at once (never above the window)."""
     spent_before: float = 0.0
@@ -265,13 +267,16 @@ class SweepTally:
 
     @property
     def finished(self) -> int:
-        """Trials final in the store now (before and in this run)."""
-        return self.skipped + self.done
+        """Trials final in the store now (before and in this run): not those left
+        infra_error or verifier_error (a second Ctrl-C's cancelled trials among them),
+        which the next run runs again."""
+        return self.skipped + self.done - self.lost
 
     @property
     def not_run(self) -> int:
-        """Trials with no final verdict yet (budget, stopped models, Ctrl-C, infra_error)."""
-        return self.total - self.finished - self.saved
+        """Trials that reached no outcome in this run and none before it (budget, stopped
+        models, Ctrl-C)."""
+        return self.total - self.skipped - self.done - self.saved
 
     def exit_code(self, *, failures_ok: bool = False) -> int:
         """`hangar run`'s exit status (documented in the README): 0 when every trial
@@ -664,6 +669,7 @@ class SweepRunner:
         self._record(lost, now=True)
         for result in lost:
             self._count(result, retrying=False)
+        self.tally.cancelled += len(lost)
 
     def _log_end(self) -> None:
         t = self.tally

@@ -87,6 +87,20 @@ def test_the_estimate_comes_from_earlier_trials_of_the_same_task_arm_and_model(
         runner.invoke(app, ["sweep", "check", str(sweep), "--estimate", "--json"]).stdout
     )["estimate"]
     assert again["to_run"] == 24 and again["cost_usd"] == pytest.approx(control)
+    # A model with no price is never estimated from its earlier trials (they recorded
+    # cost 0 beside the warning that they would): it is named, not guessed at $0 or more.
+    store.record(
+        [
+            r.model_copy(update={"model": "never-run", "trial_key": "n" + r.trial_key[1:]})
+            for r in earlier
+        ]
+    )
+    unpriced = json.loads(
+        runner.invoke(app, ["sweep", "check", str(sweep), "--estimate", "--json"]).stdout
+    )["estimate"]
+    assert unpriced["cost_usd"] == pytest.approx(control)
+    assert len(unpriced["unknown"]) == 8, unpriced["unknown"]
+    assert all(u.endswith("with model never-run: no price x2") for u in unpriced["unknown"])
     text = runner.invoke(app, ["sweep", "check", str(sweep), "--estimate"])
     assert "24 of 32 trials still to run" in text.stdout
     assert "not estimated (no earlier trial; its tokens cannot be told" in text.output

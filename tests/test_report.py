@@ -130,6 +130,22 @@ def test_one_scenario_claims_no_interval() -> None:
     assert "[+100.0, +100.0]" not in text and "[+100.0, +100.0]" not in render_markdown(report)
 
 
+def test_metrics_that_say_one_thing_are_compared_once() -> None:
+    """A SWE-bench trial's reward and resolved are its pass: one comparison says all three;
+    a metric that differs (the share of tests) keeps its own."""
+    rows = []
+    for s in range(4):
+        for arm, ok in (("skill", True), ("control", s == 0)):
+            row = trial("swe", f"s{s}", arm, 0, Verdict.PASS if ok else Verdict.FAIL)
+            same = [Score(metric=m, value=float(ok)) for m in ("resolved", "reward")]
+            share = Score(metric="fail_to_pass", value=1.0 if ok else 0.5)
+            rows.append(row.model_copy(update={"scores": (*row.scores, *same, share)}))
+    report = build_report("swe", rows)
+    said = {c.metric: c.same_as for c in report.comparisons}
+    assert said == {"pass": ["resolved", "reward"], "fail_to_pass": []}
+    assert "pass = resolved = reward, 4 scenarios" in render_text(report)
+
+
 def test_voided_trials_are_listed(store: ResultsStore) -> None:
     report = build_report("sw", store.results("sw"))
     assert [v.scenario for v in report.voided] == ["s6"]

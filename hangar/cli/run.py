@@ -366,10 +366,18 @@ def _print_tally(tally: SweepTally, sweep: str, budget_usd: float | None, path: 
         highlight=False,
     )
     for verdict, words in _OUTCOMES.items():
-        if n := tally.verdicts.get(verdict, 0):
+        n = tally.verdicts.get(verdict, 0) - (tally.cancelled if verdict == "infra_error" else 0)
+        if n > 0:
             console.print(f"  {n} {words}", highlight=False)
+    if tally.cancelled:
+        console.print(
+            f"  {tally.cancelled} cancelled by the second Ctrl-C (recorded as infra_error)",
+            highlight=False,
+        )
     if tally.not_run > 0:
         console.print(f"  {tally.not_run} not run yet: run the sweep again", highlight=False)
+    if tally.interrupted:
+        console.print("interrupted (Ctrl-C): run the sweep again to go on", highlight=False)
     for outcome in tally.decided:
         console.print(
             f"until decided ({escape(outcome.within)}): {escape(outcome.sentence)}; "
@@ -387,10 +395,10 @@ def _print_tally(tally: SweepTally, sweep: str, budget_usd: float | None, path: 
             f"trials; {tally.total - tally.finished} not run",
             highlight=False,
         )
-    if tally.lost:
+    if tally.lost > tally.cancelled:
         console.print(
-            f"{tally.lost} trial(s) still infra_error or verifier_error: run the sweep again "
-            "to retry them",
+            f"{tally.lost - tally.cancelled} trial(s) still infra_error or verifier_error: "
+            "run the sweep again to retry them",
             highlight=False,
         )
     console.print(

@@ -19,8 +19,9 @@ The margin N is in points of the metric's range: 15 points is 0.15 of a 0/1 scor
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from hangar.scores import stats
 
@@ -65,6 +66,10 @@ class Comparison(BaseModel):
     """The decision in words."""
     per_scenario: dict[str, float]
     """Per-scenario differences (candidate - baseline)."""
+    same_as: list[str] = Field(default_factory=list)
+    """Other metrics whose every value is this one's in both groups (a SWE-bench
+    instance's ``reward`` and ``resolved`` are its ``pass``): this comparison says it for
+    them, once."""
 
 
 def metric_words(metric: str) -> str:
@@ -118,11 +123,28 @@ def compare_groups(
             pair = _oriented(first, second, at, roles)
             if pair is None:
                 continue
-            for metric in sorted(set(values[first]) & set(values[second])):
-                found += _compare(
-                    values, pair, at, metric, spans.get(metric, 1.0), points, seed, roles
-                )
+            said: dict[Any, Comparison] = {}
+            for metric in sorted(set(values[first]) & set(values[second]), key=_first_pass):
+                span = spans.get(metric, 1.0)
+                same = (span, _rates(values[first][metric]), _rates(values[second][metric]))
+                if same in said:
+                    said[same].same_as.append(metric)
+                    continue
+                made = _compare(values, pair, at, metric, span, points, seed, roles)
+                found += made
+                if made:
+                    said[same] = made[0]
     return found
+
+
+def _first_pass(metric: str) -> tuple[bool, str]:
+    """``pass`` first (the metric every kind of trial has), then by name."""
+    return metric != "pass", metric
+
+
+def _rates(by_scenario: Mapping[str, Sequence[float]]) -> tuple[tuple[str, float], ...]:
+    """A metric's per-scenario means, comparable across metrics."""
+    return tuple(sorted(stats.per_scenario_rates(by_scenario).items()))
 
 
 def _oriented(

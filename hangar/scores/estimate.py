@@ -105,6 +105,16 @@ def _priced(spec: Trial, tokens_in: int, tokens_out: int) -> float | None:
     return cost_of(usage, model.id, provider, model.price).cost_usd
 
 
+def _unpriced(spec: Trial) -> bool:
+    """Whether the trial's model has no price (so its cost is recorded as 0)."""
+    from hangar.models.pricing import has_price
+
+    model = spec.model_spec
+    if model is None or model.provider == "none":
+        return False
+    return not has_price(model.id, model.price_provider or model.provider, model.price)
+
+
 class _Group:
     def __init__(self, rows: list[tuple[float, int, int]]) -> None:
         costs = [r[0] for r in rows]
@@ -181,6 +191,9 @@ def estimate(
         to_run += 1
         if spec.model == "none":
             continue  # no model: no cost
+        if _unpriced(spec):  # its cost is recorded as 0: no estimate would be its cost
+            unknown[f"{spec.task.id} ({spec.task.kind}) with model {spec.model}: no price"] += 1
+            continue
         found = [
             (i, what, groups[key])
             for i, (what, of_trial, groups) in enumerate(levels)

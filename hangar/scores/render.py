@@ -130,8 +130,8 @@ def render_text(report: Report, width: int = 160) -> str:
     for c in report.comparisons:
         console.print(
             f"[bold]{plain(c.factor)}[/] {plain(c.candidate)} vs {plain(c.baseline)} "
-            f"({plain(c.within)}, {plain(c.metric)}, {c.scenarios} scenarios): {plain(_diff(c))}, "
-            f"SE {_points(c, c.se):.1f}\n  {plain(c.sentence)}"
+            f"({plain(c.within)}, {plain(_compared(c))}, {c.scenarios} scenarios): "
+            f"{plain(_diff(c))}, SE {_points(c, c.se):.1f}\n  {plain(c.sentence)}"
         )
     for v in report.voided:
         console.print(
@@ -166,6 +166,11 @@ def _points(c: Comparison, value: float) -> float:
     return value / c.span * 100
 
 
+def _compared(c: Comparison) -> str:
+    """The metric compared, with the metrics that say the same (``pass = reward``)."""
+    return " = ".join([c.metric, *c.same_as])
+
+
 def _diff(c: Comparison) -> str:
     """The difference and its interval, in points of the metric's range."""
     if c.scenarios < MIN_SCENARIOS:
@@ -196,7 +201,7 @@ def _md_lists(report: Report) -> list[str]:
         *_md_section(
             "Comparisons",
             [
-                f"- **{c.factor}** {c.candidate} vs {c.baseline} ({c.within}, {c.metric}, "
+                f"- **{c.factor}** {c.candidate} vs {c.baseline} ({c.within}, {_compared(c)}, "
                 f"{c.scenarios} scenarios): {_diff(c)}, SE {_points(c, c.se):.1f}. "
                 f"**{c.sentence}.**"
                 for c in report.comparisons
@@ -377,7 +382,7 @@ def svg_differences(report: Report) -> str:
         out.append("</svg>")
         blocks.append(
             f"<h3>{html.escape(c.factor)}: {html.escape(c.candidate)} - "
-            f"{html.escape(c.baseline)} on {html.escape(c.metric)} "
+            f"{html.escape(c.baseline)} on {html.escape(_compared(c))} "
             f"({html.escape(c.within)})</h3>" + "".join(out)
         )
     return "".join(blocks)
@@ -404,7 +409,7 @@ def render_html(report: Report) -> str:
     )
     comps = "".join(
         f"<li>{esc(c.factor)} {esc(c.candidate)} vs {esc(c.baseline)} ({esc(c.within)}, "
-        f"{esc(c.metric)}, {c.scenarios} scenarios): {_diff(c)} "
+        f"{esc(_compared(c))}, {c.scenarios} scenarios): {_diff(c)} "
         f'<span class="decision">{esc(c.sentence)}</span></li>'
         for c in report.comparisons
     )

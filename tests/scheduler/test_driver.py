@@ -268,6 +268,8 @@ def test_a_second_ctrl_c_cancels_the_running_trials_as_interrupted(
     began = time.monotonic()
     tally, store = go(path, started)
     assert tally.interrupted and time.monotonic() - began < 20
+    # Cancelled, not final: nothing counts it as done.
+    assert (tally.finished, tally.lost, tally.not_run) == (0, 1, 0)
     (row,) = store.results("drv")
     assert row.verdict is Verdict.INFRA_ERROR
     assert row.reason == "interrupted: cancelled by a second Ctrl-C"

@@ -169,3 +169,33 @@ def test_status_watch_follows_a_sweep_to_its_end(tmp_path: Path) -> None:
         watch.kill()
     assert watch.returncode == 0
     assert "4 final of 4 trials" in out
+
+
+def test_a_double_ctrl_c_counts_only_what_is_final(tmp_path: Path) -> None:
+    """Four trials in flight (two running, two waiting for a slot) cancelled by a second
+    Ctrl-C: none is 'final', none reads as a farm error, and the run says to run again."""
+    import signal
+
+    marker = tmp_path / "started"
+    command = f"touch {marker}; sleep 60"
+    path = write_sweep(tmp_path, command, repeats=4, concurrency={"sandbox_slots": 2})
+    proc = subprocess.Popen(
+        [HANGAR, "run", str(path), "--address", "embedded"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(marker.exists, 120, "a trial to start")
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "ops: 0 of 4 trials final" in out, out
+    assert "4 cancelled by the second Ctrl-C (recorded as infra_error)" in out
+    assert "interrupted (Ctrl-C): run the sweep again" in out
+    assert "hit a farm error" not in out and " 4 of 4 " not in out
