@@ -23,6 +23,7 @@ from hangar.kinds.decision.cases import load_decision_suite
 from hangar.kinds.decision.trial import render_prompt
 from hangar.models import ModelSpec
 from hangar.results import TrialResult, Verdict
+from hangar.store import ResultsStore
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer
 from hangar.trials import run_trial
 from hangar.verifiers import choice
@@ -362,6 +363,36 @@ def test_a_json_suite_loads_in_a_sweep_as_its_yaml_twin(tmp_path: Path) -> None:
     sweep = load_sweep(tmp_path / "sweep.yaml")
     (bad,) = sweep.unloadable
     assert "suite.json:1:32: malformed JSON" in bad.error
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_json_suite_with_tdd_case_ids_runs_through_hangar_run(tmp_path: Path) -> None:
+    """The example suite written as JSON, its `tdd:` cases selected, run by the real CLI."""
+    shutil.copytree(EXAMPLES / "decision", tmp_path / "decision")
+    folder = tmp_path / "decision"
+    data = yaml.safe_load((folder / "suite.yaml").read_text())
+    (folder / "suite.json").write_text(json.dumps(data, indent=2))
+    (folder / "suite.yaml").unlink()
+    server = ScriptedServer(Script.load(folder / "scripted-model.yaml")).start()
+    sweep = yaml.safe_load((folder / "sweep.yaml").read_text())
+    sweep["scenarios"] = ["suite.json"]
+    sweep["models"][0]["base_url"] = f"{server.url}/v1"
+    sweep |= {"store": f"sqlite:///{tmp_path}/r.db", "evidence": (tmp_path / "ev").as_uri()}
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(sweep))
+    try:
+        run = runner.invoke(
+            app,
+            ["run", str(folder / "sweep.yaml"), "--json", "--allow-failures", "--filter", "tdd:"],
+        )
+    finally:
+        server.shutdown()
+    assert run.exit_code == 0, run.output
+    outcome = json.loads(run.stdout)
+    assert outcome["total"] > 0 and outcome["done"] == outcome["total"]
+    assert outcome["verdicts"].get("blocked_setup", 0) == 0
+    ids = {r.scenario_id for r in ResultsStore(f"sqlite:///{tmp_path}/r.db").results(sweep["id"])}
+    assert ids and all(i.startswith("tdd:") for i in ids), ids
 
 
 @pytest.mark.ray
