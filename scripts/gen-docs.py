@@ -180,10 +180,18 @@ def tutorial() -> str:
     )
 
 
+def phase_table() -> str:
+    """The phases of a sandboxed trial, from their table (`hangar.trials.phases`)."""
+    from hangar.trials.phases import markdown
+
+    return markdown()
+
+
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "cli.md").write_text(cli_reference())
     (OUT / "schemas.md").write_text(schemas())
+    (OUT / "phases.md").write_text(phase_table())
     (ROOT / "docs" / "tutorial.md").write_text(tutorial())
     return 0
 

@@ -502,3 +502,27 @@ def test_exception_in_a_phase_still_tears_down(
     assert result.verdict is Verdict.INFRA_ERROR
     assert result.reason == "hangar failure: RuntimeError: verifier phase exploded"
     assert "Traceback" in bundle(result, "error.txt")
+
+
+def test_every_phase_a_sandboxed_trial_times_is_in_the_table() -> None:
+    """The phase table is the one source of phase names (timings, viewer, docs)."""
+    import re
+
+    from hangar.trials.phases import BOUNDARY, BY_NAME, markdown
+
+    root = Path(__file__).resolve().parents[1] / "hangar"
+    sandboxed = [
+        root / "trials" / "sandboxed.py",
+        root / "kinds" / "execution" / "trial.py",
+        root / "kinds" / "execution" / "image_trial.py",
+        root / "kinds" / "execution" / "verification.py",
+        root / "kinds" / "routing" / "trial.py",
+        root / "kinds" / "knowledge" / "trial.py",
+    ]
+    used = {
+        name
+        for path in sandboxed
+        for name in re.findall(r"\.phase\(\"([a-z_]+)\"\)", path.read_text())
+    }
+    assert len(used) > 20 and used <= set(BY_NAME) | set(BOUNDARY), used - set(BY_NAME)
+    assert all(f"| `{name}` |" in markdown() for name in BY_NAME)

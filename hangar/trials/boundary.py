@@ -26,7 +26,7 @@ import pydantic_core
 
 from hangar.errors import SandboxError
 from hangar.paths import cache_dir
-from hangar.results import TrialResult, Verdict
+from hangar.results import ProviderError, TrialResult, Verdict
 from hangar.sessions import write_trial_session
 from hangar.trials.spec import TrialSpec, result_of
 from hangar.verifiers.bundle import build_bundle
@@ -39,6 +39,28 @@ class Outcome(Exception):
     def __init__(self, verdict: Verdict, reason: str) -> None:
         super().__init__(reason)
         self.verdict, self.reason = verdict, reason
+
+
+def provider_failed(error: ProviderError, *, of: str = "") -> Outcome:
+    """The end of a trial whose model provider failed (`of`: whose call, e.g. "judge"):
+    an infra_error, never a counted fail; the sweep retries it, or stops the model when
+    its key is refused."""
+    whose = f" ({of})" if of else ""
+    return Outcome(Verdict.INFRA_ERROR, f"provider failure{whose}: {error.message}")
+
+
+def unless_provider_failed(
+    verdict: Verdict, reason: str, error: ProviderError | None
+) -> tuple[Verdict, str]:
+    """(verdict, reason) of a judged trial, made an infra_error when it failed and the
+    provider had failed the agent (the provider failed the agent, not the other way round;
+    a pass stays a pass)."""
+    if error is None or verdict is not Verdict.FAIL:
+        return verdict, reason
+    return (
+        Verdict.INFRA_ERROR,
+        f"provider failure: {error.message} (the trial would otherwise be a fail: {reason})",
+    )
 
 
 class TrialRun:

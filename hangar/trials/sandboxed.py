@@ -14,9 +14,9 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -34,13 +34,21 @@ from hangar.models.relay import ModelRelay
 from hangar.models.tunnel import RelayTunnel
 from hangar.paths import cache_dir
 from hangar.results import Usage, Verdict
-from hangar.sandbox import Mount, Sandbox, SandboxSpec, create_sandbox, sandbox_class
+from hangar.sandbox import (
+    Mount,
+    Sandbox,
+    SandboxLimits,
+    SandboxSpec,
+    create_sandbox,
+    sandbox_class,
+)
 from hangar.sandbox.bundles import Bundle, bundle_mount, bundle_problem, ensure_bundle
 from hangar.sandbox.disk import TrialDisk
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun
 from hangar.trials.limits import ScenarioLimits
 from hangar.trials.mcp import install_servers, mounts, start_servers
+from hangar.trials.phases import BOUNDARY, BY_NAME
 from hangar.trials.spec import TrialSpec
 
 T = TypeVar("T")
@@ -88,9 +96,116 @@ class SandboxedTrial(TrialRun):
     #: agent is never root; a trial whose agent may be root gives it to another user.
     reserve_uid: ClassVar[int] = 0
 
+    # -- the lifecycle ----------------------------------------------------------------------
+
+    def run(self) -> None:
+        """The one lifecycle of a sandboxed trial, in the phases of `PHASES`: what runs
+        recorded, admission, what the sandbox needs built, the agent's sandbox set up, the
+        agent's turns, verification. A kind implements the hooks; ending early is an
+        `Outcome` raised from any of them."""
+        self.record()
+        with self.phase("admission"):
+            self.admit()
+        with self.phase("mcp"):
+            self.install_mcp()
+        self.provision()
+        with self.phase("agent_bundle"):
+            self.prepare_bundle()
+        with self.phase("disk"):
+            self.write("disk.json", self.disk.open(ttl_s=self.disk_ttl()).model_dump())
+        with self.phase("relay_up"):
+            self.open_relay()
+        sandbox = self.set_up()
+        if self.mcp:
+            with self.phase("mcp_start"):
+                self.start_mcp(sandbox)
+        self.before_agent(sandbox)
+        with self.phase("agent"):
+            self.run_agent(sandbox, self.remaining())
+            self.after_agent(sandbox)
+        self.verify(sandbox)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase of `PHASES` (a name not in the table is a bug of hangar's)."""
+        if name not in BY_NAME and name not in BOUNDARY:
+            raise ValueError(f"phase {name!r} is not in hangar.trials.phases.PHASES")
+        with super().phase(name):
+            yield
+
+    def record(self) -> None:
+        """Write what runs (the task, the trial) first of all the evidence."""
+
+    def admit(self) -> None:
+        """Raise `Outcome(blocked_setup)` for every reason the task cannot run."""
+
+    def provision(self) -> None:
+        """Build what the sandbox needs before the disk (an image task's image)."""
+
+    def disk_ttl(self) -> float:
+        """Seconds the trial's disk may outlive a dead worker before a reaper frees it."""
+        return self.sandbox_spec().ttl_s
+
+    def set_up(self) -> Sandbox:
+        """The workspace and the agent's sandbox, ready but for its MCP servers."""
+        raise NotImplementedError
+
+    def before_agent(self, sandbox: Sandbox) -> None:
+        """What is recorded as the agent gets its sandbox (MCP servers running)."""
+
+    def after_agent(self, sandbox: Sandbox) -> None:
+        """What is read or closed the moment the agent's turns end."""
+
+    def verify(self, sandbox: Sandbox) -> None:
+        """Judge the agent's work: set `verdict` and `reason` (or raise `Outcome`)."""
+        raise NotImplementedError
+
     def sandbox_spec(self) -> SandboxSpec:
         """The spec of every sandbox of this trial."""
         raise NotImplementedError
+
+    def sandbox_of(
+        self,
+        image: str,
+        mounts: tuple[Mount, ...],
+        *,
+        ttl_s: float,
+        cpus: float | None = None,
+        memory: int | None = None,
+        **more: Any,
+    ) -> SandboxSpec:
+        """A sandbox of this trial: `image` with `mounts`, the trial's limits (`cpus` and
+        `memory` where a phase has its own) and labels, removed by a reaper `ttl_s` after
+        a dead worker; `more`: its workdir, home, user, read-only root."""
+        limits = self.limits
+        return SandboxSpec(
+            image=image,
+            mounts=mounts,
+            limits=SandboxLimits(
+                cpus=cpus or limits.cpus, memory=memory or limits.memory, pids=limits.pids
+            ),
+            sweep=self.spec.sweep,
+            trial=self.spec.trial_key,
+            node=self.spec.node or socket.gethostname(),
+            ttl_s=ttl_s,
+            **more,
+        )
+
+    def outcome(self) -> dict[str, Any]:
+        """What every sandboxed trial knows (the agent's run, the metered usage, the
+        provider's failure when it made an infra_error) and what its kind judged."""
+        run = self.agent_run
+        return {
+            "completed": run.completed,
+            "agent_exit_code": run.exit_code,
+            "usage": self.usage,
+            "provider_error": run.provider_error if self.verdict is Verdict.INFRA_ERROR else None,
+            **self.judged(),
+        }
+
+    def judged(self) -> dict[str, Any]:
+        """The kind's part of the result: checks, scores, route, scope, details."""
+        return {}
 
     def install_mcp(self) -> None:
         """The agent's MCP servers resolved on this node (before the sandbox starts: they

@@ -19,7 +19,7 @@ from hangar.kinds.decision.cases import LoadedCase
 from hangar.models.complete import Completion, complete
 from hangar.results import COUNTED_VERDICTS, Score, Usage, Verdict
 from hangar.trace import TraceWriter
-from hangar.trials.boundary import Outcome, TrialRun
+from hangar.trials.boundary import Outcome, TrialRun, provider_failed
 from hangar.trials.spec import SKILL_ARM, TrialSpec
 from hangar.verifiers import choice
 
@@ -96,7 +96,7 @@ class PromptTrial(TrialRun):
         self.write("answer.txt", self.completion.text)
         error = self.completion.provider_error
         if error is not None:
-            raise Outcome(Verdict.INFRA_ERROR, f"provider failure: {error.message}")
+            raise provider_failed(error)
         if self.completion.error:
             raise Outcome(Verdict.FAIL, f"no answer: {self.completion.error}")
 

@@ -24,7 +24,6 @@ is not counted.
 from __future__ import annotations
 
 import shutil
-import socket
 import time
 from contextlib import suppress
 from pathlib import Path
@@ -53,7 +52,7 @@ from hangar.kinds.execution.rewards import Reward, log_texts, read_reward, repor
 from hangar.kinds.execution.swebench import failing_words, grade
 from hangar.models.tunnel import RelayTunnel
 from hangar.results import COUNTED_VERDICTS, CheckOutcome, Score, Verdict
-from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, create_sandbox
+from hangar.sandbox import Mount, Sandbox, SandboxSpec, create_sandbox
 from hangar.sandbox.archive import copy_untrusted_tree, extract_untrusted
 from hangar.sandbox.base import ExecResult
 from hangar.sandbox.disk import RESERVE_UID, TrialDisk
@@ -61,7 +60,7 @@ from hangar.sandbox.egress import EgressProxy, proxy_env
 from hangar.sandbox.helper import helper_argv
 from hangar.sandbox.task_images import ensure_task_image, image_settings
 from hangar.sandbox.workspace import MirrorCache, diff_against_tree, hand_over, make_workspace
-from hangar.trials.boundary import Outcome
+from hangar.trials.boundary import Outcome, unless_provider_failed
 from hangar.trials.sandboxed import SandboxedTrial, free_port
 from hangar.trials.spec import TrialSpec
 
@@ -115,24 +114,24 @@ class ImageTaskTrial(SandboxedTrial):
         super().localise(spec)
         self.task = _task_of(spec)
 
-    def run(self) -> None:
-        """Walk the phases (see the module docstring)."""
+    def record(self) -> None:
+        """The task (its instruction apart) and the trial as they ran."""
         self.write("task.json", self.task.model_dump(mode="json", exclude={"instruction"}))
         self.write("instruction.md", self.task.instruction)
         self.write("trial.json", self.spec.model_dump(mode="json", exclude={"task"}))
-        with self.phase("admission"):
-            self.admit()
-        with self.phase("mcp"):
-            self.install_mcp()
+
+    def provision(self) -> None:
+        """The task's image, and its working directory."""
         with self.phase("image"):
             self.image_ref = self.build(self.task.image, "image")
             self.workdir = self.image_workdir(self.image_ref)
-        with self.phase("bundle"):
-            self.prepare_bundle()
-        with self.phase("disk"):
-            self.write("disk.json", self.disk.open(ttl_s=self.budget() + 900).model_dump())
-        with self.phase("relay_up"):
-            self.open_relay()
+
+    def disk_ttl(self) -> float:
+        """The agent's and the verifier's budgets, and a margin."""
+        return self.budget() + 900
+
+    def set_up(self) -> Sandbox:
+        """The workspace, then the sandbox with it, the forwarder and the egress proxy."""
         with self.phase("workspace"):
             self.take_workspace()
         with self.phase("sandbox_up"):
@@ -142,13 +141,18 @@ class ImageTaskTrial(SandboxedTrial):
                 self.start_forwarder(sandbox)
             if self.task.agent_network.mode == "allowlist":  # the agent's only way out
                 self.agent_env = self.open_egress(sandbox, "agent", self.task.agent_network)
-        if self.mcp:
-            with self.phase("mcp_start"):
-                self.start_mcp(sandbox)
+        return sandbox
+
+    def before_agent(self, sandbox: Sandbox) -> None:
+        """The agent's time starts now (building the image is not the agent's)."""
         self.deadline = time.monotonic() + self.limits.time_s
-        with self.phase("agent"):
-            self.run_agent(sandbox, self.remaining())
-            self.close_egress()
+
+    def after_agent(self, sandbox: Sandbox) -> None:
+        """The egress proxy closes with the agent's turns."""
+        self.close_egress()
+
+    def verify(self, sandbox: Sandbox) -> None:
+        """Hand-over, the diff, the test script, the reward."""
         with self.phase("hand_over"):
             box = self.hand_over(sandbox)
         with self.phase("final_diff"):
@@ -279,18 +283,16 @@ class ImageTaskTrial(SandboxedTrial):
     def _spec(
         self, *, image: str, user: str, mounts: tuple[Mount, ...], cpus: float, memory: int
     ) -> SandboxSpec:
-        return SandboxSpec(
-            image=image,
+        return self.sandbox_of(
+            image,
+            mounts,
+            ttl_s=self.budget() + 900,
+            cpus=cpus,
+            memory=memory,
             workdir=self.workdir,
             user=user,
             home="/root" if user in ("root", "0") else f"/home/{user}",
-            mounts=mounts,
             read_only_root=False,
-            limits=SandboxLimits(cpus=cpus, memory=memory, pids=self.limits.pids),
-            sweep=self.spec.sweep,
-            trial=self.spec.trial_key,
-            node=self.spec.node or socket.gethostname(),
-            ttl_s=self.budget() + 900,
         )
 
     # -- the network ----------------------------------------------------------------------
@@ -496,10 +498,9 @@ class ImageTaskTrial(SandboxedTrial):
             self.reason = self.reward_words()
         if not self.agent_run.completed and self.verdict is Verdict.FAIL:
             self.reason += f"; {self.agent_run.reason}"
-        error = self.agent_run.provider_error
-        if error is not None and self.verdict is Verdict.FAIL:
-            self.verdict = Verdict.INFRA_ERROR
-            self.reason = f"provider failure: {error.message} (otherwise: {self.reason})"
+        self.verdict, self.reason = unless_provider_failed(
+            self.verdict, self.reason, self.agent_run.provider_error
+        )
 
     def not_earned(self, res: ExecResult, logs: Path) -> None:
         """A pass is not counted when the agent changed what the verifier executes, or
@@ -544,22 +545,13 @@ class ImageTaskTrial(SandboxedTrial):
             return f"reward {self.reward.value:g}"
         return f"reward {self.reward.value:g} is below the threshold {self.task.threshold:g}"
 
-    def outcome(self) -> dict[str, Any]:
-        """The agent's run, usage, a provider failure, and the reward's scores."""
+    def judged(self) -> dict[str, Any]:
+        """The graded checks, and the reward's scores beside ``pass``."""
         scores: tuple[Score, ...] = ()
         if self.verdict in COUNTED_VERDICTS:
             scores = (Score(metric="pass", value=float(self.verdict is Verdict.PASS)),)
             scores += self.reward.scores if self.reward is not None else ()
-        return {
-            "completed": self.agent_run.completed,
-            "agent_exit_code": self.agent_run.exit_code,
-            "checks": self.checks,
-            "usage": self.usage,
-            "provider_error": (
-                self.agent_run.provider_error if self.verdict is Verdict.INFRA_ERROR else None
-            ),
-            "scores": scores,
-        }
+        return {"checks": self.checks, "scores": scores}
 
 
 def verifier_tail(res: ExecResult, how: str) -> str:

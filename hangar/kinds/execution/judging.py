@@ -11,6 +11,7 @@ from hangar.agents import AgentRun
 from hangar.kinds.execution.scenario import LoadedScenario
 from hangar.results import Verdict
 from hangar.trace import find_canaries
+from hangar.trials.boundary import unless_provider_failed
 from hangar.verifiers import junit
 from hangar.verifiers.admission import Judgement, judge
 from hangar.verifiers.protocol import VerificationRequest, run_host_script
@@ -86,16 +87,5 @@ def judgement(
         judged.reason += "; " + "; ".join(verified.notes)
     if disk_limit is not None and judged.verdict is Verdict.FAIL:
         judged.reason += f"; the agent filled its disk (limit {disk_limit / 1024**2:g} MiB)"
-    error = run.provider_error
-    if error is not None and judged.verdict is Verdict.FAIL:
-        # The provider failed the agent, not the other way round: never a counted fail
-        # (a pass stays a pass). The sweep retries it, or stops the model when its key
-        # is refused.
-        judged = judged.model_copy(
-            update={
-                "verdict": Verdict.INFRA_ERROR,
-                "reason": f"provider failure: {error.message} (the trial would otherwise "
-                f"be a fail: {judged.reason})",
-            }
-        )
-    return judged
+    verdict, reason = unless_provider_failed(judged.verdict, judged.reason, run.provider_error)
+    return judged.model_copy(update={"verdict": verdict, "reason": reason})

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import time
 from concurrent.futures import Future
 from contextlib import suppress
@@ -30,7 +29,6 @@ from hangar.results import COUNTED_VERDICTS, Score, Verdict
 from hangar.sandbox import (
     Mount,
     Sandbox,
-    SandboxLimits,
     SandboxSpec,
 )
 from hangar.sandbox.archive import extract_untrusted
@@ -79,6 +77,10 @@ class ExecutionTrial(SandboxedTrial):
         self.guard = self.harness_guard()
         #: The final status's exec, held for the first verifier command.
         self.held: HeldExec | None = None
+        #: Where verification runs (`set_up` chooses it).
+        self.place: VerificationPlace
+        #: Whether the agent filled its disk (`after_agent`).
+        self.disk_full = False
 
     def localise(self, spec: TrialSpec) -> None:
         """Run from `spec`, the same trial with this node's copy of its scenario."""
@@ -118,24 +120,10 @@ class ExecutionTrial(SandboxedTrial):
 
     # -- the phases -----------------------------------------------------------------------
 
-    def run(self) -> None:
-        """Walk the phases (see the module docstring)."""
-        self.record_identity()
-        with self.phase("admission"):
-            self.admit()
-        with self.phase("mcp"):
-            self.install_mcp()
-        with self.phase("bundle"):
-            self.prepare_bundle()
-        with self.phase("disk"):
-            self.write("disk.json", self.disk.open(ttl_s=self.sandbox_spec().ttl_s).model_dump())
-        with self.phase("relay_up"):
-            self.open_relay()
-        place = place_for(self)
-        sandbox = self.set_up(place)
-        with self.phase("agent"):
-            self.run_agent(sandbox, self.remaining())
-            disk_full = self.disk.full()
+    def verify(self, sandbox: Sandbox) -> None:
+        """Final status, hand-over, the diff, the verifier commands, the host verifier,
+        the judgement (see the module docstring)."""
+        place = self.place
         with self.phase("final_status"):
             # Kills every agent process, before and after; its exec may wait for the host's
             # work and then run the first verifier command (`place.holds`).
@@ -156,11 +144,15 @@ class ExecutionTrial(SandboxedTrial):
                 run=self.agent_run,
                 trace=self.trace.path,
                 harness=self.guard.findings(),
-                disk_limit=self.disk.state.limit if disk_full else None,
+                disk_limit=self.disk.state.limit if self.disk_full else None,
             )
             self.verdict, self.reason = self.judgement.verdict, self.judgement.reason
 
-    def record_identity(self) -> None:
+    def after_agent(self, sandbox: Sandbox) -> None:
+        """Whether the agent filled its disk, read as its turns end."""
+        self.disk_full = self.disk.full()
+
+    def record(self) -> None:
         """The scenario and the trial as they ran, first of all the evidence."""
         self.write(
             "scenario.json",
@@ -186,8 +178,9 @@ class ExecutionTrial(SandboxedTrial):
         if problems:
             raise Outcome(Verdict.BLOCKED_SETUP, "admission: " + "; ".join(problems))
 
-    def set_up(self, place: VerificationPlace) -> Sandbox:
+    def set_up(self) -> Sandbox:
         """Workspace, prepare, initial status, sandbox, plugins: the agent's sandbox."""
+        self.place = place = place_for(self)
         starting = None
         if self.backend.live_mounts:
             # The sandbox starts while the workspace is made: its mounts are live, so it
@@ -216,16 +209,17 @@ class ExecutionTrial(SandboxedTrial):
         place.early()  # a fresh verification sandbox starts while the agent works
         with self.phase("plugins"):
             self.install_plugins(sandbox)
-        if self.mcp:
-            with self.phase("mcp_start"):
-                self.start_mcp(sandbox)
+        return sandbox
+
+    def before_agent(self, sandbox: Sandbox) -> None:
+        """The workspace as the agent gets it (plugins and MCP servers in): its status
+        and, where the sandbox's mounts are live, its test harness."""
         if self.spec.plugins:  # plugins may have landed in the workspace
             with self.phase("initial_status"):
                 self.write("status-initial.json", git_state(sandbox))
-        if self.backend.live_mounts:  # the workspace as the agent gets it, plugins in
+        if self.backend.live_mounts:
             with self.phase("harness_baseline"):
                 self.guard.record()
-        return sandbox
 
     def plugin_files_in_workspace(self) -> dict[str, Path]:
         """The arm's plugin files that land in the workspace: relative path -> source."""
@@ -372,17 +366,13 @@ class ExecutionTrial(SandboxedTrial):
         mounts = [Mount(source=self.workspace, target=WORKDIR), *self.agent_mounts()]
         if self.one_sandbox:
             mounts += [Mount(source=self.scratch / n, target=t) for n, t in SCRATCH.items()]
-        return SandboxSpec(
-            image=self.scenario.image,
+        return self.sandbox_of(
+            self.scenario.image,
+            tuple(mounts),
+            ttl_s=budget + verifier.host_timeout_s + 900,
             workdir=WORKDIR,
             home=HOME,
-            mounts=tuple(mounts),
             read_only_root=self.one_sandbox,
-            limits=SandboxLimits(cpus=limits.cpus, memory=limits.memory, pids=limits.pids),
-            sweep=self.spec.sweep,
-            trial=self.spec.trial_key,
-            node=self.spec.node or socket.gethostname(),
-            ttl_s=budget + verifier.host_timeout_s + 900,
         )
 
     def reset_scratch(self) -> None:
@@ -418,19 +408,13 @@ class ExecutionTrial(SandboxedTrial):
         super().tear_down(wait=wait)
         self.guard.close()
 
-    def outcome(self) -> dict[str, Any]:
-        """The agent's run, the verification's findings, usage and a provider failure."""
+    def judged(self) -> dict[str, Any]:
+        """The verification's findings and the ``pass`` score."""
         judged = self.judgement
         return {
-            "completed": self.agent_run.completed,
-            "agent_exit_code": self.agent_run.exit_code,
             "checks": judged.checks if judged else (),
             "route": judged.route if judged else None,
             "scope": judged.scope if judged else None,
-            "usage": self.usage,
-            "provider_error": (
-                self.agent_run.provider_error if self.verdict is Verdict.INFRA_ERROR else None
-            ),
             "scores": _pass_score(self.verdict),
         }
 

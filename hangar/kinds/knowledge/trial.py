@@ -1,14 +1,15 @@
 """The knowledge kind of trial: seed 003's repo-search arm, one question per trial.
 
-`KnowledgeTrial.run` walks: **admission** (a read-only chat agent and a model; every
-repository holds its ``as_of`` commit; the image exists), **workspace** (each repository's
-files at ``as_of`` within ``scope``, as plain files under ``/workspace/<repository>``:
-no ``.git``, no history, no link), **sandbox** (the workspace mounted read-only, the
-network off), **agent** (a chat loop on the host with only list, grep and read, which
-run in the sandbox as argv commands, never a shell, and answer), and **answer** (the
-answer and its citations written to ``answer.json``; each citation becomes
-``repo://<repository>@<commit>/<path>`` with the sha256 of that file at ``as_of``, or
-stays as the agent wrote it, with no hash, when it names no file of the workspace).
+`KnowledgeTrial` is the sandboxed lifecycle's hooks: **admission** (a read-only chat
+agent and a model; every repository holds its ``as_of`` commit; the image exists),
+**workspace** (each repository's files at ``as_of`` within ``scope``, as plain files
+under ``/workspace/<repository>``: no ``.git``, no history, no link), **sandbox** (the
+workspace mounted read-only, the network off), **agent** (a chat loop on the host with
+only list, grep and read, which run in the sandbox as argv commands, never a shell, and
+answer), and **answer** (the answer and its citations written to ``answer.json``; each
+citation becomes ``repo://<repository>@<commit>/<path>`` with the sha256 of that file at
+``as_of``, or stays as the agent wrote it, with no hash, when it names no file of the
+workspace).
 
 A ``retrieval:<server>`` arm runs the same way with a chat agent whose knowledge comes
 from the pinned MCP server ``<server>`` (`hangar.agents.mcp`), mounted read-only into the
@@ -28,20 +29,18 @@ from __future__ import annotations
 import json
 import logging
 import re
-import socket
 from typing import Any
 
-from hangar.agents import AgentRun, ChatAgent, run_chat_agent
-from hangar.agents.mcp import Installed, McpTools
-from hangar.errors import ImageNotFound, WorkspaceError
+from hangar.agents import ChatAgent
+from hangar.errors import WorkspaceError
 from hangar.kinds.knowledge.questions import LoadedQuestion
-from hangar.paths import cache_dir
-from hangar.results import COUNTED_VERDICTS, Usage, Verdict
-from hangar.sandbox import Mount, Sandbox, SandboxSpec, create_sandbox, sandbox_class
+from hangar.results import Verdict
+from hangar.sandbox import Mount, Sandbox, SandboxSpec
 from hangar.sandbox.workspace import MirrorCache, export_tree, file_digest_at
-from hangar.trace import TraceWriter
-from hangar.trials.boundary import Outcome, TrialRun
-from hangar.trials.mcp import install_servers, mounts, start_servers
+from hangar.trials.boundary import Outcome, provider_failed
+from hangar.trials.limits import ScenarioLimits
+from hangar.trials.mcp import start_servers
+from hangar.trials.sandboxed import SandboxedTrial
 from hangar.trials.spec import TrialSpec
 
 log = logging.getLogger(__name__)
@@ -77,43 +76,18 @@ def citation_uri(repo: str, commit: str, path: str) -> str:
     return f"repo://{repo}@{commit}/{path}"
 
 
-class KnowledgeTrial(TrialRun):
-    """One question of the repo-search arm; `run` walks its phases."""
+class KnowledgeTrial(SandboxedTrial):
+    """One question of the repo-search arm (or a retrieval arm): the lifecycle's hooks."""
 
     def __init__(self, spec: TrialSpec) -> None:
-        super().__init__(spec)
         if not isinstance(spec.task, LoadedQuestion):
             raise TypeError(f"a knowledge trial needs a question, not {spec.task.kind}")
         self.item = spec.task
-        self.workspace = self.folder / "workspace"
-        self.mirrors = MirrorCache((spec.cache_root or cache_dir()) / "mirrors")
-        self.sandbox: Sandbox | None = None
-        self.trace: TraceWriter | None = None
-        self.agent_run = AgentRun()
-        self.usage = Usage()
+        super().__init__(spec, ScenarioLimits(time_s=TIME_S), self.item.image, "")
+        self.mirrors = MirrorCache(self.cache / "mirrors")
         self.files: dict[str, dict[str, str]] = {}
         self.answer: dict[str, Any] | None = None
-        self.mcp: list[Installed] = []
-        self.mcp_tools: McpTools | None = None
         self.snapshot: str | None = None
-
-    def run(self) -> None:
-        """Walk the phases (see the module docstring)."""
-        with self.phase("admission"):
-            self.admit()
-        with self.phase("mcp"):
-            self.mcp = install_servers(self, self.spec.agent, self.spec.cache_root or cache_dir())
-        with self.phase("workspace"):
-            self.make_workspace()
-        with self.phase("sandbox_up"):
-            self.sandbox = self.start_sandbox()
-        if self.mcp:
-            with self.phase("mcp_start"):
-                self.start_retrieval(self.sandbox)
-        with self.phase("agent"):
-            self.ask(self.sandbox)
-        with self.phase("answer"):
-            self.collect()
 
     def admit(self) -> None:
         """What keeps the question from running is blocked_setup, before any call."""
@@ -128,66 +102,51 @@ class KnowledgeTrial(TrialRun):
                     problems.append(f"as_of commit {commit} is not in repository {name}")
             except WorkspaceError as exc:
                 problems.append(f"repository {name}: {exc}")
-        image = sandbox_class(self.spec.backend).image_problem(q.image)
+        image = self.backend.image_problem(q.image)
         if image:
             problems.append(image)
         if problems:
             raise Outcome(Verdict.BLOCKED_SETUP, "admission: " + "; ".join(problems))
 
-    def make_workspace(self) -> None:
-        """Each repository's files at ``as_of`` within scope, and their hashes."""
+    def set_up(self) -> Sandbox:
+        """Each repository's files at ``as_of`` within scope (and their hashes), the
+        sandbox with them read-only, and the question as the agent's task."""
         q = self.item
-        for name, commit in sorted(q.commits.items()):
-            self.files[name] = export_tree(
-                self.mirrors, q.repositories[name], commit, self.workspace / name, q.scope[name]
-            )
-        self.workspace.mkdir(parents=True, exist_ok=True)
-        self.write("files.json", self.files)
-
-    def start_sandbox(self) -> Sandbox:
-        """The sandbox: the workspace read-only, nothing else of the host."""
-        spec = SandboxSpec(
-            image=self.item.image,
-            workdir=WORKDIR,
-            mounts=(
-                Mount(source=self.workspace, target=WORKDIR, read_only=True),
-                *mounts(self.mcp),
-            ),
-            sweep=self.spec.sweep,
-            trial=self.spec.trial_key,
-            node=self.spec.node or socket.gethostname(),
-            ttl_s=TIME_S + 900,
-        )
-        sandbox = create_sandbox(self.spec.backend, spec, self.spec.backend_config)
-        self.write("backend.json", sandbox.config.model_dump(mode="json"))
-        try:
-            sandbox.start()
-        except ImageNotFound as exc:
-            raise Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
+        with self.phase("workspace"):
+            for name, commit in sorted(q.commits.items()):
+                self.files[name] = export_tree(
+                    self.mirrors, q.repositories[name], commit, self.workspace / name, q.scope[name]
+                )
+            self.workspace.mkdir(parents=True, exist_ok=True)
+            self.write("files.json", self.files)
+        with self.phase("sandbox_up"):
+            sandbox = self.start_sandbox()
+        repos = ", ".join(f"{name} at {commit[:12]}" for name, commit in sorted(q.commits.items()))
+        self.task_text = f"Repositories (read-only): {repos}.\n\nQuestion ({q.question.kind}): "
+        self.task_text += q.question.question
+        assert isinstance(self.spec.agent, ChatAgent)
+        self.write("prompt.json", {"system": self.spec.agent.system_prompt, "user": self.task_text})
         return sandbox
 
-    def ask(self, sandbox: Sandbox) -> None:
-        """The agent's turns: read tools in the sandbox, the model from the host."""
-        assert isinstance(self.spec.agent, ChatAgent) and self.spec.model_spec is not None
-        self.trace = TraceWriter(self.artifacts / "trace.jsonl")
-        q = self.item
-        repos = ", ".join(f"{name} at {commit[:12]}" for name, commit in sorted(q.commits.items()))
-        context = f"Repositories (read-only): {repos}.\n\nQuestion ({q.question.kind}): "
-        context += q.question.question
-        self.write("prompt.json", {"system": self.spec.agent.system_prompt, "user": context})
-        self.agent_run, self.usage = run_chat_agent(
-            self.spec.agent,
-            sandbox,
-            context,
-            self.trace,
-            TIME_S,
-            self.spec.model_spec,
-            self.mcp_tools,
+    def sandbox_spec(self) -> SandboxSpec:
+        """The sandbox: the workspace read-only, nothing else of the host."""
+        return self.sandbox_of(
+            self.item.image,
+            (Mount(source=self.workspace, target=WORKDIR, read_only=True), *self.agent_mounts()),
+            ttl_s=TIME_S + 900,
+            workdir=WORKDIR,
         )
+
+    def start_mcp(self, sandbox: Sandbox) -> None:
+        """The retrieval server's tools, and its manifest as what the arm knew."""
+        self.start_retrieval(sandbox)
+
+    def verify(self, sandbox: Sandbox) -> None:
+        """The answer and its citations (a provider's failure is an infra_error)."""
         if self.agent_run.provider_error is not None:
-            raise Outcome(
-                Verdict.INFRA_ERROR, f"provider failure: {self.agent_run.provider_error.message}"
-            )
+            raise provider_failed(self.agent_run.provider_error)
+        with self.phase("answer"):
+            self.collect()
 
     def collect(self) -> None:
         """The answer file: the answer and its citations, each with its hash at as_of."""
@@ -246,27 +205,10 @@ class KnowledgeTrial(TrialRun):
             found = manifest.get("knowledge_snapshot")
             self.snapshot = str(found) if found else json.dumps(manifest, sort_keys=True)
 
-    def ended(self, verdict: Verdict, reason: str) -> None:
-        """Close the trace."""
-        if self.trace is not None and not self.trace.closed:
-            self.trace.close(completed=verdict in COUNTED_VERDICTS, reason=reason)
-
-    def tear_down(self, *, wait: bool) -> None:
-        """Stop and remove the sandbox."""
-        if self.sandbox is not None:
-            try:
-                self.sandbox.stop()
-                self.sandbox.close()
-            except Exception as exc:  # teardown never raises
-                log.warning("removing the sandbox of %s failed: %s", self.spec.trial_key, exc)
-
-    def outcome(self) -> dict[str, Any]:
+    def judged(self) -> dict[str, Any]:
         """The answer and what it was asked on (no score: labels decide later)."""
         q = self.item
         return {
-            "completed": self.agent_run.completed,
-            "usage": self.usage,
-            "provider_error": self.agent_run.provider_error,
             "details": {
                 "suite": q.suite,
                 "question": q.id,

@@ -15,7 +15,6 @@ farm's (infra_error), never the agent's.
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 from hangar.agents import ChatAgent, CommandAgent, ReferenceAgent
@@ -23,11 +22,11 @@ from hangar.agents.skills import skills_dir
 from hangar.kinds.routing.grading import Route, grade
 from hangar.kinds.routing.suite import LoadedRoutingCase
 from hangar.results import COUNTED_VERDICTS, Score, Verdict
-from hangar.sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec
+from hangar.sandbox import Mount, Sandbox, SandboxSpec
 from hangar.sandbox.base import SANDBOX_UID
 from hangar.sandbox.workspace import hand_over
 from hangar.sessions import read_events, write_trial_session
-from hangar.trials.boundary import Outcome
+from hangar.trials.boundary import Outcome, provider_failed
 from hangar.trials.sandboxed import SandboxedTrial
 from hangar.trials.spec import TrialSpec
 
@@ -46,19 +45,12 @@ class RoutingTrial(SandboxedTrial):
         self.route: Route | None = None
         self.installed_in = ""
 
-    def run(self) -> None:
-        """Walk the phases (see the module docstring)."""
+    def record(self) -> None:
+        """The case as it ran (its catalog is the suite's)."""
         self.write("case.json", self.case.model_dump(mode="json", exclude={"catalog"}))
-        with self.phase("admission"):
-            self.admit()
-        with self.phase("mcp"):
-            self.install_mcp()
-        with self.phase("bundle"):
-            self.prepare_bundle()
-        with self.phase("disk"):
-            self.write("disk.json", self.disk.open(ttl_s=self.sandbox_spec().ttl_s).model_dump())
-        with self.phase("relay_up"):
-            self.open_relay()
+
+    def set_up(self) -> Sandbox:
+        """An empty workspace, the sandbox, the catalog's skills."""
         with self.phase("workspace"):
             self.workspace.mkdir(parents=True, exist_ok=True)
             if self.backend.isolated:
@@ -69,11 +61,10 @@ class RoutingTrial(SandboxedTrial):
                 self.start_forwarder(sandbox)
         with self.phase("skills"):
             self.install(sandbox)
-        if self.mcp:
-            with self.phase("mcp_start"):
-                self.start_mcp(sandbox)
-        with self.phase("agent"):
-            self.run_agent(sandbox, self.remaining())
+        return sandbox
+
+    def verify(self, sandbox: Sandbox) -> None:
+        """The route the agent took, against the golden set."""
         with self.phase("route"):
             self.judge()
 
@@ -97,18 +88,13 @@ class RoutingTrial(SandboxedTrial):
 
     def sandbox_spec(self) -> SandboxSpec:
         """The sandbox: the empty workspace, a writable HOME in the image's root."""
-        limits = self.case.limits
-        return SandboxSpec(
-            image=self.case.image,
+        return self.sandbox_of(
+            self.case.image,
+            (Mount(source=self.workspace, target=WORKDIR), *self.agent_mounts()),
+            ttl_s=self.limits.time_s + 900,
             workdir=WORKDIR,
             home=HOME,
-            mounts=(Mount(source=self.workspace, target=WORKDIR), *self.agent_mounts()),
             read_only_root=False,
-            limits=SandboxLimits(cpus=limits.cpus, memory=limits.memory, pids=limits.pids),
-            sweep=self.spec.sweep,
-            trial=self.spec.trial_key,
-            node=self.spec.node or socket.gethostname(),
-            ttl_s=limits.time_s + 900,
         )
 
     def install(self, sandbox: Sandbox) -> None:
@@ -143,7 +129,7 @@ class RoutingTrial(SandboxedTrial):
         self.write("route.json", self.route.model_dump(mode="json"))
         run = self.agent_run
         if run.provider_error is not None:
-            raise Outcome(Verdict.INFRA_ERROR, f"provider failure: {run.provider_error.message}")
+            raise provider_failed(run.provider_error)
         if not run.completed:
             self.verdict = Verdict.FAIL
             self.reason = (
@@ -153,7 +139,7 @@ class RoutingTrial(SandboxedTrial):
         self.verdict = Verdict.PASS if self.route.exact else Verdict.FAIL
         self.reason = self.route.sentence()
 
-    def outcome(self) -> dict[str, Any]:
+    def judged(self) -> dict[str, Any]:
         """The route and its scores: ``route`` (exactly the golden set) and
         ``forbidden_avoided`` (no forbidden skill loaded)."""
         route = self.route
@@ -164,12 +150,6 @@ class RoutingTrial(SandboxedTrial):
                 Score(metric="forbidden_avoided", value=float(not route.forbidden_loaded)),
             )
         return {
-            "completed": self.agent_run.completed,
-            "agent_exit_code": self.agent_run.exit_code,
-            "usage": self.usage,
-            "provider_error": (
-                self.agent_run.provider_error if self.verdict is Verdict.INFRA_ERROR else None
-            ),
             "scores": scores,
             "details": {
                 "suite": self.case.suite,

@@ -24,7 +24,7 @@ from hangar.models.complete import Completion, complete
 from hangar.models.tokens import TOKENIZER
 from hangar.results import COUNTED_VERDICTS, CheckOutcome, Usage, Verdict
 from hangar.trace import TraceWriter
-from hangar.trials.boundary import Outcome, TrialRun
+from hangar.trials.boundary import Outcome, TrialRun, provider_failed
 from hangar.trials.spec import TrialSpec
 
 
@@ -100,9 +100,7 @@ class RubricTrial(TrialRun):
         )
         self.write("output.md", self.written.text)
         if self.written.provider_error is not None:
-            raise Outcome(
-                Verdict.INFRA_ERROR, f"provider failure: {self.written.provider_error.message}"
-            )
+            raise provider_failed(self.written.provider_error)
         if not self.written.text.strip():
             raise Outcome(
                 Verdict.FAIL, f"no output: {self.written.error or 'the model answered nothing'}"
@@ -124,7 +122,7 @@ class RubricTrial(TrialRun):
         self.write("judge.json", self.judged.model_dump())
         error = self.judged.provider_error
         if error is not None:
-            raise Outcome(Verdict.INFRA_ERROR, f"provider failure (judge): {error.message}")
+            raise provider_failed(error, of="judge")
 
     def ended(self, verdict: Verdict, reason: str) -> None:
         """Close the trace."""
