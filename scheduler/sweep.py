@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 import yaml
@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hangar.agents import AgentSpec, load_agents, parse_agent
 from hangar.errors import AdmissionError, ConfigError, HangarError
-from hangar.files import read_data, read_yaml
+from hangar.files import read_yaml
 from hangar.models import ModelSpec
 from hangar.paths import runs_dir
 from hangar.results import TrialResult, Verdict
@@ -45,8 +45,11 @@ from hangar.sandbox.config import BackendConfig, DockerConfig
 from hangar.sealing import sealed_suite_of
 from hangar.sealing import verify as verify_suite
 from hangar.trials import Arm, Task, TrialSpec, trial_key
-from hangar.trials.kind import Kind, Matrix, kind_of, kinds
+from hangar.trials.kind import Kind, Matrix, kind_of, kind_of_file, kinds, tasks_in
 from hangar.validation import validation_message
+
+if TYPE_CHECKING:
+    from hangar.store import ResultsStore
 
 
 class Concurrency(BaseModel):
@@ -501,6 +504,34 @@ def _sweep_file(path: Path) -> SweepFile:
     return _located(config, path.parent)
 
 
+class LeftOut(NamedTuple):
+    """A task a sweep leaves out until it is ready (`Kind.unready`)."""
+
+    task_id: str
+    status: str
+    reason: str
+
+    def recorded(self) -> dict[str, str]:
+        """How the sweep records it (reports and the viewer read it)."""
+        return {"scenario": self.task_id, "status": self.status, "reason": self.reason}
+
+
+def ready_tasks(
+    tasks: list[Task], store: ResultsStore, *, include_unready: bool = False
+) -> tuple[list[Task], list[LeftOut]]:
+    """The tasks a sweep runs, and those each kind leaves out until they are ready (an
+    image task broken or never validated); with `include_unready` it runs them all and
+    still names them."""
+    unready: dict[str, tuple[str, str]] = {}
+    for kind in kinds():
+        mine = [t for t in tasks if t.kind == kind.name]
+        if mine:
+            unready |= kind.unready(mine, store)
+    left = [LeftOut(t.id, *unready[t.digest]) for t in tasks if t.digest in unready]
+    kept = tasks if include_unready else [t for t in tasks if t.digest not in unready]
+    return list(kept), left
+
+
 def _located(config: SweepFile, base: Path) -> SweepFile:
     """The sweep's stores where its file is, as every other path in it: the defaults in
     ``runs/`` beside it, relative paths read from its folder."""
@@ -537,7 +568,7 @@ def _tasks(path: Path, config: SweepFile) -> tuple[list[Task], list[UnloadableSc
     }
     for file, suite in files.items():
         try:
-            found = [kind_of(t.kind).configure(t, options) for t in _load_tasks(file, options)]
+            found = [kind_of(t.kind).configure(t, options) for t in tasks_in(file, options)]
         except AdmissionError:
             raise
         except HangarError as exc:
@@ -562,7 +593,7 @@ def load_task_folder(folder: Path, image_map: dict[str, str]) -> list[Task]:
     """The tasks of a folder named on the command line (a dataset), with `image_map`."""
     options = {"image_map": image_map, "reward_threshold": None}
     files = _scenario_files(Path.cwd(), [str(folder.resolve())])
-    return [kind_of(t.kind).configure(t, options) for f in files for t in _load_tasks(f)]
+    return [kind_of(t.kind).configure(t, options) for f in files for t in tasks_in(f)]
 
 
 def _check_sealed(files: dict[Path, str], base: Path) -> None:
@@ -582,25 +613,6 @@ def _check_sealed(files: dict[Path, str], base: Path) -> None:
                 )
 
 
-def _kind_of_file(file: Path, data: Any) -> Kind:
-    """The kind whose task files `file` is one of."""
-    for kind in kinds():
-        if kind.recognizes(file, data):
-            return kind
-    raise ConfigError(f"{file}: no kind of task reads this file")
-
-
-#: Task files whose data the kinds are shown (each kind knows its own by what it says:
-#: ``kind: decision`` in a YAML or a JSON suite alike); others are recognised by name.
-_DATA_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-def _load_tasks(file: Path, options: dict[str, Any] | None = None) -> list[Task]:
-    """A task file's tasks (a scenario, a decision suite's cases)."""
-    data = read_data(file) if file.suffix in _DATA_SUFFIXES else None
-    return _kind_of_file(file, data).load(file, data, options)
-
-
 def _unloadable(file: Path, base: Path, suite: str, error: str) -> UnloadableScenario:
     """What is known of a task file that does not load."""
     data = file.read_bytes() if file.is_file() else b""
@@ -613,7 +625,7 @@ def _unloadable(file: Path, base: Path, suite: str, error: str) -> UnloadableSce
         parsed = yaml.safe_load(data)
         if isinstance(parsed, dict) and isinstance(parsed.get("id"), str) and parsed["id"]:
             sid = parsed["id"]
-        kind = _kind_of_file(file, parsed).name
+        kind = kind_of_file(file, parsed).name
     digest = hashlib.sha256(rel.encode() + b"\0" + data).hexdigest()
     return UnloadableScenario(
         path=file, scenario_id=sid, digest=digest, suite=suite, error=error, kind=kind

@@ -18,7 +18,7 @@ from hangar import __version__
 from hangar.console import console, err_console
 from hangar.errors import ConfigError, HangarError
 from hangar.store import ResultsStore
-from hangar.trials.batch import BatchOutcome, Services, TaskBatch
+from hangar.trials.batch import BatchOutcome, Services, SweepTasks, TaskBatch
 from hangar.trials.kind import kinds
 
 if TYPE_CHECKING:
@@ -54,7 +54,27 @@ def _services(
     ),
 ) -> None:
     """Give every command the services the kinds' own commands cannot import."""
-    ctx.obj = Services(scheduler=_run_batch)
+    ctx.obj = Services(
+        scheduler=_run_batch, sweep_tasks=_sweep_tasks, resolve_sweep=_resolve_for_kinds
+    )
+
+
+def _sweep_tasks(path: Path, image_map: dict[str, str]) -> SweepTasks:
+    """A sweep file's tasks (its own image map), or a folder's (with `image_map`)."""
+    from hangar.scheduler.sweep import load_sweep, load_task_folder
+
+    if path.is_file():
+        sweep = load_sweep(path)
+        unloadable = [(u.scenario_id, u.error) for u in sweep.unloadable]
+        c = sweep.config
+        return SweepTasks(sweep.id, sweep.tasks, unloadable, c.store, c.evidence)
+    tasks = load_task_folder(path, image_map)
+    return SweepTasks(path.resolve().name, tasks, [], None, None)
+
+
+def _resolve_for_kinds(sweep: str, store: str | None) -> tuple[str, ResultsStore]:
+    sweep_id, _, results = resolve_sweep(sweep, store)
+    return sweep_id, results
 
 
 def add_kind_groups() -> None:

@@ -125,14 +125,13 @@ def _print_runs(sweep_id: str, results: Any, fmt: str, out: Path | None) -> None
 
 def left_out_of(sweep: str, results: Any) -> list[Any]:
     """The tasks a sweep file leaves out (broken or unvalidated), for the report."""
-    from hangar.kinds.execution.validate import validated_tasks
-    from hangar.scheduler.sweep import load_sweep
+    from hangar.scheduler.sweep import load_sweep, ready_tasks
     from hangar.scores.report import LeftOut
 
     if not Path(sweep).is_file():
         return []
-    found = validated_tasks(load_sweep(Path(sweep)).tasks, results).left_out
-    return [LeftOut.model_validate(v.left_out()) for v in found]
+    _, found = ready_tasks(load_sweep(Path(sweep)).tasks, results)
+    return [LeftOut.model_validate(v.recorded()) for v in found]
 
 
 def _recorded(sweep: str, results: Any, sweep_id: str) -> dict[str, Any]:

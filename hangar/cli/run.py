@@ -146,9 +146,8 @@ def run(
     from rich.live import Live
 
     from hangar.cli.progress import SweepView
-    from hangar.kinds.execution.validate import validated_tasks
     from hangar.scheduler.driver import SweepRunner
-    from hangar.scheduler.sweep import load_sweep
+    from hangar.scheduler.sweep import load_sweep, ready_tasks
     from hangar.store import ResultsStore
 
     configure_logs(log_format)
@@ -161,8 +160,8 @@ def run(
     _warn_unpriced(sweep.config.models)
     store = ResultsStore(sweep.config.store)
     sweep = _this_run(sweep, store, new=new)
-    kept, left_out = validated_tasks(sweep.tasks, store, include_unvalidated=include_unvalidated)
-    listed = [v.left_out() for v in left_out]
+    kept, left_out = ready_tasks(sweep.tasks, store, include_unready=include_unvalidated)
+    listed = [v.recorded() for v in left_out]
     sweep = sweep.model_copy(
         update={"tasks": kept, "left_out": [] if include_unvalidated else listed}
     )
@@ -486,10 +485,9 @@ def _left_out(sweep: str, results: Any) -> list[tuple[str, str, str]]:
     """(task, status, reason) of each task a sweep file leaves out (broken, unvalidated)."""
     if not Path(sweep).is_file():
         return []
-    from hangar.kinds.execution.validate import validated_tasks
-    from hangar.scheduler.sweep import load_sweep
+    from hangar.scheduler.sweep import load_sweep, ready_tasks
 
-    found = validated_tasks(load_sweep(Path(sweep)).tasks, results).left_out
+    _, found = ready_tasks(load_sweep(Path(sweep)).tasks, results)
     return [(v.task_id, v.status, v.reason) for v in found]
 
 

@@ -39,7 +39,9 @@ def _refuse_missing_key(model: object) -> None:
 
 @trial_app.command("run")
 def trial_run(
-    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    scenario: Annotated[
+        Path, typer.Argument(help="A task file: a scenario YAML file, a Harbor task.toml.")
+    ],
     agent_command: Annotated[
         str | None, typer.Option(help="Run this command line as the agent.")
     ] = None,
@@ -78,9 +80,10 @@ def trial_run(
     is recorded in the results store as a sweep of its own (unless --no-store), so
     'hangar report' and 'hangar view' show it."""
     from hangar.agents import AgentSpec, CommandAgent, load_agents
-    from hangar.kinds.execution import single_trial
-    from hangar.kinds.execution.scenario import load_scenario
+    from hangar.sandbox.config import backend_settings
     from hangar.trials import Arm, run_trial
+    from hangar.trials.kind import Matrix, kind_of, tasks_in
+    from hangar.trials.spec import adhoc_sweep_id
 
     if agent_command is not None:
         spec_agent: AgentSpec = CommandAgent(name=agent or "command", command=agent_command)
@@ -91,7 +94,13 @@ def trial_run(
         spec_agent = agents[agent]
     else:
         raise ConfigError("give --agent-command CMD, or --agent NAME with --agents-file FILE")
-    loaded = load_scenario(scenario)
+    found = tasks_in(scenario)
+    if len(found) != 1:
+        raise ConfigError(
+            f"{scenario} holds {len(found)} tasks: `hangar trial run` runs one (a scenario "
+            "file, a Harbor task.toml); run a file of several with `hangar run`"
+        )
+    (task,) = found
     from hangar.models import ModelSpec
 
     fields = {"id": model, "base_url": base_url, "api_key_env": api_key_env}
@@ -102,14 +111,12 @@ def trial_run(
 
     runs = runs_dir(scenario.resolve().parent)
     results = None if no_store else ResultsStore(store or f"sqlite:///{runs / 'hangar.db'}")
-    spec = single_trial(
-        loaded,
-        spec_agent,
-        Arm.parse(arm),
-        backend=backend,
+    matrix = Matrix(
+        id=adhoc_sweep_id(),
+        backend=backend_settings(backend),
         evidence_url=evidence or (runs / "evidence").as_uri(),
-        model=model_spec,
     )
+    spec = kind_of(task.kind).spec(task, spec_agent, Arm.parse(arm), model_spec, 0, matrix)
     result = run_trial(spec)
     if results is not None:
         config = {"id": spec.sweep, "scenarios": [str(scenario.resolve())], "trial_run": True}

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
@@ -21,6 +22,9 @@ from hangar.errors import HangarError
 from hangar.models import ModelSpec
 from hangar.sandbox.config import BackendConfig, DockerConfig
 from hangar.trials.spec import Arm, Task
+
+if TYPE_CHECKING:
+    from hangar.store import ResultsStore
 
 
 class TaskBatch(BaseModel):
@@ -73,16 +77,42 @@ class Scheduler(Protocol):
         ...
 
 
+class SweepTasks(NamedTuple):
+    """A sweep file's tasks as `hangar run` loads them (or a folder's), for a kind's own
+    commands (`Services.sweep_tasks`)."""
+
+    name: str
+    """The sweep's id (a folder's name)."""
+    tasks: list[Task]
+    """Every task that loads."""
+    unloadable: list[tuple[str, str]]
+    """(task id or path, why) of each file that does not."""
+    store: str | None
+    """The sweep's results store (None: a folder's default)."""
+    evidence: str | None
+    """The sweep's evidence store (None: a folder's default)."""
+
+
 @dataclass(frozen=True)
 class Services:
     """What the command line gives the kinds' own commands (as Typer's context object):
-    the scheduler, which the kinds cannot import."""
+    the scheduler's parts, which the kinds cannot import."""
 
     scheduler: Scheduler
+    """Runs a batch on Ray."""
+    sweep_tasks: Callable[[Path, dict[str, str]], SweepTasks]
+    """The tasks of a sweep file, or of a folder of task folders with an image map."""
+    resolve_sweep: Callable[[str, str | None], tuple[str, ResultsStore]]
+    """A sweep file or id (and a store URL): the sweep's id and its store."""
+
+
+def services_of(obj: object) -> Services:
+    """A command's services (its context object)."""
+    if not isinstance(obj, Services):
+        raise HangarError("this command needs hangar's scheduler: run it as `hangar ...`")
+    return obj
 
 
 def runner_from(services: object, address: str | None) -> BatchRunner:
     """The batch runner of a command's `services` (its context object), on `address`."""
-    if not isinstance(services, Services):
-        raise HangarError("this command runs trials on Ray: run it as `hangar ...`")
-    return partial(services.scheduler, address=address)
+    return partial(services_of(services).scheduler, address=address)

@@ -21,12 +21,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from hangar.agents import AgentSpec
+from hangar.errors import ConfigError
+from hangar.files import read_data
 from hangar.models import ModelSpec
 from hangar.results import TrialResult
 from hangar.sandbox.config import BackendConfig, DockerConfig
 from hangar.trials.spec import Arm, Task, TrialSpec
 
 if TYPE_CHECKING:
+    from hangar.store import ResultsStore
     from hangar.trials.boundary import TrialRun
 
 #: Kind name (a task's and a result's ``kind``) -> the package whose ``KIND`` it is.
@@ -161,6 +164,11 @@ class Kind(ABC):
         files that did not load included), e.g. a fixture registry's unknown case id."""
         return None
 
+    def unready(self, tasks: list[Task], store: ResultsStore) -> dict[str, tuple[str, str]]:
+        """This kind's tasks a sweep leaves out until they are ready, by task digest:
+        (status, reason), e.g. an image task broken or never validated. None by default."""
+        return {}
+
     def configure(self, task: Task, options: dict[str, Any]) -> Task:
         """`task` with the sweep's `options` that concern it (e.g. an ``image_map``)."""
         return task
@@ -230,6 +238,25 @@ def kind_of(name: str) -> Kind:
         raise KeyError(f"no kind {name!r}; known: {', '.join(REGISTRY)}") from None
     kind: Kind = importlib.import_module(package).KIND
     return kind
+
+
+#: Task files whose data the kinds are shown (each kind knows its own by what it says:
+#: ``kind: decision`` in a YAML or a JSON suite alike); others are recognised by name.
+_DATA_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def kind_of_file(file: Path, data: Any) -> Kind:
+    """The kind whose task files `file` (`data`: its parsed content) is one of."""
+    for kind in kinds():
+        if kind.recognizes(file, data):
+            return kind
+    raise ConfigError(f"{file}: no kind of task reads this file")
+
+
+def tasks_in(file: Path, options: dict[str, Any] | None = None) -> list[Task]:
+    """A task file's tasks (a scenario, a decision suite's cases), read by its kind."""
+    data = read_data(file) if file.suffix in _DATA_SUFFIXES else None
+    return kind_of_file(file, data).load(file, data, options)
 
 
 def kinds() -> list[Kind]:

@@ -23,6 +23,7 @@ from hangar.kinds.execution.sources import source_of
 from hangar.models import ModelSpec
 from hangar.results import TrialResult
 from hangar.sandbox.config import BackendConfig
+from hangar.store import ResultsStore
 from hangar.trials.boundary import TrialRun
 from hangar.trials.kind import About, Failure, Fetch, Kind, Matrix, Put, ViewSettings
 from hangar.trials.spec import Arm, Task, TrialSpec, new_spec
@@ -98,6 +99,7 @@ class ExecutionKind(Kind):
     cli = (
         ("scenario", "hangar.kinds.execution.cli"),
         ("task", "hangar.kinds.execution.task_cli"),
+        ("dataset", "hangar.kinds.execution.dataset_cli"),
     )
 
     def title_of(self, task: Task | None) -> str:
@@ -122,6 +124,12 @@ class ExecutionKind(Kind):
         registry = _registry(options.get("fixtures"))
         if registry is not None:
             registry.admit(ids)
+
+    def unready(self, tasks: list[Task], store: ResultsStore) -> dict[str, tuple[str, str]]:
+        """Image tasks broken or never validated (`hangar dataset validate`)."""
+        from hangar.kinds.execution.validate import validated_tasks
+
+        return {v.digest: (v.status, v.reason) for v in validated_tasks(tasks, store).left_out}
 
     def configure(self, task: Task, options: dict[str, Any]) -> Task:
         """An image task with the sweep's image map and reward threshold."""

@@ -10,16 +10,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from hangar.cli._app import app
 from hangar.console import console, err_console
 from hangar.errors import ConfigError
+from hangar.trials.batch import runner_from, services_of
 
-dataset_app = typer.Typer(help="Validate datasets of image tasks (Harbor task directories).")
-app.add_typer(dataset_app, name="dataset")
+app = dataset_app = typer.Typer(help="Validate datasets of image tasks (Harbor task directories).")
 
 
 @dataset_app.command("validate")
 def dataset_validate(
+    ctx: typer.Context,
     dataset: Annotated[
         Path, typer.Argument(help="A sweep file (its image tasks), or a folder of task folders.")
     ],
@@ -40,25 +40,14 @@ def dataset_validate(
     Exit status: 0 every task valid; 1 some broken or not loading; 3 some not validated
     yet.
     """
-    from functools import partial
-
     from hangar.kinds.execution.imagetask import ImageTask
     from hangar.kinds.execution.task_cli import parse_pairs
     from hangar.kinds.execution.validate import validate_dataset
-    from hangar.scheduler.batch import run_batch
-    from hangar.scheduler.sweep import load_sweep, load_task_folder
     from hangar.store import ResultsStore
 
-    unloadable: list[tuple[str, str]] = []
-    if dataset.is_file():
-        sweep = load_sweep(dataset)
-        name, tasks = sweep.id, sweep.tasks
-        unloadable = [(u.scenario_id, u.error) for u in sweep.unloadable]
-        store = store or sweep.config.store
-        evidence = sweep.config.evidence
-    else:
-        name, evidence = dataset.resolve().name, None
-        tasks = load_task_folder(dataset, parse_pairs(image_map, "--image-map"))
+    found_tasks = services_of(ctx.obj).sweep_tasks(dataset, parse_pairs(image_map, "--image-map"))
+    name, tasks, unloadable = found_tasks.name, found_tasks.tasks, found_tasks.unloadable
+    store, evidence = store or found_tasks.store, found_tasks.evidence
     images = [t for t in tasks if isinstance(t, ImageTask)]
     if not images and not unloadable:
         raise ConfigError(f"{dataset}: no image tasks (Harbor task folders) to validate")
@@ -66,7 +55,7 @@ def dataset_validate(
         validate_dataset(
             name,
             images,
-            partial(run_batch, address=address),
+            runner_from(ctx.obj, address),
             repeats=repeats,
             store=store,
             evidence=evidence,
@@ -144,6 +133,7 @@ def import_swebench(
 
 @dataset_app.command("export-predictions")
 def export_predictions(
+    ctx: typer.Context,
     sweep: Annotated[str, typer.Argument(help="Sweep file, or a sweep id in --store.")],
     out: Annotated[Path, typer.Option(help="The predictions file (JSONL) to write.")],
     agent: Annotated[str | None, typer.Option(help="Only this agent's trials.")] = None,
@@ -154,11 +144,10 @@ def export_predictions(
     """Write SWE-bench's predictions format (instance_id, model_name_or_path, model_patch)
     from the diffs of a sweep's trials, so its runs can be rechecked by SWE-bench's own
     harness. One (agent, model) per file: name them when the sweep has several."""
-    from hangar.cli._app import resolve_sweep
     from hangar.kinds.execution.swebench import predictions
     from hangar.verifiers.bundle import read_member
 
-    sweep_id, _, results = resolve_sweep(sweep, store)
+    sweep_id, results = services_of(ctx.obj).resolve_sweep(sweep, store)
     rows = [
         r
         for r in results.results(sweep_id)
