@@ -89,6 +89,29 @@ class KubernetesConfig(_Settings):
         return _no_reserved_keys(labels)
 
 
+#: hangar's own backends (their settings are the models above).
+_BUILTIN = ("docker", "local", "kubernetes")
+
+
+class PluginConfig(_Settings):
+    """A backend from an installed package (an entry point of ``hangar.sandboxes``,
+    `hangar.plugins`): named, run with its own defaults."""
+
+    kind: str
+    """The entry point's name."""
+
+    @field_validator("kind")
+    @classmethod
+    def _installed(cls, value: str) -> str:
+        from hangar.plugins import plugin_targets
+
+        found = plugin_targets("hangar.sandboxes", dict.fromkeys(_BUILTIN))
+        if value in _BUILTIN or value not in found:
+            known = ", ".join([*_BUILTIN, *sorted(found)])
+            raise ValueError(f"unknown sandbox backend {value!r}; choose one of: {known}")
+        return value
+
+
 def _no_reserved_keys(labels: dict[str, str]) -> dict[str, str]:
     reserved = sorted(k for k in labels if k.startswith(RESERVED_PREFIX))
     if reserved:
@@ -102,12 +125,15 @@ def _short_form(value: Any) -> Any:
 
 
 BackendConfig = Annotated[
-    Annotated[DockerConfig | LocalConfig | KubernetesConfig, Field(discriminator="kind")],
+    Annotated[DockerConfig | LocalConfig | KubernetesConfig, Field(discriminator="kind")]
+    | PluginConfig,
     BeforeValidator(_short_form),
 ]
 """A backend's settings: ``backend: NAME`` or ``backend: {kind: NAME, ...}``."""
 
 
-def backend_settings(value: str | dict[str, Any]) -> DockerConfig | LocalConfig | KubernetesConfig:
+def backend_settings(
+    value: str | dict[str, Any],
+) -> DockerConfig | LocalConfig | KubernetesConfig | PluginConfig:
     """A backend's settings from its name or a ``backend:`` mapping (validated)."""
     return TypeAdapter(BackendConfig).validate_python(value)
