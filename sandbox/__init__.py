@@ -6,11 +6,10 @@ library (the kubernetes client) is only needed when that backend is used.
 
 from __future__ import annotations
 
-import importlib
-
 from pydantic import BaseModel
 
 from hangar.errors import ConfigError
+from hangar.plugins import load_target, plugin_targets
 from hangar.sandbox.base import (
     ExecResult,
     Mount,
@@ -19,6 +18,7 @@ from hangar.sandbox.base import (
     SandboxLimits,
     SandboxSpec,
 )
+from hangar.sandbox.config import PluginConfig
 
 #: Backend name -> "module:Class", imported on first use.
 BACKENDS: dict[str, str] = {
@@ -28,15 +28,21 @@ BACKENDS: dict[str, str] = {
 }
 
 
+def backends() -> dict[str, str]:
+    """Every backend: hangar's (`BACKENDS`) and installed packages' (entry points of
+    ``hangar.sandboxes``, `hangar.plugins`)."""
+    return {**BACKENDS, **plugin_targets("hangar.sandboxes", BACKENDS)}
+
+
 def sandbox_class(backend: str) -> type[Sandbox]:
     """The `Sandbox` class registered under `backend`."""
+    known = backends()
     try:
-        target = BACKENDS[backend]
+        target = known[backend]
     except KeyError:
-        known = ", ".join(sorted(BACKENDS))
-        raise ConfigError(f"unknown sandbox backend {backend!r}; choose one of: {known}") from None
-    module, _, name = target.partition(":")
-    cls: type[Sandbox] = getattr(importlib.import_module(module), name)
+        names = ", ".join(sorted(known))
+        raise ConfigError(f"unknown sandbox backend {backend!r}; choose one of: {names}") from None
+    cls: type[Sandbox] = load_target(target)
     return cls
 
 
@@ -44,7 +50,7 @@ def create_sandbox(backend: str, spec: SandboxSpec, config: BaseModel | None = N
     """A new, not yet started sandbox of the named backend, with that backend's settings
     (`hangar.sandbox.config`; None: its defaults)."""
     cls = sandbox_class(backend)
-    if config is None:
+    if config is None or isinstance(config, PluginConfig):
         return cls(spec)
     if getattr(config, "kind", None) != backend:
         raise ConfigError(

@@ -10,10 +10,20 @@ is not what it is.
 
 from __future__ import annotations
 
+import difflib
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    field_validator,
+)
 
 #: Label and annotation prefix hangar's own sandbox labels use (not the user's to set).
 RESERVED_PREFIX = "hangar."
@@ -89,6 +99,33 @@ class KubernetesConfig(_Settings):
         return _no_reserved_keys(labels)
 
 
+#: hangar's own backends (their settings are the models above).
+_BUILTIN = ("docker", "local", "kubernetes")
+
+
+class PluginConfig(_Settings):
+    """A backend from an installed package (an entry point of ``hangar.sandboxes``,
+    `hangar.plugins`): named, run with its own defaults."""
+
+    kind: str
+    """The entry point's name."""
+
+    @field_validator("kind")
+    @classmethod
+    def _installed(cls, value: str) -> str:
+        from hangar.plugins import plugin_targets
+
+        found = plugin_targets("hangar.sandboxes", dict.fromkeys(_BUILTIN))
+        if value in _BUILTIN or value not in found:
+            names = [*_BUILTIN, *sorted(found)]
+            near = difflib.get_close_matches(value, names, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ValueError(
+                f"unknown sandbox backend {value!r}{hint}; choose one of: {', '.join(names)}"
+            )
+        return value
+
+
 def _no_reserved_keys(labels: dict[str, str]) -> dict[str, str]:
     reserved = sorted(k for k in labels if k.startswith(RESERVED_PREFIX))
     if reserved:
@@ -101,13 +138,25 @@ def _short_form(value: Any) -> Any:
     return {"kind": value} if isinstance(value, str) else value
 
 
+def _backend_tag(value: Any) -> str:
+    """hangar's own backend by its name; any other name is a package's (`PluginConfig`)."""
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return kind if kind in _BUILTIN else "plugin"
+
+
 BackendConfig = Annotated[
-    Annotated[DockerConfig | LocalConfig | KubernetesConfig, Field(discriminator="kind")],
+    Annotated[DockerConfig, Tag("docker")]
+    | Annotated[LocalConfig, Tag("local")]
+    | Annotated[KubernetesConfig, Tag("kubernetes")]
+    | Annotated[PluginConfig, Tag("plugin")],
+    Discriminator(_backend_tag),
     BeforeValidator(_short_form),
 ]
 """A backend's settings: ``backend: NAME`` or ``backend: {kind: NAME, ...}``."""
 
 
-def backend_settings(value: str | dict[str, Any]) -> DockerConfig | LocalConfig | KubernetesConfig:
+def backend_settings(
+    value: str | dict[str, Any],
+) -> DockerConfig | LocalConfig | KubernetesConfig | PluginConfig:
     """A backend's settings from its name or a ``backend:`` mapping (validated)."""
     return TypeAdapter(BackendConfig).validate_python(value)

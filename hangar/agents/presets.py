@@ -30,6 +30,7 @@ CLI is pointed at and what it collects:
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import shlex
 from typing import Any
@@ -37,6 +38,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from hangar.errors import ConfigError
+from hangar.plugins import load_target, plugin_targets
 
 
 class Option(BaseModel):
@@ -440,6 +442,22 @@ _AGENT_FIELDS = {
 }  # fmt: skip
 
 
+@functools.cache
+def presets() -> dict[str, Preset]:
+    """Every preset: hangar's (`PRESETS`) and installed packages' (entry points of
+    ``hangar.agent_presets``, `hangar.plugins`: a `Preset` each; its command brings its
+    own CLI, as a command agent's does, since only hangar's presets have bundles)."""
+    found = dict(PRESETS)
+    for name, target in plugin_targets("hangar.agent_presets", PRESETS).items():
+        preset = load_target(target)
+        if not isinstance(preset, Preset):
+            raise ConfigError(
+                f"entry point {name} = {target} of hangar.agent_presets is not a Preset"
+            )
+        found[name] = preset
+    return found
+
+
 def expand_preset(data: dict[str, Any], where: str) -> dict[str, Any]:
     """An agent config with its ``preset`` turned into the preset's command, env and
     collect (fields given beside it override those); the preset's name and options are
@@ -447,9 +465,10 @@ def expand_preset(data: dict[str, Any], where: str) -> dict[str, Any]:
     name = data.get("preset")
     if name is None:
         return data
-    if name not in PRESETS:
-        raise ConfigError(f"{where}: unknown agent preset {name!r} (known: {', '.join(PRESETS)})")
-    preset = PRESETS[name]
+    known = presets()
+    if name not in known:
+        raise ConfigError(f"{where}: unknown agent preset {name!r} (known: {', '.join(known)})")
+    preset = known[name]
     chosen = {k: str(v) for k, v in data.items() if k not in _AGENT_FIELDS}
     rest = {k: v for k, v in data.items() if k in _AGENT_FIELDS}
     servers = sorted(data.get("mcp") or {}) if isinstance(data.get("mcp"), dict) else []

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from hangar.agents.command import CommandAgent
-from hangar.agents.presets import PRESETS
+from hangar.agents.presets import presets
 from hangar.sandbox.base import Sandbox
 
 #: Where agents without a folder of their own look (the open standard's user scope).
@@ -39,8 +39,8 @@ class SkillEntry(NamedTuple):
 
 def skills_dir(agent: Any) -> str:
     """The folder (``~`` for the sandbox HOME) where `agent` finds skills natively."""
-    if isinstance(agent, CommandAgent) and agent.preset in PRESETS:
-        return PRESETS[agent.preset].skills
+    if isinstance(agent, CommandAgent) and agent.preset in presets():
+        return presets()[agent.preset].skills
     return DEFAULT_DIR
 
 

@@ -23,19 +23,21 @@ def agent_rows() -> list[dict[str, object]]:
     """Every preset, then every other kind of agent, then the CLIs that cannot run here:
     name, how it is named in an agents file, its version and bundle, what it needs, the
     APIs it speaks."""
-    from hangar.agents.presets import PRESETS, UNRUNNABLE
+    from hangar.agents.presets import UNRUNNABLE, presets
     from hangar.sandbox.bundles import AGENT_CLIS, bundle_id
 
     rows: list[dict[str, object]] = []
-    for name, preset in PRESETS.items():
-        cli = AGENT_CLIS[name]
+    for name, preset in presets().items():
+        cli = AGENT_CLIS.get(name)
         rows.append(
             {
                 "name": name,
                 "config": f"{{preset: {name}}}",
-                "version": cli.version,
-                "bundle": bundle_id(name),
-                "needs": "an x86-64 Linux image with bash and /bin/sh (its bundle brings the rest)",
+                "version": cli.version if cli else "",
+                "bundle": bundle_id(name) if cli else "",
+                "needs": "an x86-64 Linux image with bash and /bin/sh (its bundle brings the rest)"
+                if cli
+                else "what its command runs (an installed package's preset)",
                 "apis": list(preset.apis),
                 "options": sorted(preset.options),
             }

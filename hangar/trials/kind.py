@@ -6,12 +6,13 @@ files load, how
 a task expands into trial specs, which runner runs a trial, what a node needs for it,
 how its tasks travel to the workers, and what the viewer shows of a trial. The trial
 core, the scheduler and the viewer know kinds only through `kind_of` and `kinds`:
-adding a kind is its package and one line in `REGISTRY`.
+adding a kind is its package and one line in `REGISTRY` (or, from a package of its own,
+an entry point of ``hangar.kinds``: `hangar.plugins`).
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from hangar.agents import AgentSpec
 from hangar.errors import ConfigError
 from hangar.files import read_data
 from hangar.models import ModelSpec
+from hangar.plugins import load_target, plugin_targets
 from hangar.results import TrialResult
 from hangar.sandbox.config import BackendConfig, DockerConfig
 from hangar.trials.spec import Arm, Task, TrialSpec
@@ -229,14 +231,24 @@ class Kind(ABC):
         return []
 
 
+@functools.cache
+def registry() -> dict[str, str]:
+    """Every kind: hangar's (`REGISTRY`) and installed packages' (entry points of
+    ``hangar.kinds``, `hangar.plugins`)."""
+    return {**REGISTRY, **plugin_targets("hangar.kinds", REGISTRY)}
+
+
 def kind_of(name: str) -> Kind:
     """The kind called `name` (imported when first asked for: a worker loads only what
     its trials need)."""
+    known = registry()
     try:
-        package = REGISTRY[name]
+        package = known[name]
     except KeyError:
-        raise KeyError(f"no kind {name!r}; known: {', '.join(REGISTRY)}") from None
-    kind: Kind = importlib.import_module(package).KIND
+        raise KeyError(f"no kind {name!r}; known: {', '.join(known)}") from None
+    kind: Kind = load_target(package, "KIND")
+    if kind.name != name:
+        raise KeyError(f"kind {name!r} ({package}) is called {kind.name!r}: name them alike")
     return kind
 
 
@@ -261,4 +273,4 @@ def tasks_in(file: Path, options: dict[str, Any] | None = None) -> list[Task]:
 
 def kinds() -> list[Kind]:
     """Every registered kind."""
-    return [kind_of(name) for name in REGISTRY]
+    return [kind_of(name) for name in registry()]

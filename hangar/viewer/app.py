@@ -44,7 +44,7 @@ from hangar.errors import HangarError
 from hangar.results import Verdict
 from hangar.scores.render import svg_cost, svg_differences, svg_intervals
 from hangar.store import ResultsStore
-from hangar.trials.kind import REGISTRY, About, KindPage, ViewSettings, kind_of, kinds
+from hangar.trials.kind import About, KindPage, ViewSettings, kind_of, kinds, registry
 from hangar.viewer.data import (
     PAGE,
     Catalog,
@@ -229,7 +229,7 @@ class Viewer:
             agent_sessions = read_agent_sessions(bundle.folder / "session.jsonl")
         section, template, note = {}, None, ""
         about, failing, judged = About(text="", facts=[]), [], False
-        if result.kind in REGISTRY:  # a store may hold kinds this hangar does not know
+        if result.kind in registry():  # a store may hold kinds this hangar does not know
             kind = kind_of(result.kind)
             section = kind.view(result, bundle.folder if bundle else None, self.settings)
             template, note, judged = kind.view_template, kind.unscored_note, kind.judged
@@ -270,7 +270,7 @@ class Viewer:
                 bundle = self.evidence.bundle(result)
             except (HangarError, OSError) as exc:
                 bundle, side["problem"] = None, f"the evidence could not be read: {exc}"
-            if bundle is not None and result.kind in REGISTRY:
+            if bundle is not None and result.kind in registry():
                 kind = kind_of(result.kind)
                 side["section"] = kind.view(result, bundle.folder, self.settings)
                 side["failing"] = kind.failures(bundle.folder)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hangar.sandbox import Sandbox, SandboxSpec, sandbox_class
 from tests.conftest import BASE_IMAGE, skip_or_fail
+from tests.plugin_package import installed
 
 _NO_ISOLATION = "LocalSandbox isolates nothing by design"
 _UNSAFE_ON_HOST = "would run against the host itself: LocalSandbox has no isolation"
@@ -60,7 +62,11 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     },
 }
 
-BACKENDS = ["local", "docker", "kubernetes"]
+# A backend from an installed package (an entry point, `hangar.plugins`): the local
+# backend's class under another package's name, held to the same battery.
+EXPECTED["extras-local"] = EXPECTED["local"]
+
+BACKENDS = ["local", "docker", "kubernetes", "extras-local"]
 
 MakeSandbox = Callable[..., Sandbox]
 
@@ -89,10 +95,19 @@ def _backend_ready(backend: str) -> None:
             skip_or_fail("docker", f"base image {BASE_IMAGE} missing ({exc}): make base-image")
 
 
+@pytest.fixture(scope="session")
+def extras_package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An installed package with a backend of its own (`tests.plugin_package`)."""
+    with installed(tmp_path_factory.mktemp("site")) as site:
+        yield site
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     """The backend under test; applies its expected failures to the current test."""
     name: str = request.param
+    if name == "extras-local":
+        request.getfixturevalue("extras_package")
     _backend_ready(name)
     expected = EXPECTED[name].get(request.node.originalname)
     if expected is not None:

@@ -11,6 +11,7 @@ silently dropped.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from hangar.errors import ConfigError
 from hangar.kinds.execution.fixtures import Registry, missing_fixture
 from hangar.kinds.execution.harbor import TASK_FILE, load_task
 from hangar.kinds.execution.scenario import load_scenario
+from hangar.plugins import load_target, plugin_targets
 from hangar.trials.spec import Task
 
 
@@ -89,10 +91,27 @@ class SwebenchFile(TaskSource):
         return [load_task(folder / TASK_FILE) for folder in imported(path, cache_dir())]
 
 
-#: Every source, asked in order.
+#: hangar's sources, asked in order.
 SOURCES: tuple[TaskSource, ...] = (HarborTaskDir(), SwebenchFile(), ScenarioFile())
+
+
+@functools.cache
+def sources() -> tuple[TaskSource, ...]:
+    """Every source: installed packages' (entry points of ``hangar.task_sources``, a
+    `TaskSource` each, `hangar.plugins`) asked first, then hangar's: a package's format
+    is one hangar's sources would misread (a YAML file of its own)."""
+    found = []
+    builtin = {s.name: s for s in SOURCES}
+    for name, target in plugin_targets("hangar.task_sources", builtin).items():
+        source = load_target(target)
+        if not isinstance(source, TaskSource):
+            raise ConfigError(
+                f"entry point {name} = {target} of hangar.task_sources is not a TaskSource"
+            )
+        found.append(source)
+    return (*found, *SOURCES)
 
 
 def source_of(path: Path, data: Any) -> TaskSource | None:
     """The source that reads the file at `path`, or None."""
-    return next((s for s in SOURCES if s.recognizes(path, data)), None)
+    return next((s for s in sources() if s.recognizes(path, data)), None)
