@@ -21,6 +21,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+#: The clashing entry points already warned of.
+_WARNED: set[tuple[str, str, str]] = set()
+
 GROUPS = ("hangar.kinds", "hangar.sandboxes", "hangar.agent_presets", "hangar.task_sources")
 
 
@@ -30,13 +33,15 @@ def plugin_targets(group: str, builtin: dict[str, Any] | None = None) -> dict[st
     found: dict[str, str] = {}
     for ep in entry_points(group=group):
         if builtin is not None and ep.name in builtin:
-            log.warning(
-                "ignoring entry point %s = %s of %s: %r is hangar's own",
-                ep.name,
-                ep.value,
-                group,
-                ep.name,
-            )
+            if (group, ep.name, ep.value) not in _WARNED:  # once per process, not per lookup
+                _WARNED.add((group, ep.name, ep.value))
+                log.warning(
+                    "ignoring entry point %s = %s of %s: %r is hangar's own",
+                    ep.name,
+                    ep.value,
+                    group,
+                    ep.name,
+                )
             continue
         found.setdefault(ep.name, ep.value)
     return found

@@ -89,12 +89,14 @@ def clear_caches() -> None:
     """Forget what hangar's registries found (they are read once per process)."""
     import importlib
 
+    from hangar import plugins
     from hangar.agents.presets import presets
     from hangar.kinds.execution.sources import sources
     from hangar.trials.kind import registry
 
     for cached in (presets, sources, registry):
         cached.cache_clear()
+    plugins._WARNED.clear()
     importlib.invalidate_caches()
 
 

@@ -95,9 +95,10 @@ def _backend_ready(backend: str) -> None:
             skip_or_fail("docker", f"base image {BASE_IMAGE} missing ({exc}): make base-image")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def extras_package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """An installed package with a backend of its own (`tests.plugin_package`)."""
+    """An installed package with a backend of its own (`tests.plugin_package`), for this
+    module's tests only: others see hangar as it ships."""
     with installed(tmp_path_factory.mktemp("site")) as site:
         yield site
 
