@@ -122,7 +122,10 @@ def test_a_registry_binds_the_case_ids_scenario(tmp_path: Path) -> None:
     [
         (lambda e: [*e, dict(e[0])], "entry 1: duplicate case id 'statkit-median-even'"),
         (lambda e: [*e, {**e[0], "caseId": "no-such-case"}], "unknown case id(s) 'no-such-case'"),
-        (lambda e: [{**e[0], "revision": "1a6dc25"}], "exact 40-character commit"),
+        (
+            lambda e: [{**e[0], "revision": "1a6dc25"}],
+            "the exact commit as 40 lowercase hex characters",
+        ),
         (
             lambda e: [{**e[0], "verifier": {**e[0]["verifier"], "sha256": "abc"}}],
             "verifier.sha256",

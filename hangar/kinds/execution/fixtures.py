@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hangar.errors import AdmissionError, ConfigError
 from hangar.files import read_data
-from hangar.kinds.execution.scenario import REVISION
+from hangar.kinds.execution.scenario import pinned_revision, task_text
 from hangar.validation import CaseId, validation_message
 from hangar.verifiers.spec import PinnedFile
 
@@ -56,22 +56,8 @@ class Fixture(BaseModel):
     verifier: PinnedFile
     """The host verifier."""
 
-    @field_validator("revision")
-    @classmethod
-    def _revision(cls, value: str) -> str:
-        if not REVISION.match(value):
-            raise ValueError(
-                f"expected the exact 40-character commit, got {value!r} "
-                "(a branch, tag or short hash is not a pin: use `git rev-parse`)"
-            )
-        return value
-
-    @field_validator("context")
-    @classmethod
-    def _context(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("the task text must not be empty")
-        return value
+    _revision = field_validator("revision", mode="before")(pinned_revision)
+    _context = field_validator("context")(task_text)
 
     def bind(self, raw: dict[str, Any], folder: Path) -> dict[str, Any]:
         """The scenario file's data `raw` with this fixture's fields (paths made absolute

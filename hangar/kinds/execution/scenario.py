@@ -42,6 +42,28 @@ from hangar.verifiers.spec import (
 REVISION = re.compile(r"^[0-9a-f]{40}$")
 
 
+def pinned_revision(value: object) -> str:
+    """`value` when it is an exact commit (a scenario's or a fixture's ``revision``)."""
+    if not isinstance(value, str):
+        raise ValueError(
+            f"expected the exact commit as 40 lowercase hex characters, got {value!r}: "
+            "quote it in YAML so it stays a string"
+        )
+    if not REVISION.match(value):
+        raise ValueError(
+            f"expected the exact commit as 40 lowercase hex characters, got {value!r} "
+            "(a branch, tag or short hash is not a pin: use `git rev-parse`)"
+        )
+    return value
+
+
+def task_text(value: str) -> str:
+    """`value` when it is a task text (a scenario's or a fixture's ``context``)."""
+    if not value.strip():
+        raise ValueError("the task text must not be empty")
+    return value
+
+
 class Plugin(Strict):
     """A file or folder an arm may install into the sandbox (a skill, a config)."""
 
@@ -91,27 +113,8 @@ class Scenario(Strict):
     in the workspace. The host scripts (``prepare``, ``verifier.host``) are pinned by their
     sha256 and may lie anywhere, an absolute path included, without it."""
 
-    @field_validator("revision", mode="before")
-    @classmethod
-    def _revision(cls, value: object) -> str:
-        if not isinstance(value, str):
-            raise ValueError(
-                f"expected the exact commit as 40 lowercase hex characters, got {value!r}: "
-                "quote it in YAML so it stays a string"
-            )
-        if not REVISION.match(value):
-            raise ValueError(
-                f"expected the exact commit as 40 lowercase hex characters, got {value!r} "
-                "(a branch, tag or short hash is not a pin: use `git rev-parse`)"
-            )
-        return value
-
-    @field_validator("context")
-    @classmethod
-    def _context(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("the task text must not be empty")
-        return value
+    _revision = field_validator("revision", mode="before")(pinned_revision)
+    _context = field_validator("context")(task_text)
 
     def plugin(self, name: str) -> Plugin:
         """The plugin called `name`."""
