@@ -39,10 +39,6 @@ class Validation(NamedTuple):
     status: Status
     reason: str
 
-    def left_out(self) -> dict[str, str]:
-        """How a sweep records the task it left out (for reports and the viewer)."""
-        return {"scenario": self.task_id, "status": self.status, "reason": self.reason}
-
 
 def validation_batch(
     name: str, tasks: Sequence[ImageTask], *, repeats: int, store: str | None, evidence: str | None
