@@ -12,7 +12,8 @@ from pydantic import AfterValidator, BaseModel, ValidationError
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-def _check_name(value: str) -> str:
+def check_name(value: str) -> str:
+    """`value` when it is a `Name`."""
     if not _NAME.match(value):
         raise ValueError(f"expected letters, digits, '_', '.', '-', got {value!r}")
     return value
@@ -20,7 +21,7 @@ def _check_name(value: str) -> str:
 
 #: An id or name (scenario, agent, arm, plugin, sweep): starts alphanumeric, then
 #: letters, digits, '_', '.', '-'.
-Name = Annotated[str, AfterValidator(_check_name)]
+Name = Annotated[str, AfterValidator(check_name)]
 
 _CASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")
 

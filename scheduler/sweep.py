@@ -46,7 +46,7 @@ from hangar.sealing import sealed_suite_of
 from hangar.sealing import verify as verify_suite
 from hangar.trials import Arm, Task, TrialSpec, trial_key
 from hangar.trials.kind import Kind, Matrix, kind_of, kind_of_file, kinds, tasks_in
-from hangar.validation import validation_message
+from hangar.validation import check_name, validation_message
 
 if TYPE_CHECKING:
     from hangar.store import ResultsStore
@@ -146,7 +146,7 @@ class SweepFile(BaseModel):
     @classmethod
     def _id(cls, value: str | None) -> str | None:
         if value is not None:
-            check_run_id(expand_id(value, datetime(2000, 1, 3, tzinfo=UTC)))
+            check_name(expand_id(value, datetime(2000, 1, 3, tzinfo=UTC)))
         return value
 
     scenarios: list[str]
@@ -446,12 +446,12 @@ def load_sweep(path: Path, fixtures: Path | None = None) -> Sweep:
     return sweep
 
 
-#: What an id's placeholders become.
 def _week(now: datetime) -> str:
     year, week, _ = now.isocalendar()
     return f"{year}-W{week:02d}"
 
 
+#: What an id's placeholders become.
 _PLACEHOLDERS: dict[str, Callable[[datetime], str]] = {
     "date": lambda now: now.strftime("%Y-%m-%d"),
     "week": _week,
@@ -470,15 +470,6 @@ def expand_id(template: str, now: datetime) -> str:
         return _PLACEHOLDERS[name](now)
 
     return re.sub(r"\{([^{}]*)\}", fill, template)
-
-
-def check_run_id(value: str) -> str:
-    """`value` when it is a valid sweep id (letters, digits, '_', '.', '-')."""
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", value):
-        raise ValueError(
-            f"expected letters, digits, '_', '.', '-' (and {{date}}, {{week}}), got {value!r}"
-        )
-    return value
 
 
 def new_run_id(sweep_id: str, now: datetime) -> str:
