@@ -22,6 +22,7 @@ retry: {infra_retries: 2, backoff_s: 2, backoff_max_s: 60}
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import hashlib
 import itertools
@@ -29,11 +30,18 @@ import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import unquote, urlparse
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+)
 
 from hangar.agents import AgentSpec, load_agents, parse_agent
 from hangar.errors import AdmissionError, ConfigError, HangarError
@@ -45,7 +53,15 @@ from hangar.sandbox.config import BackendConfig, DockerConfig
 from hangar.sealing import sealed_suite_of
 from hangar.sealing import verify as verify_suite
 from hangar.trials import Arm, Task, TrialSpec, trial_key
-from hangar.trials.kind import Kind, Matrix, kind_of, kind_of_file, kinds, tasks_in
+from hangar.trials.kind import (
+    Kind,
+    Matrix,
+    SweepSettings,
+    kind_of,
+    kind_of_file,
+    kinds,
+    tasks_in,
+)
 from hangar.validation import check_name, validation_message
 
 if TYPE_CHECKING:
@@ -83,32 +99,6 @@ class RetryPolicy(BaseModel):
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before `attempt` (2 is the first retry)."""
         return float(min(self.backoff_max_s, self.backoff_s * 2.0 ** max(0, attempt - 2)))
-
-
-class SweepNetwork(BaseModel):
-    """The sweep's network policy for image tasks."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    allow_public: bool = False
-    """Give a phase that asks for a public network every named host (through the audited
-    egress proxy: raw IPs refused, each attempt recorded); off: the agent's runs with no
-    network and a verifier that needs one is blocked_setup."""
-    host_services: list[str] = Field(default_factory=list)
-    """Services of the worker itself (``127.0.0.1:8799``, ``[::1]:8080``, or
-    ``localhost:8799``) an allowlisted name may reach. Without one, the egress proxy refuses
-    every loopback, private, link-local and metadata address a name resolves to."""
-
-    @field_validator("host_services")
-    @classmethod
-    def _host_port(cls, entries: list[str]) -> list[str]:
-        for entry in entries:
-            host, sep, port = entry.rpartition(":")
-            if not sep or not host or not port.isascii() or not port.isdigit():
-                raise ValueError(f"{entry!r}: a host service is ADDRESS:PORT or NAME:PORT")
-            if not 0 < int(port) < 65536:
-                raise ValueError(f"{entry!r}: the port must be 1 to 65535")
-        return entries
 
 
 class UntilDecided(BaseModel):
@@ -178,18 +168,6 @@ class SweepFile(BaseModel):
     """Slots, window and caps."""
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     """Retries of infrastructure failures."""
-    image_map: dict[str, str] = Field(default_factory=dict)
-    """Image references rewritten for image tasks (Harbor tasks): their ``FROM`` lines and
-    ``docker_image``; keys are references or fnmatch patterns (``ubuntu:*``), for a mirror
-    or a machine's own images."""
-    reward_threshold: float | None = Field(default=None, ge=0, le=1)
-    """The reward at or above which an image task's trial passes (default 1)."""
-    registry: str | None = None
-    """Where the nodes of a cluster share the images they build for image tasks and the
-    agent CLIs' bundles (``host:port/namespace``): a node pulls what another pushed, and
-    pushes what it built; on Kubernetes sandbox pods take their agent's bundle from it."""
-    network: SweepNetwork = Field(default_factory=lambda: SweepNetwork())
-    """What networks image tasks may have beyond their allowlists."""
     margin: float | None = Field(default=None, gt=0, le=100)
     """Points of a metric's range the comparisons' decision sentences are about (default:
     the margin its decision suites declare, else 5); recorded with the results, so every
@@ -197,14 +175,12 @@ class SweepFile(BaseModel):
     until_decided: UntilDecided | None = None
     """Run the comparison of these roles in rounds and stop once decided (see
     `UntilDecided`); reports say it stopped early, after how many units and why."""
-    repo_map: dict[str, str] = Field(default_factory=dict)
-    """Repositories of image tasks rewritten: a URL or a SWE-bench ``owner/name`` -> a
-    mirror's URL or a local path (relative to the sweep file)."""
-    fixtures: str | None = None
-    """A fixture registry (a JSON list of ``{caseId, repository, revision, context,
-    prepare?, verifier}``, relative to the sweep file): it binds each case id's scenario
-    to a local repository, revision, task text and host scripts (`hangar run --fixtures`
-    gives one instead)."""
+    registry: str | None = None
+    """Where the nodes of a cluster share the images they build for image tasks and the
+    agent CLIs' bundles (``host:port/namespace``): a node pulls what another pushed, and
+    pushes what it built; on Kubernetes sandbox pods take their agent's bundle from it."""
+
+    # Each kind's own fields (`Kind.settings_model`) sit beside these: `sweep_file_model`.
 
 
 class UnloadableScenario(BaseModel):
@@ -238,7 +214,9 @@ class Sweep(BaseModel):
     path: Path | None
     """The sweep file."""
     config: SweepFile
-    """The file's content."""
+    """The file's generic fields."""
+    settings: SweepSettings = Field(default_factory=SweepSettings)
+    """What it says to its kinds (each kind's own fields, typed)."""
     tasks: list[Task]
     """Every task, of every kind, in file order."""
     agents: dict[str, AgentSpec]
@@ -405,13 +383,11 @@ def _scenario_files(base: Path, patterns: list[str]) -> dict[Path, str]:
     return files
 
 
-def load_sweep(path: Path, fixtures: Path | None = None) -> Sweep:
-    """Load and validate a sweep file; errors name the file and the field. `fixtures`: a
-    fixture registry given instead of the file's ``fixtures:``."""
+def load_sweep(path: Path, overrides: dict[str, str] | None = None) -> Sweep:
+    """Load and validate a sweep file; errors name the file and the field. `overrides`:
+    fields given on the command line instead of the file's (``{"fixtures": PATH}``)."""
     path = path.resolve()
-    config = _sweep_file(path)
-    if fixtures is not None:
-        config = config.model_copy(update={"fixtures": str(fixtures.resolve())})
+    config, settings = _sweep_file(path, overrides or {})
     base = path.parent
     agents: dict[str, AgentSpec] = {}
     if config.agents_file:
@@ -425,12 +401,13 @@ def load_sweep(path: Path, fixtures: Path | None = None) -> Sweep:
         raise ConfigError(f"{path}: arms: {exc.errors()[0]['msg']}") from None
     if not arms:
         raise ConfigError(f"{path}: `arms` is empty (use `control: []` for no plugins)")
-    tasks, unloadable = _tasks(path, config)
+    tasks, unloadable = _tasks(path, config, settings)
     sweep = Sweep(
         id=expand_id(config.id, datetime.now(UTC)) if config.id else path.stem,
         family=config.id or path.stem,
         path=path,
         config=config,
+        settings=settings,
         tasks=tasks,
         agents=agents,
         arms=arms,
@@ -477,22 +454,60 @@ def new_run_id(sweep_id: str, now: datetime) -> str:
     return f"{sweep_id}.{now.strftime('%Y%m%d-%H%M%S')}"
 
 
-def _sweep_file(path: Path) -> SweepFile:
-    """The sweep file's settings, validated."""
+@functools.cache
+def sweep_file_model() -> type[SweepFile]:
+    """The sweep file as validated: its generic fields and every kind's own
+    (`Kind.settings_model`), so that an unknown or misspelt field is told the nearest
+    known one, whichever kind it is of."""
+    fields: dict[str, Any] = {}
+    owner: dict[str, str] = dict.fromkeys(SweepFile.model_fields, "the sweep")
+    for kind in kinds():
+        model = kind.settings_model
+        for name, info in (model.model_fields if model else {}).items():
+            if name in owner:
+                raise ConfigError(
+                    f"the kind {kind.name!r} declares the sweep field {name!r}, which "
+                    f"{owner[name]} has: rename one of them"
+                )
+            owner[name] = f"the kind {kind.name!r}"
+            fields[name] = (info.annotation, info)
+    return create_model("SweepFile", __base__=SweepFile, **fields)
+
+
+def _sweep_file(path: Path, overrides: dict[str, str]) -> tuple[SweepFile, SweepSettings]:
+    """The sweep file's generic fields and its kinds' settings, validated."""
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a sweep file must be a YAML mapping")
-    try:
-        config = SweepFile.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(
-            validation_message(
-                str(path), "sweep", exc, path.read_text(errors="replace"), model=SweepFile
-            )
-        ) from None
-    if not config.models:
+    data |= overrides
+    text = path.read_text(errors="replace")
+    model = sweep_file_model()
+    full = _validated(model, data, path, text)
+    if not full.models:
         raise ConfigError(f"{path}: `models` is empty")
-    return _located(config, path.parent)
+    generic = {name: getattr(full, name) for name in SweepFile.model_fields}
+    config = SweepFile.model_construct(full.model_fields_set & set(generic), **generic)
+    mine = [
+        _validated(m, {k: v for k, v in data.items() if k in m.model_fields}, path, text)
+        for m in (kind.settings_model for kind in kinds())
+        if m is not None
+    ]
+    settings = SweepSettings.holding(
+        *(m.located(path.parent) for m in mine), registry=config.registry
+    )
+    return _located(config, path.parent), settings
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _validated(model: type[_M], data: dict[str, Any], path: Path, text: str) -> _M:
+    """`data` as `model`, or the error naming the file, the field and its line."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        message = validation_message(str(path), "sweep", exc, text, model=model)
+        raise ConfigError(message) from None
 
 
 class LeftOut(NamedTuple):
@@ -538,7 +553,9 @@ def _located(config: SweepFile, base: Path) -> SweepFile:
     return config.model_copy(update={"store": store, "evidence": evidence})
 
 
-def _tasks(path: Path, config: SweepFile) -> tuple[list[Task], list[UnloadableScenario]]:
+def _tasks(
+    path: Path, config: SweepFile, settings: SweepSettings
+) -> tuple[list[Task], list[UnloadableScenario]]:
     """The tasks of every file the sweep lists, and the files that do not load."""
     base = path.parent
     tasks: list[Task] = []
@@ -546,20 +563,9 @@ def _tasks(path: Path, config: SweepFile) -> tuple[list[Task], list[UnloadableSc
     seen: dict[str, Path] = {}
     files = _scenario_files(base, config.scenarios)
     _check_sealed(files, base)
-    options = {
-        "registry": config.registry,
-        "network": config.network.model_dump(),
-        "image_map": config.image_map,
-        "reward_threshold": config.reward_threshold,
-        "repo_map": {
-            k: v if "://" in v or v.startswith("git@") else str((base / v).resolve())
-            for k, v in config.repo_map.items()
-        },
-        "fixtures": str(base / config.fixtures) if config.fixtures else None,
-    }
     for file, suite in files.items():
         try:
-            found = [kind_of(t.kind).configure(t, options) for t in tasks_in(file, options)]
+            found = [kind_of(t.kind).configure(t, settings) for t in tasks_in(file, settings)]
         except AdmissionError:
             raise
         except HangarError as exc:
@@ -576,15 +582,15 @@ def _tasks(path: Path, config: SweepFile) -> tuple[list[Task], list[UnloadableSc
             tasks.append(task.model_copy(update={"suite": suite}) if not task.suite else task)
     ids = set(seen) | {u.scenario_id for u in unloadable}
     for kind in kinds():
-        kind.admit(options, ids)
+        kind.admit(settings, ids)
     return tasks, unloadable
 
 
-def load_task_folder(folder: Path, image_map: dict[str, str]) -> list[Task]:
-    """The tasks of a folder named on the command line (a dataset), with `image_map`."""
-    options = {"image_map": image_map, "reward_threshold": None}
+def load_task_folder(folder: Path, settings: SweepSettings) -> list[Task]:
+    """The tasks of a folder named on the command line (a dataset), in a sweep that says
+    `settings`."""
     files = _scenario_files(Path.cwd(), [str(folder.resolve())])
-    return [kind_of(t.kind).configure(t, options) for f in files for t in tasks_in(f)]
+    return [kind_of(t.kind).configure(t, settings) for f in files for t in tasks_in(f, settings)]
 
 
 def _check_sealed(files: dict[Path, str], base: Path) -> None:

@@ -133,6 +133,7 @@ def schemas() -> str:
     from hangar.kinds.rubric.formats import Config, DatasetFile, RubricFile
     from hangar.models import ModelSpec
     from hangar.scheduler.sweep import SweepFile
+    from hangar.trials.kind import kinds
 
     seen: set[type[BaseModel]] = set()
     lines = [
@@ -160,6 +161,10 @@ def schemas() -> str:
         ("Knowledge gold set: a line of `labels/<arm>.jsonl`", Label),
     ):
         lines += _model_md(title, model, seen)
+    for kind in kinds():
+        if kind.settings_model is not None:
+            title = f"Sweep file: fields for {kind.title} (beside the fields above)"
+            lines += _model_md(title, kind.settings_model, seen)
     return "\n".join(lines) + "\n"
 
 

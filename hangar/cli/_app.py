@@ -19,7 +19,7 @@ from hangar.console import console, err_console
 from hangar.errors import ConfigError, HangarError
 from hangar.store import ResultsStore
 from hangar.trials.batch import BatchOutcome, Services, SweepTasks, TaskBatch
-from hangar.trials.kind import kinds
+from hangar.trials.kind import SweepSettings, kinds
 
 if TYPE_CHECKING:
     from hangar.scheduler.sweep import Sweep
@@ -59,8 +59,8 @@ def _services(
     )
 
 
-def _sweep_tasks(path: Path, image_map: dict[str, str]) -> SweepTasks:
-    """A sweep file's tasks (its own image map), or a folder's (with `image_map`)."""
+def _sweep_tasks(path: Path, settings: SweepSettings) -> SweepTasks:
+    """A sweep file's tasks (its own settings), or a folder's (with `settings`)."""
     from hangar.scheduler.sweep import load_sweep, load_task_folder
 
     if path.is_file():
@@ -68,8 +68,13 @@ def _sweep_tasks(path: Path, image_map: dict[str, str]) -> SweepTasks:
         unloadable = [(u.scenario_id, u.error) for u in sweep.unloadable]
         c = sweep.config
         return SweepTasks(sweep.id, sweep.tasks, unloadable, c.store, c.evidence)
-    tasks = load_task_folder(path, image_map)
+    tasks = load_task_folder(path, settings)
     return SweepTasks(path.resolve().name, tasks, [], None, None)
+
+
+def given_fixtures(path: Path | None) -> dict[str, str]:
+    """The sweep field `--fixtures` gives instead of the file's (none when not given)."""
+    return {"fixtures": str(path.resolve())} if path is not None else {}
 
 
 def _resolve_for_kinds(sweep: str, store: str | None) -> tuple[str, ResultsStore]:

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from hangar.cli._app import app, latest_run, resolve_sweep
+from hangar.cli._app import app, given_fixtures, latest_run, resolve_sweep
 from hangar.console import console, err_console
 from hangar.errors import ConfigError
 from hangar.logs import LogFormat
@@ -151,7 +151,7 @@ def run(
     from hangar.store import ResultsStore
 
     configure_logs(log_format)
-    sweep = load_sweep(sweep_file, fixtures).narrowed(filter_, repeat)
+    sweep = load_sweep(sweep_file, given_fixtures(fixtures)).narrowed(filter_, repeat)
     sweep = _until_decided(sweep, until_decided, baseline, candidate, round_units)
     for bad in sweep.unloadable:
         err_console.print(

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from hangar.cli._app import app
+from hangar.cli._app import app, given_fixtures
 from hangar.console import console, err_console
 
 sweep_app = typer.Typer(help="Check sweep files.")
@@ -44,7 +44,7 @@ def sweep_check(
     from hangar.scheduler.sweep import load_sweep
     from hangar.trials.kind import kind_of
 
-    sweep = load_sweep(sweep_file, fixtures)
+    sweep = load_sweep(sweep_file, given_fixtures(fixtures))
     c, matrix = sweep.config, sweep.matrix()
     terms = sweep.breakdown()
     problems = [f"{bad.path} does not load: {bad.error}" for bad in sweep.unloadable]

@@ -25,6 +25,7 @@ from hangar.trials.spec import Arm, Task
 
 if TYPE_CHECKING:
     from hangar.store import ResultsStore
+    from hangar.trials.kind import SweepSettings
 
 
 class TaskBatch(BaseModel):
@@ -100,8 +101,9 @@ class Services:
 
     scheduler: Scheduler
     """Runs a batch on Ray."""
-    sweep_tasks: Callable[[Path, dict[str, str]], SweepTasks]
-    """The tasks of a sweep file, or of a folder of task folders with an image map."""
+    sweep_tasks: Callable[[Path, SweepSettings], SweepTasks]
+    """The tasks of a sweep file, or of a folder of task folders in a sweep that says
+    these settings (an image map)."""
     resolve_sweep: Callable[[str, str | None], tuple[str, ResultsStore]]
     """A sweep file or id (and a store URL): the sweep's id and its store."""
 

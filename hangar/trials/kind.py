@@ -17,9 +17,9 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
 from hangar.agents import AgentSpec
 from hangar.errors import ConfigError
@@ -68,6 +68,48 @@ class Matrix(BaseModel):
     """The sandbox backend and its settings."""
     evidence_url: str = ""
     """Where the trials write their bundles."""
+
+
+class KindSettings(BaseModel):
+    """A kind's own fields of a sweep file (beside the generic ones, at its top level).
+
+    A kind declares them as a subclass (`Kind.settings_model`); the sweep file is validated with
+    every kind's fields (line numbers, "did you mean"), and each kind reads its own back,
+    typed, with `SweepSettings.of`. The scheduler and the command line know none of them.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def located(self, base: Path) -> Self:
+        """These settings with their relative paths read from the sweep file's folder."""
+        return self
+
+
+_S = TypeVar("_S", bound=KindSettings)
+
+
+class SweepSettings(BaseModel):
+    """What a sweep file says to its kinds: each kind's settings, and the generic ones a
+    kind's tasks need."""
+
+    model_config = ConfigDict(frozen=True)
+
+    registry: str | None = None
+    """Where the nodes share the images they build (the sweep's ``registry``)."""
+    kinds: tuple[SerializeAsAny[KindSettings], ...] = ()
+    """The kinds' settings (at most one of each model)."""
+
+    @classmethod
+    def holding(cls, *settings: KindSettings, registry: str | None = None) -> SweepSettings:
+        """The settings of a sweep that gives these kinds' settings."""
+        return cls(registry=registry, kinds=settings)
+
+    def of(self, model: type[_S]) -> _S:
+        """The settings of `model`'s kind (its defaults when the sweep gives none)."""
+        for settings in self.kinds:
+            if isinstance(settings, model):
+                return settings
+        return model()
 
 
 class ViewSettings(BaseModel):
@@ -142,6 +184,8 @@ class Kind(ABC):
     pages: tuple[KindPage, ...] = ()
     #: Its own command groups: (name, the module whose ``app`` is its Typer group).
     cli: tuple[tuple[str, str], ...] = ()
+    #: Its own fields of a sweep file (None: it has none).
+    settings_model: type[KindSettings] | None = None
 
     @property
     def templates(self) -> Path:
@@ -155,13 +199,13 @@ class Kind(ABC):
         holds tasks of this kind."""
         return False
 
-    def load(self, path: Path, data: Any, options: dict[str, Any] | None = None) -> list[Task]:
-        """The tasks of the file `path` (`data`: its parsed YAML; `options`: the sweep's
-        options, as `configure` has them)."""
+    def load(self, path: Path, data: Any, settings: SweepSettings) -> list[Task]:
+        """The tasks of the file `path` (`data`: its parsed YAML) in a sweep that says
+        `settings`."""
         raise NotImplementedError(f"{self.title} are not listed in sweep files")
 
-    def admit(self, options: dict[str, Any], ids: set[str]) -> None:
-        """Refuse the whole sweep (`hangar.errors.AdmissionError`) when its `options` for
+    def admit(self, settings: SweepSettings, ids: set[str]) -> None:
+        """Refuse the whole sweep (`hangar.errors.AdmissionError`) when its `settings` for
         this kind do not fit the ids of its tasks (`ids`: every task's, of every kind,
         files that did not load included), e.g. a fixture registry's unknown case id."""
         return None
@@ -171,8 +215,8 @@ class Kind(ABC):
         (status, reason), e.g. an image task broken or never validated. None by default."""
         return {}
 
-    def configure(self, task: Task, options: dict[str, Any]) -> Task:
-        """`task` with the sweep's `options` that concern it (e.g. an ``image_map``)."""
+    def configure(self, task: Task, settings: SweepSettings) -> Task:
+        """`task` with the sweep's `settings` that concern it (e.g. an ``image_map``)."""
         return task
 
     @abstractmethod
@@ -265,10 +309,11 @@ def kind_of_file(file: Path, data: Any) -> Kind:
     raise ConfigError(f"{file}: no kind of task reads this file")
 
 
-def tasks_in(file: Path, options: dict[str, Any] | None = None) -> list[Task]:
-    """A task file's tasks (a scenario, a decision suite's cases), read by its kind."""
+def tasks_in(file: Path, settings: SweepSettings | None = None) -> list[Task]:
+    """A task file's tasks (a scenario, a decision suite's cases), read by its kind in a
+    sweep that says `settings` (none: the kinds' defaults)."""
     data = read_data(file) if file.suffix in _DATA_SUFFIXES else None
-    return kind_of_file(file, data).load(file, data, options)
+    return kind_of_file(file, data).load(file, data, settings or SweepSettings())
 
 
 def kinds() -> list[Kind]:

@@ -89,7 +89,7 @@ def write(path: Path, entries: Any) -> Path:
 
 def test_a_registry_binds_the_case_ids_scenario(tmp_path: Path) -> None:
     sweep, registry, entries = setup(tmp_path)
-    loaded = load_sweep(sweep, write(registry, entries))
+    loaded = load_sweep(sweep, {"fixtures": str(write(registry, entries))})
     (task,) = loaded.of_kind("execution")
     s = task.scenario  # type: ignore[attr-defined]
     assert s.repository == entries[0]["repository"] and s.revision == REVISION
@@ -138,7 +138,7 @@ def test_admission_refuses_the_whole_run(tmp_path: Path, change: Any, said: str)
     sweep, registry, entries = setup(tmp_path)
     write(registry, change(entries))
     with pytest.raises(AdmissionError, match=None) as exc:
-        load_sweep(sweep, registry)
+        load_sweep(sweep, {"fixtures": str(registry)})
     assert said in str(exc.value) and str(registry) in str(exc.value)
     # Through the CLI: exit 2 with the reason, before anything is recorded.
     proc = hangar("run", str(sweep), "--fixtures", str(registry), "--yes")

@@ -14,6 +14,7 @@ import pytest
 from hangar.agents import NOP, ORACLE, AgentSpec, CommandAgent
 from hangar.kinds.execution import KIND, single_trial
 from hangar.kinds.execution.harbor import load_task
+from hangar.kinds.execution.settings import execution_settings
 from hangar.results import TrialResult, Verdict
 from hangar.testing.answers import EXAMPLE_ANSWERS, EXAMPLE_PORT, serve_answers
 from hangar.trials import Arm, run_trial
@@ -43,7 +44,9 @@ def run(docker_client: docker.DockerClient, stock: str, tasks: Path, tmp_path: P
     """One trial of a task of the dataset copy; checks that nothing is left behind."""
 
     def go(name: str, agent: AgentSpec) -> TrialResult:
-        task = KIND.configure(load_task(tasks / name / "task.toml"), {"image_map": IMAGE_MAP})
+        task = KIND.configure(
+            load_task(tasks / name / "task.toml"), execution_settings(image_map=IMAGE_MAP)
+        )
         spec = single_trial(
             task, agent, Arm(name="control"), evidence_url=(tmp_path / "evidence").as_uri()
         ).model_copy(update={"work_root": tmp_path / "trials", "cache_root": tmp_path / "cache"})

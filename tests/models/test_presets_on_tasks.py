@@ -21,6 +21,7 @@ import pytest
 from hangar.agents import parse_agent
 from hangar.kinds.execution import KIND, single_trial
 from hangar.kinds.execution.harbor import load_task
+from hangar.kinds.execution.settings import execution_settings
 from hangar.models import ModelSpec
 from hangar.results import TrialResult, Verdict
 from hangar.sandbox.bundles import AGENT_CLIS
@@ -126,8 +127,8 @@ def harbor_task(
     stock_image()
     folder = tmp_path_factory.mktemp("harbor") / "fix-median"
     shutil.copytree(EXAMPLES / "harbor" / "dataset" / "fix-median", folder)
-    options = {"image_map": {"python:*": "hangar/base:bookworm-stock"}}
-    return KIND.configure(load_task(folder / "task.toml"), options)
+    settings = execution_settings(image_map={"python:*": "hangar/base:bookworm-stock"})
+    return KIND.configure(load_task(folder / "task.toml"), settings)
 
 
 @pytest.mark.parametrize("preset", [*PRESETS, "aider"])

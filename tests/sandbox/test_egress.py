@@ -30,6 +30,7 @@ import pytest
 from hangar.agents import CommandAgent
 from hangar.kinds.execution import KIND, single_trial
 from hangar.kinds.execution.harbor import load_task
+from hangar.kinds.execution.settings import execution_settings
 from hangar.results import Verdict
 from hangar.sandbox.egress import (
     EgressProxy,
@@ -577,11 +578,11 @@ def test_a_sandbox_reaches_only_its_allowlist(
             f'[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["localhost:{port}"]\n',
         )
     )
-    options = {
-        "image_map": {"ubuntu:*": "hangar/base:bookworm-stock"},
-        "network": {"host_services": [f"127.0.0.1:{port}"]},
-    }
-    task = KIND.configure(load_task(toml), options)
+    settings = execution_settings(
+        image_map={"ubuntu:*": "hangar/base:bookworm-stock"},
+        network={"host_services": [f"127.0.0.1:{port}"]},
+    )
+    task = KIND.configure(load_task(toml), settings)
     agent = CommandAgent(
         name="probe",
         command=f"python3 - <<'EOF'\n{PROBE}\nEOF\necho 'Hello, world!' > /app/hello.txt",
@@ -648,7 +649,9 @@ def test_a_default_network_is_public_only_where_the_sweep_allows_it(
 
     def trial(allow_public: bool, services: list[str]) -> Any:
         network = {"allow_public": allow_public, "host_services": services}
-        task = KIND.configure(load_task(toml), {"image_map": image_map, "network": network})
+        task = KIND.configure(
+            load_task(toml), execution_settings(image_map=image_map, network=network)
+        )
         assert task.verifier.network.mode == "public" and not task.verifier.network.refused
         spec = single_trial(
             task, ORACLE, Arm(name="control"), evidence_url=(tmp_path / "ev").as_uri()

@@ -22,6 +22,7 @@ import pytest
 from hangar.agents import ORACLE, CommandAgent, ReferenceAgent
 from hangar.kinds.execution import KIND, single_trial
 from hangar.kinds.execution.harbor import load_task
+from hangar.kinds.execution.settings import execution_settings
 from hangar.results import TrialResult, Verdict
 from hangar.trials import Arm, run_trial
 from tests.conftest import skip_or_fail
@@ -156,7 +157,7 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
 
 def _run(toml: Path, agent: CommandAgent | ReferenceAgent, tmp: Path) -> TrialResult:
     task = KIND.configure(
-        load_task(toml), {"image_map": {"debian:*": "hangar/base:bookworm-stock"}}
+        load_task(toml), execution_settings(image_map={"debian:*": "hangar/base:bookworm-stock"})
     )
     spec = single_trial(task, agent, Arm(name="control"), evidence_url=(tmp / "ev").as_uri())
     spec = spec.model_copy(update={"work_root": tmp / "trials", "cache_root": tmp / "cache"})

@@ -114,11 +114,40 @@ def test_duplicate_ids_refuse_the_sweep(tmp_path: Path) -> None:
         ),
         ({"backend": {"kind": "docker", "labels": {"hangar.trial": "x"}}}, "hangar's own"),
         ({"backend": {"kind": "docker", "namespace": "x"}}, "namespace"),
+        # A kind's own fields are validated with the sweep's, lines and spelling alike.
+        ({"image_mpa": {}}, r"image_mpa` \(line \d+\): unknown field \(did you mean `image_map`"),
+        ({"reward_threshold": 2}, r"reward_threshold` \(line \d+\)"),
+        ({"network": {"host_services": ["nowhere"]}}, "network.host_services.*ADDRESS:PORT"),
     ],
 )
 def test_bad_sweeps_are_named(tmp_path: Path, config: dict[str, Any], words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         load_sweep(sweep_file(tmp_path, **config))
+
+
+def test_each_kind_reads_its_own_settings(tmp_path: Path) -> None:
+    """The execution kind's fields reach it typed and located; the generic settings the
+    scheduler holds carry none of them."""
+    from hangar.kinds.execution.settings import ExecutionSettings
+
+    path = sweep_file(
+        tmp_path,
+        image_map={"ubuntu:*": "mine:1"},
+        repo_map={"o/r": "mirrors/r"},
+        network={"host_services": ["127.0.0.1:80"]},
+        registry="localhost:5000/h",
+    )
+    sweep = load_sweep(path)
+    mine = sweep.settings.of(ExecutionSettings)
+    assert mine.image_map == {"ubuntu:*": "mine:1"}
+    assert mine.repo_map == {"o/r": str(tmp_path / "mirrors" / "r")}
+    assert mine.network.host_services == ("127.0.0.1:80",)
+    assert sweep.settings.registry == sweep.config.registry == "localhost:5000/h"
+    assert not {"image_map", "repo_map", "network"} & set(type(sweep.config).model_fields)
+    fixtures = tmp_path / "f.json"
+    fixtures.write_text("[]")
+    given = load_sweep(path, {"fixtures": str(fixtures)}).settings.of(ExecutionSettings)
+    assert given.fixtures == str(fixtures)
 
 
 def test_backoff_grows_and_caps() -> None:

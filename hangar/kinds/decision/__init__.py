@@ -18,7 +18,7 @@ from hangar.kinds.decision.cases import LoadedCase, is_decision_suite, load_deci
 from hangar.models import ModelSpec
 from hangar.results import TrialResult
 from hangar.trials.boundary import TrialRun
-from hangar.trials.kind import Kind, Matrix, ViewSettings
+from hangar.trials.kind import Kind, Matrix, SweepSettings, ViewSettings
 from hangar.trials.spec import CONTROL_ARM, SKILL_ARM, Arm, Task, TrialSpec, new_spec
 
 
@@ -67,7 +67,7 @@ class DecisionKind(Kind):
         """A suite file (``kind: decision``)."""
         return is_decision_suite(data)
 
-    def load(self, path: Path, data: Any, options: dict[str, Any] | None = None) -> list[Task]:
+    def load(self, path: Path, data: Any, settings: SweepSettings) -> list[Task]:
         """The suite's cases."""
         return list(load_decision_suite(path, data))
 

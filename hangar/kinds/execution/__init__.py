@@ -19,13 +19,23 @@ from hangar.files import tree_digest
 from hangar.kinds.execution.fixtures import Registry, read_registry
 from hangar.kinds.execution.imagetask import ImageTask
 from hangar.kinds.execution.scenario import LoadedScenario
+from hangar.kinds.execution.settings import ExecutionSettings
 from hangar.kinds.execution.sources import source_of
 from hangar.models import ModelSpec
 from hangar.results import TrialResult
 from hangar.sandbox.config import BackendConfig
 from hangar.store import ResultsStore
 from hangar.trials.boundary import TrialRun
-from hangar.trials.kind import About, Failure, Fetch, Kind, Matrix, Put, ViewSettings
+from hangar.trials.kind import (
+    About,
+    Failure,
+    Fetch,
+    Kind,
+    Matrix,
+    Put,
+    SweepSettings,
+    ViewSettings,
+)
 from hangar.trials.spec import Arm, Task, TrialSpec, new_spec
 
 
@@ -96,6 +106,7 @@ class ExecutionKind(Kind):
     title = "execution scenarios"
     sandboxed = True
     view_template = "execution/view.html"
+    settings_model = ExecutionSettings
     cli = (
         ("scenario", "hangar.kinds.execution.cli"),
         ("task", "hangar.kinds.execution.task_cli"),
@@ -112,16 +123,16 @@ class ExecutionKind(Kind):
         """A file one of the task sources reads."""
         return source_of(path, data) is not None
 
-    def load(self, path: Path, data: Any, options: dict[str, Any] | None = None) -> list[Task]:
+    def load(self, path: Path, data: Any, settings: SweepSettings) -> list[Task]:
         """The scenarios of the file, through its task source (bound to the sweep's fixture
-        registry, `fixtures` in `options`, when it has one)."""
+        registry when it has one)."""
         source = source_of(path, data)
         assert source is not None
-        return list(source.load(path, data, _registry((options or {}).get("fixtures"))))
+        return list(source.load(path, data, _registry(settings.of(ExecutionSettings).fixtures)))
 
-    def admit(self, options: dict[str, Any], ids: set[str]) -> None:
+    def admit(self, settings: SweepSettings, ids: set[str]) -> None:
         """A fixture registry's case ids are all scenarios of the sweep."""
-        registry = _registry(options.get("fixtures"))
+        registry = _registry(settings.of(ExecutionSettings).fixtures)
         if registry is not None:
             registry.admit(ids)
 
@@ -131,17 +142,19 @@ class ExecutionKind(Kind):
 
         return {v.digest: (v.status, v.reason) for v in validated_tasks(tasks, store).left_out}
 
-    def configure(self, task: Task, options: dict[str, Any]) -> Task:
-        """An image task with the sweep's image map and reward threshold."""
+    def configure(self, task: Task, settings: SweepSettings) -> Task:
+        """An image task with the sweep's image map, reward threshold, repositories,
+        networks and registry."""
         if not isinstance(task, ImageTask):
             return task
+        mine = settings.of(ExecutionSettings)
         return task.configured(
-            image_map=options.get("image_map") or {},
-            threshold=options.get("reward_threshold"),
-            repo_map=options.get("repo_map") or {},
-            allow_public=bool((options.get("network") or {}).get("allow_public")),
-            host_services=tuple((options.get("network") or {}).get("host_services") or ()),
-            registry=options.get("registry"),
+            image_map=mine.image_map,
+            threshold=mine.reward_threshold,
+            repo_map=mine.repo_map,
+            allow_public=mine.network.allow_public,
+            host_services=mine.network.host_services,
+            registry=settings.registry,
         )
 
     def agents(self, matrix: Matrix) -> list[AgentSpec]:

@@ -41,11 +41,13 @@ def dataset_validate(
     yet.
     """
     from hangar.kinds.execution.imagetask import ImageTask
+    from hangar.kinds.execution.settings import execution_settings
     from hangar.kinds.execution.task_cli import parse_pairs
     from hangar.kinds.execution.validate import validate_dataset
     from hangar.store import ResultsStore
 
-    found_tasks = services_of(ctx.obj).sweep_tasks(dataset, parse_pairs(image_map, "--image-map"))
+    settings = execution_settings(image_map=parse_pairs(image_map, "--image-map"))
+    found_tasks = services_of(ctx.obj).sweep_tasks(dataset, settings)
     name, tasks, unloadable = found_tasks.name, found_tasks.tasks, found_tasks.unloadable
     store, evidence = store or found_tasks.store, found_tasks.evidence
     images = [t for t in tasks if isinstance(t, ImageTask)]

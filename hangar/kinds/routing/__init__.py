@@ -24,7 +24,7 @@ from hangar.models import ModelSpec
 from hangar.results import TrialResult
 from hangar.sandbox.config import BackendConfig
 from hangar.trials.boundary import TrialRun
-from hangar.trials.kind import About, Kind, Matrix, ViewSettings
+from hangar.trials.kind import About, Kind, Matrix, SweepSettings, ViewSettings
 from hangar.trials.spec import Arm, Task, TrialSpec, new_spec
 
 
@@ -68,7 +68,7 @@ class RoutingKind(Kind):
         """A suite file (``kind: routing``)."""
         return is_routing_suite(data)
 
-    def load(self, path: Path, data: Any, options: dict[str, Any] | None = None) -> list[Task]:
+    def load(self, path: Path, data: Any, settings: SweepSettings) -> list[Task]:
         """The suite's cases."""
         return list(load_routing_suite(path, data))
 
