@@ -1,7 +1,8 @@
 """Installed packages extend hangar through entry points (`hangar.plugins`): a sandbox
 backend, an agent preset, a task source and a kind, found without a line of hangar
 changed; hangar's own names cannot be taken over. The backend is also held to the
-sandbox conformance battery (`tests/sandbox/conftest.py`, backend ``extras-local``)."""
+sandbox conformance battery (`hangar.sandbox.conformance`, which `tests/sandbox` runs on
+the backend ``extras-local``)."""
 
 from __future__ import annotations
 

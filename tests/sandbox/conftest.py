@@ -1,21 +1,15 @@
-"""The conformance battery's fixtures: one `make_sandbox` per backend.
-
-Every test in `test_conformance.py` runs against every backend that can run here.
-A backend that cannot do something by design lists the test in `EXPECTED` with the
-reason: ``xfail`` (strict: if it starts passing, the list is wrong) or ``skip`` (the
-test would be unsafe to run against it, e.g. a fork bomb on the host).
-"""
+"""The conformance battery (`hangar.sandbox.conformance`) against every backend that can
+run here: `test_conformance.py` takes the battery, `backend` names each backend in turn
+with what `EXPECTED` says it cannot do by design."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from hangar.sandbox import Sandbox, SandboxSpec, sandbox_class
+from hangar.sandbox.conformance import expect
 from tests.conftest import BASE_IMAGE, skip_or_fail
 from tests.plugin_package import installed
 
@@ -39,10 +33,8 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "test_agent_cannot_kill_the_sandbox": ("skip", _UNSAFE_ON_HOST),
         "test_ending_user_processes_leaves_nothing_of_the_user": ("skip", _UNSAFE_ON_HOST),
         "test_memory_hog_killed": ("skip", _UNSAFE_ON_HOST),
-        "test_killed_from_outside_raises_unavailable": ("skip", "there is no container to kill"),
         "test_held_exec_ends_the_user_after_its_second_part": ("skip", _UNSAFE_ON_HOST),
         "test_ending_finds_what_hides_from_a_glance": ("skip", _UNSAFE_ON_HOST),
-        "test_held_exec_is_one_exec_on_docker": ("skip", "there is no container"),
     },
     "kubernetes": {
         "test_exec_as_other_user": ("xfail", "a pod runs every command as its own user"),
@@ -57,8 +49,6 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         ),
         "test_fork_bomb_hits_pids_limit": ("skip", "pids limits are the kubelet's, not the pod's"),
         "test_memory_hog_killed": ("xfail", "OOM kills are not read back over the exec API"),
-        "test_killed_from_outside_raises_unavailable": ("skip", "uses the docker API"),
-        "test_held_exec_is_one_exec_on_docker": ("skip", "uses the docker API"),
     },
 }
 
@@ -67,8 +57,6 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
 EXPECTED["extras-local"] = EXPECTED["local"]
 
 BACKENDS = ["local", "docker", "kubernetes", "extras-local"]
-
-MakeSandbox = Callable[..., Sandbox]
 
 
 def _backend_ready(backend: str) -> None:
@@ -110,41 +98,4 @@ def backend(request: pytest.FixtureRequest) -> str:
     if name == "extras-local":
         request.getfixturevalue("extras_package")
     _backend_ready(name)
-    expected = EXPECTED[name].get(request.node.originalname)
-    if expected is not None:
-        kind, reason = expected
-        if kind == "skip":
-            pytest.skip(f"{name}: {reason}")
-        request.applymarker(pytest.mark.xfail(reason=f"{name}: {reason}", strict=True))
-    return name
-
-
-@pytest.fixture
-def make_sandbox(backend: str) -> Iterator[MakeSandbox]:
-    """Start sandboxes of the backend under test; all are closed after the test."""
-    made: list[Sandbox] = []
-    trial = f"test-{uuid.uuid4().hex[:12]}"
-
-    def make(**overrides: Any) -> Sandbox:
-        spec = SandboxSpec(image=BASE_IMAGE, sweep="conformance", trial=trial, **overrides)
-        sandbox = sandbox_class(backend)(spec)
-        made.append(sandbox)
-        sandbox.start()
-        return sandbox
-
-    yield make
-    for sandbox in made:
-        sandbox.close()
-    if backend == "docker":
-        from hangar.sandbox.docker import docker_client
-
-        left = docker_client().containers.list(
-            all=True, ignore_removed=True, filters={"label": f"hangar.trial={trial}"}
-        )
-        assert not left, f"containers left behind: {[c.id for c in left]}"
-
-
-@pytest.fixture
-def sandbox(make_sandbox: MakeSandbox) -> Sandbox:
-    """One started sandbox with the default spec."""
-    return make_sandbox()
+    return expect(request, name, EXPECTED[name])
