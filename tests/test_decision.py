@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from hangar.agents import PromptAgent
 from hangar.cli import app
 from hangar.errors import ConfigError
-from hangar.kinds.decision import case_trial
+from hangar.kinds.decision import case_trial, choice
 from hangar.kinds.decision.cases import load_decision_suite
 from hangar.kinds.decision.trial import render_prompt
 from hangar.models import ModelSpec
@@ -26,7 +26,6 @@ from hangar.results import TrialResult, Verdict
 from hangar.store import ResultsStore
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer
 from hangar.trials import run_trial
-from hangar.verifiers import choice
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 runner = CliRunner()

@@ -24,7 +24,7 @@ cases:
 Each case runs twice per model and repeat: arm ``skill`` (the prompt supplies the
 skill's text and the case's references) and arm ``control`` (neither), each a fresh
 conversation with no tools (`hangar.kinds.decision.trial`). The ``choice`` grader
-(`hangar.verifiers.choice`) scores it. A missing skill file or reference makes both
+(`hangar.kinds.decision.choice`) scores it. A missing skill file or reference makes both
 arms ``blocked_setup`` before any model call.
 """
 
@@ -39,9 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hangar.errors import ConfigError
 from hangar.files import read_yaml
+from hangar.kinds.decision import choice
 from hangar.trials.spec import Supplied, Task
 from hangar.validation import CaseId, Name, validation_message
-from hangar.verifiers import choice
 
 #: The arms every decision case runs in.
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from hangar.agents import PromptAgent
+from hangar.kinds.decision import choice
 from hangar.kinds.decision.cases import LoadedCase
 from hangar.models.complete import Completion, complete
 from hangar.results import COUNTED_VERDICTS, Score, Usage, Verdict
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun, provider_failed
 from hangar.trials.spec import SKILL_ARM, TrialSpec
-from hangar.verifiers import choice
 
 
 def render_prompt(case: LoadedCase, arm: str) -> str:
