@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PrefixLoader, select_autoescape
+from jinja2 import BaseLoader, FileSystemLoader, PrefixLoader
 from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -39,8 +39,8 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from hangar.console import usd as money
 from hangar.errors import HangarError
+from hangar.pages import environment
 from hangar.results import Verdict
 from hangar.scores.render import svg_cost, svg_differences, svg_intervals
 from hangar.store import ResultsStore
@@ -79,25 +79,10 @@ class SecurityHeaders(BaseHTTPMiddleware):
         return response
 
 
-def pct(x: float | None) -> str:
-    """A rate as a percentage (one decimal)."""
-    return "-" if x is None else f"{x * 100:.1f}%"
-
-
-def num(x: float | None, digits: int = 2) -> str:
-    """A number."""
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def usd(x: float | None) -> str:
-    """Dollars, to the significant digits of a small cost."""
-    return "-" if x is None else money(x)
-
-
-def _templates() -> ChoiceLoader:
+def _templates() -> list[BaseLoader]:
     """The viewer's templates, and each kind's under its name (``prompt/view.html``)."""
     own = {kind.name: FileSystemLoader(kind.templates) for kind in kinds()}
-    return ChoiceLoader([FileSystemLoader(HERE / "templates"), PrefixLoader(own)])
+    return [FileSystemLoader(HERE / "templates"), PrefixLoader(own)]
 
 
 class Viewer:
@@ -121,13 +106,7 @@ class Viewer:
         self.settings = ViewSettings(suites={"knowledge": self.knowledge})
         #: What the viewer's own forms carry (a page of another site cannot know it).
         self.token = secrets.token_urlsafe(24)
-        self.env = Environment(
-            loader=_templates(),
-            autoescape=select_autoescape(["html"]),
-            trim_blocks=True,
-            lstrip_blocks=True,
-        )
-        self.env.filters.update(pct=pct, num=num, usd=usd)
+        self.env = environment(_templates())
         self.env.globals["verdicts"] = [v.value for v in Verdict]
         # The newest sweeps' reports are built while the first page loads.
         self.reports.warm([r.id for r in self.catalog.sweeps(Filters(), 0, 5)[0]])

@@ -1,11 +1,16 @@
 """The knowledge report as text, Markdown, HTML (one page, no script, inline SVG) or
-JSON. Every string from the suite's files is escaped where it is shown."""
+JSON. Every string from the suite's files is escaped where it is shown (the page through
+`hangar.pages`' autoescaping templates)."""
 
 from __future__ import annotations
 
-from html import escape
+from pathlib import Path
+from typing import NamedTuple
 
+from hangar import pages
 from hangar.kinds.knowledge.report import ArmReport, KnowledgeComparison, KnowledgeReport
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def _pct(x: float) -> str:
@@ -99,70 +104,71 @@ def render_markdown(report: KnowledgeReport) -> str:
     return "\n".join(out) + "\n"
 
 
-def _svg(report: KnowledgeReport) -> str:
+class Tick(NamedTuple):
+    """An axis tick: where, and its label."""
+
+    at: float
+    label: str
+
+
+class RateRow(NamedTuple):
+    """An arm's rate: its interval and mean, where they go."""
+
+    label: str
+    y: float
+    low: float
+    high: float
+    mid: float
+    colour: str
+
+
+class RatePlot(NamedTuple):
     """Each arm's two rates with their intervals, on 0-100%."""
+
+    width: float
+    height: float
+    left: float
+    ticks: list[Tick]
+    rows: list[RateRow]
+
+
+def rate_plot(report: KnowledgeReport) -> RatePlot:
+    """The rates plot of `report`."""
     rows = [(a.arm, m) for a in report.arms for m in a.metrics]
     left, width, h = 260, 420, 26 * len(rows) + 30
-    out = [
-        f'<svg id="plot-rates" width="{left + width + 40}" height="{h}" '
-        'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="rates with 95% intervals">'
-    ]
-    for tick in range(0, 101, 25):
-        x = left + width * tick / 100
-        out.append(
-            f'<line x1="{x}" y1="4" x2="{x}" y2="{h - 18}" stroke="#ddd"/>'
-            f'<text x="{x}" y="{h - 4}" font-size="10" text-anchor="middle">{tick}%</text>'
-        )
+    ticks = [Tick(left + width * t / 100, f"{t}%") for t in range(0, 101, 25)]
+    drawn = []
     for i, (arm, m) in enumerate(rows):
-        y = 12 + 26 * i
-        lo, hi, mid = (left + width * v for v in (m.ci_low, m.ci_high, m.mean))
+        low, high, mid = (left + width * v for v in (m.ci_low, m.ci_high, m.mean))
         colour = "#3b6fb6" if m.metric == "correctness" else "#d9822b"
-        out.append(
-            f'<text x="{left - 6}" y="{y + 4}" font-size="11" text-anchor="end">'
-            f"{escape(arm)} · {m.metric.replace('_', ' ')}</text>"
-            f'<line class="interval" x1="{lo:.1f}" y1="{y}" x2="{hi:.1f}" y2="{y}" '
-            f'stroke="{colour}" stroke-width="3"/>'
-            f'<circle cx="{mid:.1f}" cy="{y}" r="5" fill="{colour}"/>'
-        )
-    out.append("</svg>")
-    return "".join(out)
+        label = f"{arm} · {m.metric.replace('_', ' ')}"
+        drawn.append(RateRow(label, 12 + 26 * i, low, high, mid, colour))
+    return RatePlot(left + width + 40, h, left, ticks, drawn)
 
 
 def render_html(report: KnowledgeReport) -> str:
-    """One page."""
-    rows = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{escape(x)}</td>"
-            for x in (
-                arm.arm,
-                _metric(arm, "correctness"),
-                _metric(arm, "citation_validity"),
-                _counts(arm),
-                f"{arm.pending} pending, {arm.unanswered} unanswered",
-                _kappa(arm),
-                arm.meta_note,
-            )
+    """One page (``templates/gold-set-report.html``, autoescaped through `hangar.pages`)."""
+    rows = [
+        (
+            arm.arm,
+            _metric(arm, "correctness"),
+            _metric(arm, "citation_validity"),
+            _counts(arm),
+            f"{arm.pending} pending, {arm.unanswered} unanswered",
+            _kappa(arm),
+            arm.meta_note,
         )
-        + "</tr>"
         for arm in report.arms
+    ]
+    return pages.render(
+        TEMPLATES,
+        "gold-set-report.html",
+        r=report,
+        void=_void(report) if report.void else "",
+        rows=rows,
+        plot=rate_plot(report),
+        comparisons=[(_diff(c), c.sentence) for c in report.comparisons],
     )
-    comparisons = "".join(
-        f"<li>{escape(_diff(c))}: <b>{escape(c.sentence)}</b></li>" for c in report.comparisons
-    )
-    void = f'<p class="void">{escape(_void(report))}</p>' if report.void else ""
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>knowledge {escape(report.suite)}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2rem;color:#222}}
-table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.3rem .5rem}}
-th{{background:#f3f3f3}}.void{{color:#b00020;font-weight:bold}}</style></head><body>
-<h1>Knowledge suite {escape(report.suite)}</h1>{void}
-<table><tr><th>arm</th><th>correctness</th><th>citation validity</th><th>citations</th>
-<th>not scored</th><th>raters</th><th>meta</th></tr>{rows}</table>
-{_svg(report)}
-<h2>Decision</h2><ul>{comparisons or "<li>no baseline and candidate named</li>"}</ul>
-</body></html>
-"""
 
 
 def render(report: KnowledgeReport, fmt: str) -> str:
