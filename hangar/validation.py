@@ -140,9 +140,15 @@ def _known_fields(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> 
     for part in loc:
         if isinstance(part, int) or current is None:
             continue
-        field = getattr(current, "model_fields", {}).get(part)
+        field = _fields(current).get(part)
         current = _model_in(field.annotation) if field is not None else None
-    return list(getattr(current, "model_fields", {})) if current is not None else []
+    return list(_fields(current)) if current is not None else []
+
+
+def _fields(model: Any) -> dict[str, Any]:
+    """A model's fields by the names a file gives them (their aliases, where they have
+    one)."""
+    return {(f.alias or n): f for n, f in getattr(model, "model_fields", {}).items()}
 
 
 def _model_in(annotation: Any) -> Any:

@@ -111,7 +111,7 @@ def _model_md(title: str, model: type[BaseModel], seen: set[type[BaseModel]]) ->
             else f"`{info.get_default(call_default_factory=True)!r}`"
         )
         lines.append(
-            f"| `{name}` | {_type(info.annotation)} | {default.replace('|', '/')} | "
+            f"| `{info.alias or name}` | {_type(info.annotation)} | {default.replace('|', '/')} | "
             f"{docs.get(name, '').replace('|', '/')} |"
         )
         for arg in (*getattr(info.annotation, "__args__", ()), info.annotation):

@@ -457,7 +457,7 @@ def test_baselines_gate_every_metric() -> None:
     loose = compare(
         before,
         snapshot("c", "b", _scored("b", [0, 0, 1, 1], [2, 2, 4, 5])),
-        Thresholds(group_drop=0.6, scenario_drop=0.5),
+        Thresholds(group=0.6, task=0.5),
     )
     assert {(r.kind, r.metric, r.subject) for r in loose.regressions} == {
         ("scenario", "pass", "c0"),

@@ -196,8 +196,9 @@ def compare(
     everything comparable; 1 a regression; 3 no regression, but something was not
     comparable.
     """
-    from hangar.scores.baseline import Thresholds, load_baseline, snapshot
     from hangar.scores.baseline import compare as find
+    from hangar.scores.baseline import load_baseline, snapshot
+    from hangar.scores.thresholds import Thresholds
 
     sweep_id, _, results = resolve_sweep(candidate, store)
     before = load_baseline(results, baseline)
@@ -205,9 +206,7 @@ def compare(
     outcome = find(
         before,
         after,
-        Thresholds(
-            group_drop=group_drop, scenario_drop=scenario_drop, requirement_drop=requirement_drop
-        ),
+        Thresholds(group=group_drop, task=scenario_drop, part=requirement_drop),
     )
     code = 1 if outcome.regressions else 3 if outcome.not_comparable else 0
     if output_format(fmt, as_json) == "json":

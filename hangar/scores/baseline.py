@@ -3,12 +3,11 @@
 `hangar compare` flags a regression (docs/architecture.md, "Scores") when, from baseline
 to candidate, for a subject present in both:
 
-- a group's (agent · model · arm) pass rate drops by more than ``group_drop`` (0.3 on the
-  0..1 scale of a pass rate, i.e. 30 points);
-- a scenario (in one group) loses more than ``scenario_drop`` passing trials (1.0), counted
-  at the baseline's number of trials for it: (rate_before - rate_after) * trials_before;
-- a checklist requirement's pass rate (in one group) drops by more than
-  ``requirement_drop`` (0.5).
+- a group's (agent · model · arm) pass rate drops by more than the ``group`` threshold
+  (0.3 on the 0..1 scale of a pass rate, i.e. 30 points);
+- a scenario (in one group) loses more than ``task`` passing trials (1.0), counted at the
+  baseline's number of trials for it: (rate_before - rate_after) * trials_before;
+- a checklist requirement's pass rate (in one group) drops by more than ``part`` (0.5).
 
 Only like is compared with like: a scenario whose digest (or an arm's plugin bytes)
 changed, or an agent whose settings changed, is listed as not comparable and left out of
@@ -32,6 +31,7 @@ from sqlalchemy.exc import IntegrityError
 from hangar.errors import ConfigError
 from hangar.results import TrialResult
 from hangar.scores.report import COUNTED, build_report
+from hangar.scores.thresholds import Thresholds
 from hangar.scores.versions import NotComparable, split_versions
 from hangar.store import ResultsStore, baselines
 
@@ -97,14 +97,6 @@ class Snapshot(BaseModel):
     the fields above keep)."""
     spans: dict[str, float] = Field(default_factory=dict)
     """Metric -> its range (1 for binary, high - low for points): drops are fractions of it."""
-
-
-class Thresholds(BaseModel):
-    """When a drop is a regression (see the module docstring)."""
-
-    group_drop: float = 0.3
-    scenario_drop: float = 1.0
-    requirement_drop: float = 0.5
 
 
 class Regression(BaseModel):
@@ -322,7 +314,7 @@ def _regressions(before: Snapshot, after: Snapshot, t: Thresholds) -> list[Regre
     found = []
     for label, b in before.groups.items():
         a = after.groups.get(label)
-        if a is not None and a.trials and b.trials and b.rate - a.rate > t.group_drop:
+        if a is not None and a.trials and b.trials and b.rate - a.rate > t.group:
             found.append(
                 Regression(
                     kind="group",
@@ -331,21 +323,21 @@ def _regressions(before: Snapshot, after: Snapshot, t: Thresholds) -> list[Regre
                     before=b.rate,
                     after=a.rate,
                     drop=b.rate - a.rate,
-                    threshold=t.group_drop,
+                    threshold=t.group,
                 )
             )
     found += _nested(
         before.scenarios,
         after.scenarios,
         "scenario",
-        t.scenario_drop,
+        t.task,
         lambda b, a: (b.rate - a.rate) * b.trials,
     )
     found += _nested(
         before.requirements,
         after.requirements,
         "requirement",
-        t.requirement_drop,
+        t.part,
         lambda b, a: b.rate - a.rate,
     )
     for metric, groups in before.metrics.items():
@@ -373,7 +365,7 @@ def _metric_regressions(
             total=sum(scenarios[s].total for s in shared), n=sum(scenarios[s].n for s in shared)
         )
         a = Tally(total=sum(later[s].total for s in shared), n=sum(later[s].n for s in shared))
-        cases = [("group", label, b, a, (b.mean - a.mean) / span, t.group_drop)]
+        cases = [("group", label, b, a, (b.mean - a.mean) / span, t.group)]
         cases += [
             (
                 "scenario",
@@ -381,7 +373,7 @@ def _metric_regressions(
                 scenarios[s],
                 later[s],
                 (scenarios[s].mean - later[s].mean) / span * scenarios[s].n,
-                t.scenario_drop,
+                t.task,
             )
             for s in shared
         ]

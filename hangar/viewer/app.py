@@ -315,8 +315,9 @@ class Viewer:
         )
 
     async def compare(self, request: Request) -> Response:
-        from hangar.scores.baseline import Thresholds, baseline_names, load_baseline, snapshot
+        from hangar.scores.baseline import baseline_names, load_baseline, snapshot
         from hangar.scores.baseline import compare as find
+        from hangar.scores.thresholds import Thresholds
 
         q = request.query_params
         store = self.catalog.store

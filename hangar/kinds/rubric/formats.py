@@ -40,6 +40,7 @@ from pydantic import (
 from hangar.errors import ConfigError
 from hangar.files import read_yaml
 from hangar.models import ModelSpec
+from hangar.scores.thresholds import Thresholds as RegressionThresholds
 from hangar.validation import validation_message
 
 M = TypeVar("M", bound=BaseModel)
@@ -242,21 +243,27 @@ class RubricFile(_Strict):
     rubric: Rubric
 
 
-class Thresholds(_Strict):
-    """When a drop is a regression (the format's defaults). Changed ones need a reason."""
+#: The format's names of the levels of `hangar.scores.thresholds.Thresholds`.
+_LEVELS = {"group": "phase", "task": "sample", "part": "dimension"}
 
-    phase: float = Field(default=0.3, ge=0)
-    """Points a phase's average may drop."""
-    sample: float = Field(default=1.0, ge=0)
-    """Points a sample may drop."""
-    dimension: float = Field(default=0.5, ge=0)
-    """Points a phase's dimension average may drop."""
+
+class Thresholds(RegressionThresholds):
+    """When a drop is a regression, in points (the format's defaults, under its names:
+    ``phase`` a phase's average, ``sample`` a sample's score, ``dimension`` a phase's
+    dimension average). Changed ones need a reason."""
+
+    model_config = ConfigDict(
+        alias_generator=lambda name: _LEVELS.get(name, name),
+        validate_by_name=True,
+        serialize_by_alias=True,
+    )
+
     reason: str = ""
-    """Why they differ from the defaults (required then: the seed says document why)."""
+    """Why they differ from the defaults (required then: the format asks to document why)."""
 
     @model_validator(mode="after")
     def _reason(self) -> Thresholds:
-        if (self.phase, self.sample, self.dimension) != (0.3, 1.0, 0.5) and not self.reason.strip():
+        if self.changed() and not self.reason.strip():
             raise ValueError(
                 "changed regression thresholds need a reason: the seed asks to document why "
                 "a project departs from 0.3 / 1.0 / 0.5 points"

@@ -207,11 +207,11 @@ def regressions(
     """The seed's three kinds of regression of one phase against a baseline."""
     found = []
     before = phase_score(baseline.scores, phase)
-    if before is not None and now.avg_score is not None and _past(before, now.avg_score, t.phase):
+    if before is not None and now.avg_score is not None and _past(before, now.avg_score, t.group):
         found.append(_drop("phase", before, now.avg_score))
     for sample, score in now.sample_scores.items():
         old = baseline.sample_scores.get(sample)
-        if old is not None and _past(old, score, t.sample):
+        if old is not None and _past(old, score, t.task):
             found.append(
                 _drop(
                     "sample",
@@ -223,7 +223,7 @@ def regressions(
             )
     for dim, score in now.by_dimension.items():
         old = (phase_score(baseline.dimension_scores, phase) or {}).get(dim)
-        if old is not None and _past(old, score, t.dimension):
+        if old is not None and _past(old, score, t.part):
             found.append(_drop("dimension", old, score, dimension=dim))
     return found
 
