@@ -180,6 +180,26 @@ def test_export_jsonl(store: ResultsStore, tmp_path: Path) -> None:
     assert piped.stdout.splitlines() == lines  # '-' is stdout; the count goes to stderr
 
 
+def test_unnamed_baselines_are_the_next_versions(store: ResultsStore, tmp_path: Path) -> None:
+    """Store baselines and a format's folder of them are one mechanism: the next version
+    when unnamed, a taken name refused without touching what is kept."""
+    from hangar.scores.kept import FolderBaselines
+
+    url = store.url
+    for expected in ("baseline-v1", "baseline-v2"):
+        made = runner.invoke(app, ["baseline", "create", "--from", "sw", "--store", url])
+        assert made.exit_code == 0 and f"baseline {expected}:" in made.output, made.output
+    listed = runner.invoke(app, ["baseline", "list", "--store", url]).output
+    assert listed.index("baseline-v1") < listed.index("baseline-v2")
+    folder = FolderBaselines(tmp_path / "baselines", ".yaml")
+    assert folder.keep(None, "a: 1\n") == "baseline-v1" and folder.keep("x", "b\n") == "x"
+    with pytest.raises(ConfigError, match=r"'x' exists .* immutable .*baseline-v2"):
+        folder.keep("x", "overwritten\n")
+    assert folder.read("x") == "b\n" and folder.names() == ["baseline-v1", "x"]
+    with pytest.raises(ConfigError, match=r"no baseline 'y' .*kept: baseline-v1, x"):
+        folder.read("y")
+
+
 def test_baseline_is_immutable_and_compare_gates(store: ResultsStore) -> None:
     url = store.url
     assert (

@@ -20,16 +20,20 @@ StoreOption = Annotated[
 
 @baseline_app.command("create")
 def baseline_create(
-    name: Annotated[str, typer.Argument(help="Baseline name (never reused).")],
     from_sweep: Annotated[str, typer.Option("--from", help="Sweep file or id.")],
+    name: Annotated[
+        str | None,
+        typer.Argument(help="Baseline name (never reused; default: the next baseline-vN)."),
+    ] = None,
     store: StoreOption = None,
 ) -> None:
-    """Snapshot a sweep's scores under NAME (an existing name is refused)."""
+    """Snapshot a sweep's scores under NAME (an existing name is refused; without one, the
+    next version: baseline-v1, baseline-v2, ...)."""
     from hangar.scores.baseline import create_baseline
 
     sweep_id, _, results = resolve_sweep(from_sweep, store)
     snap = create_baseline(results, name, sweep_id)
-    console.print(f"baseline {name}: {len(snap.groups)} group(s) from sweep {sweep_id}")
+    console.print(f"baseline {snap.name}: {len(snap.groups)} group(s) from sweep {sweep_id}")
 
 
 @baseline_app.command("list")

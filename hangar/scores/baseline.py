@@ -25,15 +25,14 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 
 from hangar.errors import ConfigError
 from hangar.results import TrialResult
+from hangar.scores.kept import StoreBaselines
 from hangar.scores.report import COUNTED, build_report
 from hangar.scores.thresholds import Thresholds
 from hangar.scores.versions import NotComparable, split_versions
-from hangar.store import ResultsStore, baselines
+from hangar.store import ResultsStore
 
 
 class Rate(BaseModel):
@@ -173,37 +172,22 @@ def snapshot(name: str, sweep: str, results: Iterable[TrialResult]) -> Snapshot:
     return snap
 
 
-def create_baseline(store: ResultsStore, name: str, sweep: str) -> Snapshot:
-    """Store an immutable snapshot of `sweep` under `name` (refused if the name exists)."""
+def create_baseline(store: ResultsStore, name: str | None, sweep: str) -> Snapshot:
+    """Keep an immutable snapshot of `sweep` under `name` (refused if the name exists;
+    None: the next version, ``baseline-vN``), through `hangar.scores.kept`."""
     results = list(store.results(sweep))
     if not any(r.verdict in COUNTED for r in results):
         raise ConfigError(f"sweep {sweep!r} has no pass or fail trial to take a baseline of")
+    kept = StoreBaselines(store)
+    name = name or kept.next_name()
     snap = snapshot(name, sweep, results)
-    try:
-        with store.engine.begin() as conn:
-            conn.execute(
-                baselines.insert().values(
-                    name=name,
-                    sweep_id=sweep,
-                    created_at=snap.created_at,
-                    snapshot=snap.model_dump(mode="json"),
-                )
-            )
-    except IntegrityError:
-        raise ConfigError(
-            f"baseline {name!r} exists and baselines are immutable: choose a new name "
-            f"(e.g. {name}-v2)"
-        ) from None
+    kept.keep(name, snap.model_dump(mode="json"))
     return snap
 
 
 def load_baseline(store: ResultsStore, name: str) -> Snapshot:
     """A stored baseline."""
-    with store.engine.connect() as conn:
-        row = conn.execute(select(baselines.c.snapshot).where(baselines.c.name == name)).first()
-    if row is None:
-        raise ConfigError(f"no baseline named {name!r} in {store.safe_url}")
-    return Snapshot.model_validate(row.snapshot)
+    return Snapshot.model_validate(StoreBaselines(store).read(name))
 
 
 def _differences(before: Versions, after: Versions) -> list[NotComparable]:
@@ -426,10 +410,4 @@ def _nested(
 
 def baseline_names(store: ResultsStore) -> list[tuple[str, str, datetime]]:
     """(name, sweep, created_at) of every baseline."""
-    with store.engine.connect() as conn:
-        rows = conn.execute(
-            select(baselines.c.name, baselines.c.sweep_id, baselines.c.created_at).order_by(
-                baselines.c.created_at
-            )
-        )
-        return [(r.name, r.sweep_id, r.created_at) for r in rows]
+    return StoreBaselines(store).listed()

@@ -32,6 +32,7 @@ from hangar.kinds.knowledge.scoring import (
     score_arm,
 )
 from hangar.scores import stats
+from hangar.scores.kept import FolderBaselines
 
 Metric = Literal["correctness", "citation_validity"]
 METRICS: tuple[Metric, ...] = ("correctness", "citation_validity")
@@ -273,6 +274,16 @@ def build_gold_set_report(
 # -- kept baselines (the regression gate) -------------------------------------------------
 
 
+def _baselines(suite: Suite) -> FolderBaselines:
+    """The gold set's kept baselines: ``baselines/<arm>.json`` (`hangar.scores.kept`)."""
+    return FolderBaselines(
+        suite.folder / "baselines",
+        ".json",
+        what="kept baseline",
+        fix="keep the new answers as another arm, or remove the file to keep this one anew",
+    )
+
+
 def keep(suite: Suite, arm: str) -> Path:
     """Freeze an arm's scores as a baseline (``baselines/<arm>.json``; never overwritten)."""
     report = arm_report(suite, arm)
@@ -281,26 +292,21 @@ def keep(suite: Suite, arm: str) -> Path:
             f"arm {arm} has {report.pending} answers nobody labelled yet: label them before "
             "keeping it as a baseline"
         )
-    path = suite.folder / "baselines" / f"{arm}.json"
-    if path.exists():
-        raise ConfigError(f"{path} exists: a kept baseline is never overwritten")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    kept = _baselines(suite)
     data = {
         "kept": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "manifest": json.loads((suite.folder / MANIFEST).read_text())["files"],
         "arm": report.model_dump(mode="json"),
     }
-    path.write_text(json.dumps(data, indent=1) + "\n")
-    return path
+    kept.keep(arm, json.dumps(data, indent=1) + "\n")
+    return kept.path(arm)
 
 
 def kept(suite: Suite, arm: str) -> ArmReport:
     """A kept baseline, refused when the suite changed since it was kept."""
-    path = suite.folder / "baselines" / f"{arm}.json"
-    if not path.is_file():
-        known = sorted(p.stem for p in (suite.folder / "baselines").glob("*.json"))
-        raise ConfigError(f"no kept baseline {arm!r} in {path.parent} (kept: {known})")
-    data = json.loads(path.read_text())
+    kept = _baselines(suite)
+    path = kept.path(arm)
+    data = json.loads(kept.read(arm))
     now = json.loads((suite.folder / MANIFEST).read_text())["files"]
     if data.get("manifest") != now:
         raise ConfigError(f"{path} was kept on another version of the suite: not comparable")

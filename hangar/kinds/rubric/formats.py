@@ -366,7 +366,12 @@ def load_config(folder: Path) -> Config:
         ) from None
 
 
+def yaml_text(data: Any) -> str:
+    """YAML as people read it (keys in order, block style)."""
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+
+
 def write_yaml(path: Path, data: Any) -> None:
     """Write YAML as people read it (keys in order, block style)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100))
+    path.write_text(yaml_text(data))

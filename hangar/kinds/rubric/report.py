@@ -34,10 +34,12 @@ from hangar.kinds.rubric.formats import (
     load,
     phase_name,
     write_yaml,
+    yaml_text,
 )
 from hangar.kinds.rubric.scoring import Calibration, calibrate
 from hangar.models.tokens import TOKENIZER
 from hangar.results import TrialResult, Verdict
+from hangar.scores.kept import FolderBaselines
 
 T = TypeVar("T")
 #: A number as reports write it: 6 decimals (no 2.8249999999999997); computed unrounded.
@@ -430,13 +432,16 @@ def load_history(path: Path) -> list[dict[str, Any]]:
     return [r for r in runs if isinstance(r, dict)]
 
 
+def _baselines(folder: Path) -> FolderBaselines:
+    """The benchmark's kept baselines: ``baselines/<name>.yaml`` (`hangar.scores.kept`)."""
+    return FolderBaselines(folder / "baselines", ".yaml")
+
+
 def load_baseline(folder: Path, name: str) -> Baseline:
     """``baselines/<name>.yaml``."""
-    path = folder / "baselines" / f"{name}.yaml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in (folder / "baselines").glob("*.yaml"))) or "none"
-        raise ConfigError(f"no baseline {name!r} in {folder / 'baselines'} (there: {known})")
-    return load(path, BaselineFile, "baseline").baseline
+    kept = _baselines(folder)
+    kept.read(name)  # an unknown name is told the kept ones
+    return load(kept.path(name), BaselineFile, "baseline").baseline
 
 
 def write_baseline(
@@ -449,17 +454,8 @@ def write_baseline(
             f"run {report.run_id} was scored by a CI judge ({report.judge_model}): it never "
             "becomes a baseline (run with the benchmark's judge)"
         )
-    target = folder / "baselines"
-    if name is None:
-        versions = [
-            int(m.group(1))
-            for p in target.glob("baseline-v*.yaml")
-            if (m := re.fullmatch(r"baseline-v(\d+)", p.stem))
-        ]
-        name = f"baseline-v{max(versions, default=0) + 1}"
-    path = target / f"{name}.yaml"
-    if path.exists():
-        raise ConfigError(f"baseline {name} exists and baselines are immutable: choose a new name")
+    kept = _baselines(folder)
+    name = name or kept.next_name()
 
     def six(values: dict[str, float]) -> dict[str, float]:
         return {k: round(v, 6) for k, v in values.items()}
@@ -482,8 +478,8 @@ def write_baseline(
         run_id=report.run_id,
         skill_versions=dict(report.skill_versions),
     )
-    write_yaml(path, {"baseline": baseline.model_dump(mode="json", exclude_none=True)})
-    return path
+    kept.keep(name, yaml_text({"baseline": baseline.model_dump(mode="json", exclude_none=True)}))
+    return kept.path(name)
 
 
 def read_report(path: Path) -> BenchmarkReport:
