@@ -822,6 +822,17 @@ def test_domains_dependency_ordering_and_holdout_leaks(tmp_path: Path) -> None:
     assert "tuning run bench-2026-11-30-009 scored holdout samples ['T-9']" in found
 
 
+def test_the_group_is_rubric_and_answers_to_its_former_name(example: Path) -> None:
+    listed = runner.invoke(app, ["--help"]).stdout
+    assert "rubric" in listed and "benchmark " not in listed  # the former name is not listed
+    checked = [
+        runner.invoke(app, [group, "check", str(example), "--format", "json"])
+        for group in ("rubric", "benchmark")
+    ]
+    assert [c.exit_code for c in checked] == [1, 1]
+    assert json.loads(checked[0].stdout) == json.loads(checked[1].stdout)
+
+
 def test_the_propose_table_and_the_cli_exit_status(example: Path) -> None:
     out = runner.invoke(app, ["benchmark", "check", str(example), "--format", "json"])
     assert out.exit_code == 1

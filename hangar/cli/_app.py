@@ -87,6 +87,8 @@ def add_kind_groups() -> None:
     for kind in kinds():
         for name, module in kind.cli:
             app.add_typer(importlib.import_module(module).app, name=name)
+        for name, module in kind.cli_aliases:
+            app.add_typer(importlib.import_module(module).app, name=name, hidden=True)
 
 
 @app.command()

@@ -184,6 +184,8 @@ class Kind(ABC):
     pages: tuple[KindPage, ...] = ()
     #: Its own command groups: (name, the module whose ``app`` is its Typer group).
     cli: tuple[tuple[str, str], ...] = ()
+    #: Former names of its groups, still accepted but not listed: (old name, module).
+    cli_aliases: tuple[tuple[str, str], ...] = ()
     #: Its own fields of a sweep file (None: it has none).
     settings_model: type[KindSettings] | None = None
 

@@ -51,7 +51,8 @@ class RubricKind(Kind):
     judged = True
     title = "benchmark samples"
     view_template = "rubric/view.html"
-    cli = (("benchmark", "hangar.kinds.rubric.cli"),)
+    cli = (("rubric", "hangar.kinds.rubric.cli"),)
+    cli_aliases = (("benchmark", "hangar.kinds.rubric.cli"),)
 
     def agents(self, matrix: Matrix) -> list[AgentSpec]:
         """Prompt agents (the default one when none is named)."""

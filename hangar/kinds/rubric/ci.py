@@ -12,7 +12,7 @@ ci_benchmark:
   timeout_per_sample: 60s      # bounds each model call of a sample (the writer's and the judge's)
 ```
 
-`hangar benchmark run DIR --ci` applies it; ``--changed-since REV`` keeps the phases
+`hangar rubric run DIR --ci` applies it; ``--changed-since REV`` keeps the phases
 whose skill, samples or rubric changed since the git revision REV (the seed's "detect
 which SKILL.md files changed; load eval sets for affected phases only").
 """

@@ -1,4 +1,4 @@
-"""`hangar benchmark`: rubric benchmarks (run, check, baseline, compare)."""
+"""`hangar rubric`: rubric benchmarks (run, check, baseline, compare)."""
 
 from __future__ import annotations
 

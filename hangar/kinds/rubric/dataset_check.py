@@ -1,4 +1,4 @@
-"""`hangar benchmark check`: a benchmark folder against seed 002's dataset guidelines.
+"""`hangar rubric check`: a benchmark folder against seed 002's dataset guidelines.
 
 - size: at least the phase's minimum in the seed's table ("Minimum 10 samples per phase"
   elsewhere);

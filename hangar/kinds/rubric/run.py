@@ -1,4 +1,4 @@
-"""`hangar benchmark run`: a benchmark folder as Ray trials, then its report.
+"""`hangar rubric run`: a benchmark folder as Ray trials, then its report.
 
 Each sample is a rubric trial of a sweep of its own (one per benchmark, model and judge,
 so reruns resume: a sample already scored at the same version is not run again), with the
