@@ -12,6 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+#: Former names of kinds -> their names now: results stored under a former name read as
+#: the kind's (the store also rewrites them, schema 10).
+FORMER_KINDS = {"prompt": "decision"}
+
 RESULT_SCHEMA_VERSION = 3
 
 
@@ -183,7 +187,14 @@ class TrialResult(BaseModel):
     provider_error: ProviderError | None = None
     """The model provider's failure that decided an infra_error, if one did."""
     kind: str = "execution"
-    """The kind of trial (a name in `hangar.trials.kind.REGISTRY`)."""
+    """The kind of trial (a name in `hangar.trials.kind.REGISTRY`; a former name is read as
+    the kind's name now, `FORMER_KINDS`)."""
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _current_kind(cls, value: Any) -> Any:
+        return FORMER_KINDS.get(value, value) if isinstance(value, str) else value
+
     scores: tuple[Score, ...] = ()
     """What it is worth, per metric (only for pass and fail: what happened to the others
     says nothing of the agent)."""

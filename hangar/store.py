@@ -44,7 +44,7 @@ from hangar.errors import ConfigError, StoreError
 from hangar.paths import runs_dir
 from hangar.results import CheckOutcome, Score, TrialResult, Usage, Verdict
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 #: Bump when a view's definition changes; views are rebuilt when the store is opened.
 VIEWS_VERSION = 4
 
@@ -229,11 +229,13 @@ _ADDED = {
     7: [],  # the validations table (created as new tables are)
     8: [],  # the historical_routes table
     9: [],  # the knowledge_scores table
+    10: [],  # decision cases' kind: "decision", formerly "prompt" (`_REWRITTEN`)
 }
 
 #: Data each schema version rewrote. 6: scores came with schema 4, and every trial
 #: recorded before them was an execution trial: a judged one gets the ``pass`` score its
-#: verdict implies (earlier hangars implied it when reading; now it is stored).
+#: verdict implies (earlier hangars implied it when reading; now it is stored). 10: the
+#: kind of decision cases is called ``decision`` (`hangar.results.FORMER_KINDS`).
 _REWRITTEN = {
     6: """
         INSERT INTO scores (sweep_id, trial_key, attempt, metric, value, scale)
@@ -244,6 +246,7 @@ _REWRITTEN = {
           AND NOT EXISTS (SELECT 1 FROM scores s WHERE s.sweep_id = t.sweep_id
                           AND s.trial_key = t.trial_key AND s.attempt = t.attempt)
     """,
+    10: "UPDATE trials SET kind = 'decision' WHERE kind = 'prompt'",
 }
 
 

@@ -198,7 +198,7 @@ class UnloadableScenario(BaseModel):
     error: str
     """Why it does not load."""
     kind: str = "execution"
-    """The kind its file is (a decision suite, ``kind: decision``, is ``prompt``)."""
+    """The kind its file is (``decision`` for a decision suite, ``kind: decision``)."""
 
 
 class Sweep(BaseModel):

@@ -340,7 +340,7 @@ def test_a_sweep_expands_cases_into_both_arms(tmp_path: Path) -> None:
     assert len(trials) == sweep.size and len({t.trial_key for t in trials}) == sweep.size
     assert {(t.arm, t.agent.name) for t in trials} == {("skill", "prompt"), ("control", "prompt")}
     narrowed = sweep.narrowed("^two-", 1)
-    assert narrowed.size == 1 * 2 * 2 * 1 and [c.id for c in narrowed.of_kind("prompt")] == [
+    assert narrowed.size == 1 * 2 * 2 * 1 and [c.id for c in narrowed.of_kind("decision")] == [
         "two-right"
     ]
 
@@ -356,7 +356,7 @@ def test_a_json_suite_loads_in_a_sweep_as_its_yaml_twin(tmp_path: Path) -> None:
         (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({"scenarios": [name], "models": ["m"]}))
         sweep = load_sweep(tmp_path / "sweep.yaml")
         assert not sweep.unloadable, sweep.unloadable
-        sweeps[name] = sorted((t.id, t.digest) for t in sweep.of_kind("prompt"))
+        sweeps[name] = sorted((t.id, t.digest) for t in sweep.of_kind("decision"))
     assert sweeps["suite.json"] == sweeps["suite.yaml"] and len(sweeps["suite.json"]) == 2
     (tmp_path / "suite.json").write_text('{"kind": "decision", "cases": [}')
     sweep = load_sweep(tmp_path / "sweep.yaml")

@@ -81,6 +81,22 @@ def test_scores_kind_and_details_roundtrip(store: ResultsStore) -> None:
     (back,) = store.results("sw")
     assert back == scored
     assert {s.metric for s in back.scores} == {"correct", "clarity", "citations"}
+    assert back.kind == "decision"  # the decision kind's former name reads as its name
+
+
+def test_a_schema_9_store_calls_decision_cases_decision(tmp_path: Path) -> None:
+    """Rows a hangar before schema 10 wrote with the decision kind's former name
+    (``prompt``) are rewritten, so SQL readers (the dashboards) see one name."""
+    url = f"sqlite:///{tmp_path}/old.db"
+    store = ResultsStore(url)
+    store.record([result("k1", kind="decision"), result("k2")])
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE trials SET kind = 'prompt' WHERE trial_key = 'k1'")
+        conn.exec_driver_sql("UPDATE hangar_meta SET value = '9' WHERE key = 'schema_version'")
+    again = ResultsStore(url)
+    with again.engine.connect() as conn:
+        kinds = dict(conn.exec_driver_sql("SELECT trial_key, kind FROM trials").fetchall())
+    assert kinds == {"k1": "decision", "k2": "execution"}
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ from hangar.errors import ConfigError
 from hangar.files import read_data
 from hangar.models import ModelSpec
 from hangar.plugins import load_target, plugin_targets
-from hangar.results import TrialResult
+from hangar.results import FORMER_KINDS, TrialResult
 from hangar.sandbox.config import BackendConfig, DockerConfig
 from hangar.trials.spec import Arm, Task, TrialSpec
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 #: Kind name (a task's and a result's ``kind``) -> the package whose ``KIND`` it is.
 REGISTRY: dict[str, str] = {
     "execution": "hangar.kinds.execution",
-    "prompt": "hangar.kinds.decision",
+    "decision": "hangar.kinds.decision",
     "rubric": "hangar.kinds.rubric",
     "knowledge": "hangar.kinds.knowledge",
     "routing": "hangar.kinds.routing",
@@ -168,7 +168,7 @@ class Kind(ABC):
     #: Whether its trials take a node's sandbox slot.
     sandboxed: bool = False
     #: The viewer template of its section of a trial page, under the kind's name in its
-    #: package's ``templates`` folder (``prompt/view.html``; None: none).
+    #: package's ``templates`` folder (``decision/view.html``; None: none).
     view_template: str | None = None
 
     def title_of(self, task: Task | None) -> str:
@@ -288,6 +288,7 @@ def kind_of(name: str) -> Kind:
     """The kind called `name` (imported when first asked for: a worker loads only what
     its trials need)."""
     known = registry()
+    name = FORMER_KINDS.get(name, name)
     try:
         package = known[name]
     except KeyError:

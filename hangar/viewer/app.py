@@ -80,7 +80,7 @@ class SecurityHeaders(BaseHTTPMiddleware):
 
 
 def _templates() -> list[BaseLoader]:
-    """The viewer's templates, and each kind's under its name (``prompt/view.html``)."""
+    """The viewer's templates, and each kind's under its name (``decision/view.html``)."""
     own = {kind.name: FileSystemLoader(kind.templates) for kind in kinds()}
     return [FileSystemLoader(HERE / "templates"), PrefixLoader(own)]
 

@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-SWEEPS = {"execution": "kinds-execution", "prompt": "kinds-decision", "rubric": "kinds-rubric"}
+SWEEPS = {"execution": "kinds-execution", "decision": "kinds-decision", "rubric": "kinds-rubric"}
 
 
 @dataclass
@@ -95,8 +95,8 @@ def kinds(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             price={"input": 1.25, "output": 10.0},
         )
         cases = load_decision_suite(EXAMPLES / "decision" / "suite.yaml")
-        results["prompt"] = [
-            run_trial(case_trial(c, PromptAgent(), arm, model=decider, sweep=SWEEPS["prompt"],
+        results["decision"] = [
+            run_trial(case_trial(c, PromptAgent(), arm, model=decider, sweep=SWEEPS["decision"],
                                  evidence_url=evidence))
             for c in cases for arm in ("skill", "control")
         ]  # fmt: skip
@@ -146,7 +146,7 @@ def test_every_kind_is_in_the_variables_and_every_panel_runs(kinds: Kinds) -> No
             var.name: {str(r[0]) for r in conn.execute(text(var.query))}
             for var in scores_dashboard().variables
         }
-    assert values["kind"] == {"execution", "prompt", "rubric", "knowledge"}
+    assert values["kind"] == {"execution", "decision", "rubric", "knowledge"}
     assert {*SWEEPS.values(), "knowledge:knowledge"} <= values["sweep"]
     assert "baseline-projects" in values["arm"]  # an arm with scores and no trial
     for name, query in ALL_QUERIES.items():
@@ -174,7 +174,7 @@ def test_the_metric_panel_gives_each_kinds_report(kinds: Kinds) -> None:
                     )
                 checked += 1
     assert {m for (k, *_, m) in by if k == "rubric"} >= {"overall", "completeness"}
-    assert {m for (k, *_, m) in by if k == "prompt"} == {"correct"}
+    assert {m for (k, *_, m) in by if k == "decision"} == {"correct"}
     # the knowledge arm, per answer, as its own report scores it
     report = build_gold_set_report(sealed_suite(kinds.folder), ["baseline-projects"])
     (arm,) = report.arms
@@ -199,10 +199,10 @@ def test_judge_cost_is_apart_from_model_cost(kinds: Kinds) -> None:
     )
     daily = run(kinds, ALL_QUERIES["judge_cost_per_day"])
     assert sum(r["value"] for r in daily) == pytest.approx(row["judge_cost_usd"])
-    decision = run(kinds, ALL_QUERIES["cost_by_payer"], sweep=[SWEEPS["prompt"]])
+    decision = run(kinds, ALL_QUERIES["cost_by_payer"], sweep=[SWEEPS["decision"]])
     assert all(r["judge_cost_usd"] == 0 for r in decision) and sum(
         r["model_cost_usd"] for r in decision
-    ) == pytest.approx(sum(r.usage.cost_usd for r in kinds.results["prompt"]))
+    ) == pytest.approx(sum(r.usage.cost_usd for r in kinds.results["decision"]))
 
 
 def test_a_rescore_after_new_labels_is_a_new_current_version(kinds: Kinds) -> None:

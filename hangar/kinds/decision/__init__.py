@@ -58,9 +58,9 @@ ANSWER_TOKENS = 200
 class DecisionKind(Kind):
     """Decision cases (see the module docstring)."""
 
-    name = "prompt"
+    name = "decision"
     title = "decision cases"
-    view_template = "prompt/view.html"
+    view_template = "decision/view.html"
     cli = (("decision", "hangar.kinds.decision.cli"),)
 
     def recognizes(self, path: Path, data: Any) -> bool:
@@ -112,9 +112,9 @@ class DecisionKind(Kind):
 
     def runner(self, spec: TrialSpec) -> TrialRun:
         """The prompt trial."""
-        from hangar.kinds.decision.trial import PromptTrial
+        from hangar.kinds.decision.trial import DecisionTrial
 
-        return PromptTrial(spec)
+        return DecisionTrial(spec)
 
     def view(self, result: TrialResult, evidence: Path | None, settings: ViewSettings) -> Any:
         """The choices, expected and selected, and the explanation."""

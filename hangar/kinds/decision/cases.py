@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hangar.errors import ConfigError
 from hangar.files import read_yaml
 from hangar.kinds.decision import choice
+from hangar.results import FORMER_KINDS
 from hangar.trials.spec import Supplied, Task
 from hangar.validation import CaseId, Name, validation_message
 
@@ -132,8 +133,14 @@ class LoadedCase(Task):
     model_config = ConfigDict(frozen=True)
     key_field: ClassVar[str] = "case"
 
-    kind: Literal["prompt"] = "prompt"
-    """The kind of trial a case is."""
+    kind: Literal["decision"] = "decision"
+    """The kind of trial a case is (``prompt``, its former name, is read as it)."""
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _current_kind(cls, value: Any) -> Any:
+        return FORMER_KINDS.get(value, value) if isinstance(value, str) else value
+
     path: Path
     """The suite file."""
     suite: str

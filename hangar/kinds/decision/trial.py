@@ -1,6 +1,6 @@
-"""The prompt kind of trial: one decision case, one fresh conversation, no tools.
+"""The decision kind of trial: one decision case, one fresh conversation, no tools.
 
-`PromptTrial.run` walks: admission (the case's files were all there when it was
+`DecisionTrial.run` walks: admission (the case's files were all there when it was
 loaded; a model is named), the prompt (`render_prompt`: the case, its choices and how to
 answer; in arm ``skill`` the skill's text and the case's references before them; never
 the expected answer or the rationale), one model call (`hangar.models.complete`: the
@@ -41,7 +41,7 @@ def render_prompt(case: LoadedCase, arm: str) -> str:
     return "\n".join(parts) + "\n"
 
 
-class PromptTrial(TrialRun):
+class DecisionTrial(TrialRun):
     """One prompt trial's state; `run` walks its phases."""
 
     def __init__(self, spec: TrialSpec) -> None:
