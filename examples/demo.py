@@ -72,7 +72,7 @@ from rich.markup import escape
 
 from hangar.agents import load_agents
 from hangar.console import console, print_result
-from hangar.kinds.execution.imagetask import ImageTask
+from hangar.kinds.execution.image_task import ImageTask
 from hangar.kinds.execution.validate import validate_dataset, validated_tasks
 from hangar.kinds.knowledge.custody import import_arm, sealed_suite
 from hangar.kinds.knowledge.record import default_store, record_scores

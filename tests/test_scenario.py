@@ -162,7 +162,7 @@ def test_scenario_pin_writes_missing_pins(scenario_dir: Path) -> None:
 def test_a_wrong_pin_says_how_to_repin_and_fields_are_spelled_for_you(
     scenario_dir: Path,
 ) -> None:
-    from hangar.kinds.execution.admission import static_fixture_problems
+    from hangar.kinds.execution.fixture_checks import static_fixture_problems
 
     path = scenario_dir / "scenario.yaml"
     (scenario_dir / "verify.py").write_text("print('edited')\n")
@@ -209,3 +209,27 @@ def test_a_host_verifier_pinned_by_absolute_path_loads_without_an_opt_in(
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"verifier.files: .* leaves the scenario's folder"):
         load_scenario(path)
+
+
+#: sha256 over the judging code's names and bytes (`_JUDGING_CODE` and the junit builtin).
+JUDGING_CODE_DIGEST = "f9ca763451739ae75a30b5eebdd6654bd682d68a6f05707dfc5a92c2b00a935b"
+
+
+def test_the_judging_code_changes_only_on_purpose() -> None:
+    """The judging code's bytes are in every execution scenario's digest, so any change
+    to them (a comment, a renamed module in a docstring) makes every stored trial another
+    version and reruns it. A change that is meant updates this digest and says so."""
+    import hashlib
+
+    import hangar.verifiers
+
+    here = Path(hangar.verifiers.__file__).parent
+    h = hashlib.sha256()
+    for name in ("ecosystems.py", "harness.py", "tampering.py", "guard.py", "admission.py"):
+        h.update(name.encode())
+        h.update((here / name).read_bytes())
+    h.update(b"junit.py")
+    h.update((here / "junit.py").read_bytes())
+    assert h.hexdigest() == JUDGING_CODE_DIGEST, (
+        "the judging code changed: every execution scenario becomes a new version"
+    )

@@ -153,7 +153,7 @@ def verify_bundle(archive: Path, expected_sha256: str | None = None) -> BundleCh
 def read_member(uri: str, name: str, expected_sha256: str | None = None) -> str:
     """The text of the file `name` of the bundle at `uri` ('' when it has none); a bundle
     that fails its check is refused."""
-    from hangar.verifiers.store import split_uri
+    from hangar.verifiers.object_store import split_uri
 
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "bundle.tar.gz"

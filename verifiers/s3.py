@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlparse
 from hangar.errors import ConfigError, EvidenceStoreError
 from hangar.sandbox.base import MiB
 from hangar.verifiers.bundle import sha256_file
-from hangar.verifiers.store import EvidenceStore, check_key
+from hangar.verifiers.object_store import EvidenceStore, check_key
 
 PART_SIZE = 16 * MiB
 

@@ -28,7 +28,7 @@ def evidence_verify(
     import tempfile
 
     from hangar.verifiers.bundle import verify_bundle
-    from hangar.verifiers.store import split_uri
+    from hangar.verifiers.object_store import split_uri
 
     store, key = split_uri(uri, endpoint)
     with tempfile.TemporaryDirectory() as tmp:

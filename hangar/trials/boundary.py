@@ -30,7 +30,7 @@ from hangar.results import ProviderError, TrialResult, Verdict
 from hangar.sessions import write_trial_session
 from hangar.trials.spec import TrialSpec, result_of
 from hangar.verifiers.bundle import build_bundle
-from hangar.verifiers.store import bundle_key, open_store
+from hangar.verifiers.object_store import bundle_key, open_store
 
 
 class Outcome(Exception):

@@ -33,7 +33,7 @@ from hangar.sandbox.archive import extract_untrusted
 from hangar.scores.report import LeftOut, Report, build_report, sweep_design, sweep_margin
 from hangar.store import ResultsStore, sweeps, trials
 from hangar.verifiers.bundle import BundleCheck, verify_bundle
-from hangar.verifiers.store import bundle_key, open_store, split_uri
+from hangar.verifiers.object_store import bundle_key, open_store, split_uri
 
 #: Trials a page lists.
 PAGE = 100

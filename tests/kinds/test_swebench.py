@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from hangar.cli import app
 from hangar.errors import ConfigError
 from hangar.kinds.execution.harbor import load_task
-from hangar.kinds.execution.imagetask import SwebenchGrading
+from hangar.kinds.execution.image_task import SwebenchGrading
 from hangar.kinds.execution.swebench import (
     ImportOptions,
     failing_words,

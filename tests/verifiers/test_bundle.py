@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from hangar.cli import app
 from hangar.errors import EvidenceStoreError
 from hangar.verifiers.bundle import build_bundle, verify_bundle
-from hangar.verifiers.store import FileEvidenceStore, bundle_key
+from hangar.verifiers.object_store import FileEvidenceStore, bundle_key
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from typing import Any
 from hangar.agents import AgentSpec, sandbox_agents
 from hangar.files import tree_digest
 from hangar.kinds.execution.fixtures import Registry, read_registry
-from hangar.kinds.execution.imagetask import ImageTask
+from hangar.kinds.execution.image_task import ImageTask
 from hangar.kinds.execution.scenario import LoadedScenario
 from hangar.kinds.execution.settings import ExecutionSettings
 from hangar.kinds.execution.sources import source_of
@@ -192,8 +192,8 @@ class ExecutionKind(Kind):
         return ExecutionTrial(spec)
 
     def problems(self, task: Task, matrix: Matrix, *, deep: bool) -> list[str]:
-        """The scenario's admission in each arm (`hangar.kinds.execution.admission`)."""
-        from hangar.kinds.execution.admission import fixture_problems, static_fixture_problems
+        """The scenario's admission in each arm (`hangar.kinds.execution.fixture_checks`)."""
+        from hangar.kinds.execution.fixture_checks import fixture_problems, static_fixture_problems
         from hangar.paths import cache_dir
         from hangar.sandbox import sandbox_class
         from hangar.sandbox.workspace import MirrorCache

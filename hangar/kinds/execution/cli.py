@@ -19,7 +19,7 @@ def scenario_check(
     backend: Annotated[str, typer.Option(help="Backend whose images to check.")] = "docker",
 ) -> None:
     """Validate scenarios (schema, pins, files, revision, image) and print each digest."""
-    from hangar.kinds.execution.admission import fixture_problems
+    from hangar.kinds.execution.fixture_checks import fixture_problems
     from hangar.kinds.execution.scenario import load_scenario
     from hangar.paths import cache_dir
     from hangar.sandbox import sandbox_class

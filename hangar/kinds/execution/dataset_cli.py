@@ -40,7 +40,7 @@ def dataset_validate(
     Exit status: 0 every task valid; 1 some broken or not loading; 3 some not validated
     yet.
     """
-    from hangar.kinds.execution.imagetask import ImageTask
+    from hangar.kinds.execution.image_task import ImageTask
     from hangar.kinds.execution.settings import execution_settings
     from hangar.kinds.execution.task_cli import parse_pairs
     from hangar.kinds.execution.validate import validate_dataset

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hangar.errors import ConfigError
 from hangar.files import parse_size, read_config_text
-from hangar.kinds.execution.imagetask import (
+from hangar.kinds.execution.image_task import (
     Artifact,
     ImageSource,
     ImageTask,

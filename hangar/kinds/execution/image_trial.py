@@ -1,4 +1,4 @@
-"""The trial of an image task (`hangar.kinds.execution.imagetask`): the image is the fixture.
+"""The trial of an image task (`hangar.kinds.execution.image_task`): the image is the fixture.
 
 `ImageTaskTrial.run` reads as its phases: admission (what the task asks that hangar
 cannot honour), the image (built once per node, its log kept), the trial's disk, the
@@ -39,6 +39,7 @@ from hangar.errors import (
     SandboxUnavailable,
     WorkspaceError,
 )
+from hangar.kinds.execution.image_task import ImageSource, ImageTask, Network
 from hangar.kinds.execution.image_verifier import (
     LOGS,
     TESTS,
@@ -47,7 +48,6 @@ from hangar.kinds.execution.image_verifier import (
     place_of,
     save_agent_logs,
 )
-from hangar.kinds.execution.imagetask import ImageSource, ImageTask, Network
 from hangar.kinds.execution.rewards import Reward, log_texts, read_reward, reported_failures
 from hangar.kinds.execution.swebench import failing_words, grade
 from hangar.models.tunnel import RelayTunnel

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hangar.errors import ConfigError
-from hangar.kinds.execution.imagetask import SwebenchGrading
+from hangar.kinds.execution.image_task import SwebenchGrading
 from hangar.kinds.execution.rewards import Reward
 from hangar.kinds.execution.testlog import first_error
 from hangar.results import CheckOutcome, Score

@@ -80,7 +80,7 @@ def task_check(
 def _build_problem(task: object) -> list[str]:
     """Why the task's image does not build ([] when it does)."""
     from hangar.errors import ImageBuildError
-    from hangar.kinds.execution.imagetask import ImageTask
+    from hangar.kinds.execution.image_task import ImageTask
     from hangar.sandbox.task_images import ensure_task_image
 
     assert isinstance(task, ImageTask)

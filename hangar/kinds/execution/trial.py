@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from hangar.agents.command import CONTEXT_FILE
 from hangar.errors import ImageNotFound, WorkspaceError
 from hangar.files import tree_digest
-from hangar.kinds.execution.admission import fixture_problems
+from hangar.kinds.execution.fixture_checks import fixture_problems
 from hangar.kinds.execution.judging import host_verify, judgement
 from hangar.kinds.execution.scenario import LoadedScenario
 from hangar.kinds.execution.verification import VerificationPlace, place_for

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hangar.kinds.execution.admission import fixture_problems
+from hangar.kinds.execution.fixture_checks import fixture_problems
 from hangar.kinds.execution.scenario import load_scenario
 from hangar.sandbox.workspace import MirrorCache
 
