@@ -138,7 +138,7 @@ def _sweep_beside_its_results(folder: Path) -> Path:
     """A sweep file with no `store:` and, in runs/ beside it, the store of one run."""
     from hangar.results import Verdict
     from hangar.store import ResultsStore
-    from tests.test_report import trial
+    from tests.scores.test_report import trial
 
     folder.mkdir()
     sweep = folder / "sweep.yaml"

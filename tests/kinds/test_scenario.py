@@ -14,7 +14,7 @@ from hangar.errors import ConfigError
 from hangar.kinds.execution.scenario import load_registry, load_scenario, repin
 
 runner = CliRunner()
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "median"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "median"
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from hangar.store import ResultsStore
 from tests.require import skip_or_fail
 
 runner = CliRunner()
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def trial(

@@ -510,7 +510,7 @@ def test_every_phase_a_sandboxed_trial_times_is_in_the_table() -> None:
 
     from hangar.trials.phases import BOUNDARY, BY_NAME, markdown
 
-    root = Path(__file__).resolve().parents[1] / "hangar"
+    root = Path(__file__).resolve().parents[2] / "hangar"
     sandboxed = [
         root / "trials" / "sandboxed.py",
         root / "kinds" / "execution" / "trial.py",

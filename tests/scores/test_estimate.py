@@ -23,7 +23,7 @@ from hangar.store import ResultsStore
 from hangar.testing.scripted import Script, ScriptedServer
 from hangar.trials import run_trial
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 runner = CliRunner()
 
 

@@ -27,7 +27,7 @@ from hangar.store import ResultsStore
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer
 from hangar.trials import run_trial
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 runner = CliRunner()
 #: Strings that must never reach a prompt (the expected answer's rationale).
 RATIONALE = "RATIONALE-CANARY-6b1f never show this"

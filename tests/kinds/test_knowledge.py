@@ -27,7 +27,7 @@ from hangar.kinds.knowledge.scoring import classify, cohen_kappa, score_question
 from hangar.scores.stats import wilson
 from tests.require import skip_or_fail
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "knowledge"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "knowledge"
 BUNDLE = EXAMPLE.parent / "repos" / "handbook.bundle"
 runner = CliRunner()
 

@@ -49,7 +49,7 @@ from hangar.results import Score, TrialResult
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer
 from tests.require import skip_or_fail
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sdd-benchmark"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sdd-benchmark"
 runner = CliRunner()
 
 

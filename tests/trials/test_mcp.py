@@ -24,7 +24,7 @@ from hangar.kinds.knowledge.formats import Key, Source
 from hangar.kinds.knowledge.scoring import classify
 from hangar.results import Verdict
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 KNOWLEDGE = EXAMPLES / "knowledge"
 runner = CliRunner()
 C1, C2 = "c95571d40e9c11cd8ce0c877148858ac0db487ad", "dee254872bb216846ae8eeaa1818a5071ed07e7a"

@@ -24,7 +24,7 @@ from hangar.store import ResultsStore
 from tests.require import skip_or_fail
 
 pytestmark = [pytest.mark.ray, pytest.mark.docker, pytest.mark.slow]
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 runner = CliRunner()
 HOSTILE = r"""
 printf '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">\n'

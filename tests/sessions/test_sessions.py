@@ -287,7 +287,7 @@ def test_whatever_an_agent_writes_never_breaks_the_reading(tmp_path: Path) -> No
 def test_a_gemini_cli_chat_file_reads_as_events(tmp_path: Path) -> None:
     """A chat file Gemini CLI 0.61 wrote in a test run (tests/models/test_gemini_cli.py):
     its message records rewritten once their tool calls ran are read once each."""
-    real = Path(__file__).parent / "fixtures" / "sessions" / "gemini-chat.jsonl"
+    real = Path(__file__).parents[1] / "fixtures" / "sessions" / "gemini-chat.jsonl"
     session = read_session(real)
     assert session is not None and session.source == "gemini"
     shells = [e for e in session.events if e.type == "shell"]
@@ -311,7 +311,7 @@ def test_a_gemini_cli_chat_file_reads_as_events(tmp_path: Path) -> None:
 def test_a_mini_swe_agent_trajectory_reads_as_events(tmp_path: Path) -> None:
     """A trajectory mini-swe-agent 2.4.6 wrote in a test run
     (tests/models/test_mini_swe_agent.py): one JSON object, found beside JSONL sessions."""
-    real = Path(__file__).parent / "fixtures" / "sessions" / "mini.traj.json"
+    real = Path(__file__).parents[1] / "fixtures" / "sessions" / "mini.traj.json"
     (tmp_path / "agent").mkdir()
     (tmp_path / "agent" / "run.traj.json").write_text(real.read_text())
     (session,) = sessions_under(tmp_path)
