@@ -54,7 +54,8 @@ def report(
     paired comparisons (with --baseline and --candidate, in those roles); a sweep file's
     latest run (--runs: all its runs side by side)."""
     from hangar.scores.render import render_html, render_markdown, render_text
-    from hangar.scores.report import build_report, sweep_design
+    from hangar.scores.report import Section, build_report, sweep_design
+    from hangar.trials.kind import report_sections
 
     fmt = output_format(fmt, as_json)
     renderers = {"text": render_text, "md": render_markdown, "html": render_html}
@@ -72,9 +73,10 @@ def report(
     # a sweep run until decided is reported in its roles, with its decisions
     design, ended = sweep_design(recorded)
     roles = roles or design
+    rows = list(results.results(sweep_id))
     built = build_report(
         sweep_id,
-        results.results(sweep_id),
+        rows,
         margin=points / 100,
         roles=roles,
         sequential=ended if roles == design and margin is None else (),
@@ -82,6 +84,9 @@ def report(
     if not built.groups:
         raise ConfigError(f"no results for sweep {sweep_id!r} in {results.safe_url}")
     built.left_out = left_out_of(sweep, results)
+    built.sections = [
+        Section(kind=kind, title=s.title, lines=s.lines) for kind, s in report_sections(rows)
+    ]
     text = built.model_dump_json(indent=1) if fmt == "json" else renderers[fmt](built)
     if out is not None:
         out.write_text(text)

@@ -151,6 +151,10 @@ def render_text(report: Report, width: int = 160) -> str:
             f"[yellow]left out[/] {plain(t.scenario)} is {plain(t.status)}: {plain(t.reason)} "
             "(no trial ran; in no rate)"
         )
+    for section in report.sections:
+        console.print(f"[bold]{plain(section.title)}[/]")
+        for line in section.lines:
+            console.print(f"  {plain(line)}")
     for note in report.notes:
         console.print(f"[yellow]note:[/] {plain(note)}")
     return buf.getvalue()
@@ -258,6 +262,8 @@ def render_markdown(report: Report) -> str:
         head = ["group", "metric", "n", "mean [95% CI]", "unassessed"]
         parts += _md_section("Scores", [_md_table(head, metrics)])
     parts += _md_lists(report)
+    for section in report.sections:
+        parts += _md_section(section.title, [f"- {line}" for line in section.lines])
     parts += [f"> note: {n}" for n in report.notes]
     return "\n".join(parts) + "\n"
 

@@ -166,6 +166,17 @@ class LeftOut(BaseModel):
     """Why (the validation's reason)."""
 
 
+class Section(BaseModel):
+    """A kind's own part of the report (`hangar.trials.kind.Kind.report_sections`)."""
+
+    kind: str
+    """The kind it is about."""
+    title: str
+    """Its heading."""
+    lines: list[str]
+    """Its lines."""
+
+
 class Report(BaseModel):
     """Everything `hangar report` shows (its JSON form, too)."""
 
@@ -202,6 +213,8 @@ class Report(BaseModel):
     sequential: list[SequentialOutcome] = Field(default_factory=list)
     """How the comparisons of a sweep run until decided ended (their sentences replace the
     fixed design's, whose interval does not hold after stopping early)."""
+    sections: list[Section] = Field(default_factory=list)
+    """What each kind adds about its own trials (a rubric benchmark's phases)."""
 
 
 #: Points of a metric's range a decision sentence is about, when the sweep names none.

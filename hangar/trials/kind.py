@@ -136,6 +136,15 @@ class KindPage(NamedTuple):
     The viewer checks the form came from its own page before calling it."""
 
 
+class ReportSection(NamedTuple):
+    """What a kind adds to a sweep's report (`hangar report`) about its own trials."""
+
+    title: str
+    """Its heading ("Rubric phases")."""
+    lines: list[str]
+    """Its lines, each a sentence or a row in words."""
+
+
 class Failure(NamedTuple):
     """A failing step of a trial: a command and the end of what it printed."""
 
@@ -271,6 +280,11 @@ class Kind(ABC):
         """The task the trial ran, from its evidence (the bundle's folder)."""
         return About(text="", facts=[])
 
+    def report_sections(self, results: list[TrialResult]) -> list[ReportSection]:
+        """Its own sections of a sweep's report, from its trials' results (latest
+        attempts); none by default (the generic groups, metrics and comparisons cover it)."""
+        return []
+
     def failures(self, evidence: Path) -> list[Failure]:
         """What failed, with its output, from a trial's evidence (the bundle's folder):
         shown first by `hangar trial show` and the trial page."""
@@ -317,6 +331,16 @@ def tasks_in(file: Path, settings: SweepSettings | None = None) -> list[Task]:
     sweep that says `settings` (none: the kinds' defaults)."""
     data = read_data(file) if file.suffix in _DATA_SUFFIXES else None
     return kind_of_file(file, data).load(file, data, settings or SweepSettings())
+
+
+def report_sections(results: list[TrialResult]) -> list[tuple[str, ReportSection]]:
+    """Every kind's sections of a report on `results`: (kind name, section)."""
+    found = []
+    for kind in kinds():
+        mine = [r for r in results if r.kind == kind.name]
+        if mine:
+            found += [(kind.name, s) for s in kind.report_sections(mine)]
+    return found
 
 
 def kinds() -> list[Kind]:

@@ -1099,3 +1099,29 @@ def test_unassessed_samples_and_the_budget(
     )
     report = json.loads(out.stdout)
     assert report["results"]["sdd-propose"]["samples_run"] == 2 and out.exit_code == 3
+
+
+def test_a_sweep_report_carries_the_rubric_phases(tmp_path: Path) -> None:
+    """`hangar report` of a sweep with rubric trials has the benchmark's phase numbers in
+    every format (the kind's own section of the one report)."""
+    from hangar.store import ResultsStore
+
+    url = f"sqlite:///{tmp_path}/r.db"
+    rows = [
+        result("P1", 4.5, {"clarity": 4.0}, phase="propose"),
+        result("P2", 4.0, {"clarity": 3.0}, phase="propose"),
+        result("T1", 2.0, {"clarity": 2.0}, phase="tasks<b>"),
+    ]
+    ResultsStore(url).record(rows)
+    expected = (
+        "propose (prompt · m): 2 samples, average 4.25 (min 4.00, max 4.50), structural "
+        "pass rate -, judge average 4.25, 0 unassessed; by dimension: clarity 3.50"
+    )
+    for fmt in ("text", "md", "html", "json"):
+        out = runner.invoke(app, ["report", "b", "--store", url, "--format", fmt])
+        assert out.exit_code == 0, out.output
+        flat = " ".join(out.stdout.split())
+        assert expected in flat, fmt
+        assert "Rubric phases" in flat
+    html = runner.invoke(app, ["report", "b", "--store", url, "--format", "html"]).stdout
+    assert "tasks&lt;b&gt;" in html and "tasks<b>" not in html

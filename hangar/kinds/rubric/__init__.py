@@ -16,7 +16,7 @@ from hangar.kinds.rubric.benchmark import LoadedSample
 from hangar.models import ModelSpec
 from hangar.results import TrialResult
 from hangar.trials.boundary import TrialRun
-from hangar.trials.kind import Kind, Matrix, ViewSettings
+from hangar.trials.kind import Kind, Matrix, ReportSection, ViewSettings
 from hangar.trials.spec import SKILL_ARM, Arm, Task, TrialSpec, new_spec
 
 
@@ -70,6 +70,12 @@ class RubricKind(Kind):
         return sample_trial(
             task, agent, model=model, repeat=repeat, sweep=m.id, evidence_url=m.evidence_url
         )
+
+    def report_sections(self, results: list[TrialResult]) -> list[ReportSection]:
+        """Each phase's numbers, per model, as the benchmark's own report gives them."""
+        from hangar.kinds.rubric.report import phase_lines
+
+        return [ReportSection("Rubric phases", phase_lines(results))]
 
     def runner(self, spec: TrialSpec) -> TrialRun:
         """The rubric trial."""

@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field, PlainSerializer
 
 from hangar.errors import ConfigError
 from hangar.kinds.rubric.formats import (
+    RESERVED,
     Baseline,
     BaselineFile,
     Thresholds,
@@ -186,6 +187,30 @@ def phase_result(rows: list[TrialResult], dimensions: list[str]) -> PhaseResult:
             for r in scored
         },
     )
+
+
+def phase_lines(results: list[TrialResult]) -> list[str]:
+    """One line per (model, agent, phase) of a sweep's rubric trials: the phase's numbers
+    as `phase_result` gives them to the benchmark's report."""
+    groups: dict[tuple[str, str, str], list[TrialResult]] = defaultdict(list)
+    for r in results:
+        groups[(r.model, r.agent, str(r.details.get("phase", r.suite)))].append(r)
+    lines = []
+    for (model, agent, phase), rows in sorted(groups.items()):
+        named = {s.metric for r in rows for s in r.scores}
+        p = phase_result(rows, sorted(named - set(RESERVED)))
+        dims = ", ".join(f"{d} {v:.2f}" for d, v in p.by_dimension.items()) or "none"
+        lines.append(
+            f"{phase} ({agent} · {model}): {p.samples_run} samples, average "
+            f"{_two(p.avg_score)} (min {_two(p.min_score)}, max {_two(p.max_score)}), "
+            f"structural pass rate {_two(p.structural_pass_rate)}, judge average "
+            f"{_two(p.judge_avg)}, {p.unassessed} unassessed; by dimension: {dims}"
+        )
+    return lines
+
+
+def _two(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def _calibration(scored: list[TrialResult], dimensions: list[str]) -> list[Calibration]:
