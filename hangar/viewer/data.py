@@ -30,8 +30,16 @@ from sqlalchemy import and_, func, or_, select
 from hangar.errors import HangarError
 from hangar.results import TrialResult
 from hangar.sandbox.archive import extract_untrusted
-from hangar.scores.report import LeftOut, Report, build_report, sweep_design, sweep_margin
+from hangar.scores.report import (
+    LeftOut,
+    Report,
+    Section,
+    build_report,
+    sweep_design,
+    sweep_margin,
+)
 from hangar.store import ResultsStore, sweeps, trials
+from hangar.trials.kind import report_sections
 from hangar.verifiers.bundle import BundleCheck, verify_bundle
 from hangar.verifiers.object_store import bundle_key, open_store, split_uri
 
@@ -352,14 +360,19 @@ class ReportCache:
             config = self.catalog.store.sweep_config(sweep_id) or {}
             margin = self.margin if self.margin is not None else sweep_margin(config) / 100
             roles, ended = sweep_design(config)
+            rows = list(self.catalog.store.results(sweep_id))
             report = build_report(
                 sweep_id,
-                self.catalog.store.results(sweep_id),
+                rows,
                 margin=margin,
                 roles=roles,
                 sequential=ended if self.margin is None else (),
             )
             report.left_out = [LeftOut.model_validate(t) for t in config.get("left_out", [])]
+            report.sections = [
+                Section(kind=kind, title=s.title, lines=s.lines)
+                for kind, s in report_sections(rows)
+            ]
             with self._lock:
                 self._cache[sweep_id] = CachedReport(report=report, state=state)
         finally:

@@ -8,6 +8,7 @@ import json
 import random
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -1112,7 +1113,9 @@ def test_a_sweep_report_carries_the_rubric_phases(tmp_path: Path) -> None:
         result("P2", 4.0, {"clarity": 3.0}, phase="propose"),
         result("T1", 2.0, {"clarity": 2.0}, phase="tasks<b>"),
     ]
-    ResultsStore(url).record(rows)
+    store = ResultsStore(url)
+    store.ensure_sweep("b", {"id": "b"}, len(rows))
+    store.record(rows)
     expected = (
         "propose (prompt · m): 2 samples, average 4.25 (min 4.00, max 4.50), structural "
         "pass rate -, judge average 4.25, 0 unassessed; by dimension: clarity 3.50"
@@ -1125,3 +1128,16 @@ def test_a_sweep_report_carries_the_rubric_phases(tmp_path: Path) -> None:
         assert "Rubric phases" in flat
     html = runner.invoke(app, ["report", "b", "--store", url, "--format", "html"]).stdout
     assert "tasks&lt;b&gt;" in html and "tasks<b>" not in html
+    # the viewer's sweep page shows the same section
+    from starlette.testclient import TestClient
+
+    from hangar.viewer.app import Viewer, make_app
+
+    page = ""
+    with TestClient(make_app(Viewer(ResultsStore(url)))) as client:
+        for _ in range(100):  # the report is built in the background
+            page = client.get("/sweeps/b").text
+            if "Rubric phases" in page:
+                break
+            time.sleep(0.1)
+    assert expected in " ".join(page.split()) and "tasks&lt;b&gt;" in page
