@@ -7,7 +7,7 @@ HANGAR  := $(VENV)/bin/hangar
 BASE_IMAGE ?= hangar/base:bookworm
 EXTRAS  ?= dev,s3,postgres,k8s,swebench
 
-.PHONY: demo test check docs fmt venv bytecode docker services base-image helm clean
+.PHONY: demo test check docs fmt venv bytecode docker services base-image helm harbor clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,7 +48,12 @@ demo: base-image
 helm: venv
 	$(HANGAR) cluster install-helm
 
-test: base-image services helm
+# Harbor's package (Python >= 3.12, a virtualenv of its own) for the tests that read what
+# hangar writes in Harbor's formats with Harbor's own models.
+harbor:
+	scripts/ensure-harbor .venv-harbor
+
+test: base-image services helm harbor
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 check: venv
@@ -69,4 +74,4 @@ fmt: venv
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .typecheck site build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-harbor .typecheck site build *.egg-info .pytest_cache .mypy_cache .ruff_cache

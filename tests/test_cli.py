@@ -280,6 +280,34 @@ def test_sweeps_status_and_trial_show_read_the_store(tmp_path: Path) -> None:
     assert as_json["failures"][0]["what"].startswith("$ echo looking")
     missing = _hangar("trial", "show", "ffffffffffff", "--store", store)
     assert missing.returncode == 2 and "no trial whose key starts with" in missing.stderr
+    # its session as an ATIF trajectory, as Harbor's models read it
+    from tests.sessions.test_trajectories import harbor_validates
+
+    written = _hangar("trial", "trajectory", key[:10], "--store", store)
+    assert written.returncode == 0, written.stderr
+    doc = json.loads(written.stdout)
+    assert doc["schema_version"] == "ATIF-v1.7" and doc["session_id"] == key
+    assert doc["agent"]["name"] == "command" and doc["final_metrics"]["total_steps"] >= 1
+    assert harbor_validates(doc, tmp_path) == ""
+    # the viewer offers the same document from the trial's page
+    from starlette.testclient import TestClient
+
+    from hangar.store import ResultsStore
+    from hangar.viewer.app import Viewer, make_app
+
+    with TestClient(make_app(Viewer(ResultsStore(store)))) as client:
+        page = client.get(f"/trials/{sweep}/{key}")
+        assert page.status_code == 200 and 'id="trajectory"' in page.text
+        served = client.get(f"/trials/{sweep}/{key}/1/trajectory.json")
+    assert served.status_code == 200 and served.json() == doc
+    # and hangar export writes it beside the trials' rows
+    folder = tmp_path / "trajectories"
+    exported = _hangar(
+        *("export", sweep, "--store", store, "--out", str(tmp_path / "t.jsonl")),
+        *("--trajectories", str(folder)),
+    )
+    assert exported.returncode == 0 and "wrote 1 trajectory file(s)" in exported.stdout
+    assert json.loads((folder / f"{key}.json").read_text()) == doc
 
 
 def test_agents_list_names_every_preset_and_kind_with_what_it_needs() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -155,11 +156,22 @@ def export(
     sweep: Annotated[str, typer.Argument(help="Sweep file, or a sweep id in --store.")],
     out: Annotated[Path, typer.Option(help="JSONL file, one trial per line ('-': stdout).")],
     all_attempts: Annotated[bool, typer.Option(help="Every attempt, not just the latest.")] = False,
+    trajectories: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write each trial's session as an ATIF trajectory into this folder "
+            "(<trial key>.json; <trial key>.<attempt>.json with --all-attempts)."
+        ),
+    ] = None,
+    endpoint: Annotated[
+        str | None, typer.Option(help="S3 endpoint of the evidence (for --trajectories).")
+    ] = None,
     store: StoreOption = None,
 ) -> None:
     """Every trial of a sweep as JSON lines (pandas: pd.read_json(FILE, lines=True)). A
     knowledge trial's answer carries its current scores from the gold set's labels
-    (correctness, citation_validity: none while pending)."""
+    (correctness, citation_validity: none while pending). With --trajectories, each
+    trial's agent session as ATIF v1.7 (Harbor's trajectory.json) too."""
     from hangar.results import Score
 
     sweep_id, _, results = resolve_sweep(sweep, store)
@@ -181,6 +193,35 @@ def export(
     (err_console if to_stdout else console).print(
         f"wrote {n} trial(s) to {'stdout' if to_stdout else out}", highlight=False
     )
+    if trajectories is not None:
+        rows = list(results.results(sweep_id, all_attempts=all_attempts))
+        written = _write_trajectories(rows, trajectories, endpoint, all_attempts)
+        (err_console if to_stdout else console).print(
+            f"wrote {written} trajectory file(s) to {trajectories}", highlight=False
+        )
+
+
+def _write_trajectories(rows: list[Any], folder: Path, endpoint: str | None, each: bool) -> int:
+    """Each trial's ATIF trajectory from its evidence, into `folder`; a trial without a
+    bundle (one that never ran) has none. Returns how many were written."""
+    from hangar.trajectories import trial_trajectory
+    from hangar.viewer.data import Evidence
+
+    folder.mkdir(parents=True, exist_ok=True)
+    evidence = Evidence(endpoint)
+    written = 0
+    try:
+        for r in rows:
+            bundle = evidence.bundle(r) if r.evidence_uri else None
+            if bundle is None:
+                continue
+            name = f"{r.trial_key}.{r.attempt}.json" if each else f"{r.trial_key}.json"
+            doc = trial_trajectory(r, Path(bundle.folder))
+            (folder / name).write_text(json.dumps(doc, indent=1) + "\n")
+            written += 1
+    finally:
+        evidence.close()
+    return written
 
 
 @app.command("compare")

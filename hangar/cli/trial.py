@@ -149,9 +149,28 @@ def trial_show(
 ) -> None:
     """One trial: its verdict, every reason, its checks and scores, and the output of
     what failed, read from its evidence bundle (nothing to unpack)."""
-    from hangar.store import ResultsStore
     from hangar.trials.kind import kind_of
     from hangar.viewer.data import Evidence
+
+    result, attempts = _trial(key, sweep, store, attempt)
+    evidence = Evidence()
+    try:
+        bundle = evidence.bundle(result) if result.evidence_uri else None
+        failing = kind_of(result.kind).failures(bundle.folder) if bundle else []
+    finally:
+        evidence.close()
+    if as_json:
+        shown = json.loads(result.model_dump_json())
+        shown["failures"] = [f._asdict() for f in failing]
+        console.print_json(json.dumps(shown))
+        return
+    _print_trial(result, attempts, failing)
+
+
+def _trial(key: str, sweep: str | None, store: str | None, attempt: int | None) -> tuple[Any, int]:
+    """The trial whose key starts with `key` (its `attempt`, default the latest) and how
+    many attempts it has; an unknown or ambiguous key is refused, naming the matches."""
+    from hangar.store import ResultsStore
 
     results = ResultsStore(store, create=False)
     found = results.find_trials(key, sweep)
@@ -165,19 +184,41 @@ def trial_show(
     chosen = [r for r in attempts if attempt is None or r.attempt == attempt]
     if not chosen:
         raise ConfigError(f"trial {found[0][1][:16]} has no attempt {attempt}")
-    result = max(chosen, key=lambda r: r.attempt)
+    return max(chosen, key=lambda r: r.attempt), len(attempts)
+
+
+@trial_app.command("trajectory")
+def trial_trajectory(
+    key: Annotated[str, typer.Argument(help="The trial's key, or its first characters.")],
+    sweep: Annotated[str | None, typer.Option(help="Look only in this sweep (an id).")] = None,
+    store: Annotated[
+        str | None, typer.Option(help="Results store URL (default: the local one).")
+    ] = None,
+    attempt: Annotated[
+        int | None, typer.Option(min=1, help="Which attempt (default: the latest).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Write to this file.")] = None,
+) -> None:
+    """The trial's agent session as an ATIF trajectory (v1.7, Harbor's trajectory.json),
+    from its evidence bundle."""
+    from hangar.trajectories import trial_trajectory as build
+    from hangar.viewer.data import Evidence
+
+    result, _ = _trial(key, sweep, store, attempt)
     evidence = Evidence()
     try:
-        bundle = evidence.bundle(result) if result.evidence_uri else None
-        failing = kind_of(result.kind).failures(bundle.folder) if bundle else []
+        bundle = evidence.bundle(result)
+        if bundle is None:
+            raise ConfigError(f"trial {result.trial_key[:16]} has no evidence bundle")
+        doc = build(result, bundle.folder)
     finally:
         evidence.close()
-    if as_json:
-        shown = json.loads(result.model_dump_json())
-        shown["failures"] = [f._asdict() for f in failing]
-        console.print_json(json.dumps(shown))
-        return
-    _print_trial(result, len(attempts), failing)
+    text = json.dumps(doc, indent=1) + "\n"
+    if out is not None:
+        out.write_text(text)
+        console.print(f"wrote {out}")
+    else:
+        console.out(text, highlight=False)
 
 
 def _print_trial(result: Any, attempts: int, failing: list[Any]) -> None:

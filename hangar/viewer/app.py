@@ -314,6 +314,18 @@ class Viewer:
             headers={"Content-Disposition": 'attachment; filename="bundle.tar.gz"'},
         )
 
+    async def trajectory(self, request: Request) -> Response:
+        """The trial's session as an ATIF trajectory (`hangar.trajectories`), to download."""
+        from hangar.trajectories import trial_trajectory
+
+        result, bundle = self._bundle_of(request)
+        if result is None or bundle is None:
+            return self.page("error.html", 404, message="no bundle")
+        return JSONResponse(
+            trial_trajectory(result, Path(bundle.folder)),
+            headers={"Content-Disposition": 'attachment; filename="trajectory.json"'},
+        )
+
     async def compare(self, request: Request) -> Response:
         from hangar.scores.baseline import baseline_names, load_baseline, snapshot
         from hangar.scores.baseline import compare as find
@@ -451,6 +463,7 @@ def make_app(viewer: Viewer) -> Starlette:
         Route("/trials/{sweep}/{key}/{attempt:int}/file", v.file),
         Route("/trials/{sweep}/{key}/{attempt:int}/raw", v.raw),
         Route("/trials/{sweep}/{key}/{attempt:int}/bundle", v.bundle),
+        Route("/trials/{sweep}/{key}/{attempt:int}/trajectory.json", v.trajectory),
         Route("/compare", v.compare),
         *(
             Route(page.path, v.kind_page(page), methods=["GET", "POST"] if page.action else None)

@@ -106,7 +106,33 @@ def check_session(result: TrialResult, source: str) -> list[dict[str, object]]:
     assert sum(e["usage"]["output"] for e in calls) == result.usage.output_tokens
     ends = [e for e in agent if e["type"] == "turn_end"]
     assert len(ends) == 1 and not ends[0].get("partial")
+    check_trajectory(result, source)
     return agent
+
+
+def check_trajectory(result: TrialResult, source: str) -> None:
+    """The trial's ATIF trajectory: the agent's own session's steps (its two shell
+    commands as calls with their results), hangar's meter as its totals, and valid for
+    Harbor's own models."""
+    import tarfile
+    import tempfile
+
+    from hangar.trajectories import trial_trajectory
+    from tests.sessions.test_trajectories import harbor_validates
+
+    assert result.evidence_uri is not None
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
+            tar.extractall(tmp, filter="data")
+        doc = trial_trajectory(result, Path(tmp))
+        assert "steps from the agent's own session" in doc["notes"], source
+        calls = [c for s in doc["steps"] for c in s.get("tool_calls", [])]
+        commands = [str(c["arguments"]) + str(c.get("extra", "")) for c in calls]
+        assert any("sed -n 13,20p statkit/stats.py" in c for c in commands), commands
+        results = [r for s in doc["steps"] for r in s.get("observation", {}).get("results", [])]
+        assert results and all(r["source_call_id"] for r in results)
+        assert doc["final_metrics"]["total_prompt_tokens"] == result.usage.input_tokens
+        assert harbor_validates(doc, Path(tmp)) == ""
 
 
 def route_the_example(image: str, preset: str, model: ModelSpec, tmp_path: Path) -> TrialResult:
