@@ -110,6 +110,27 @@ class MirrorCache:
                 _git("fetch", "--quiet", "--prune", url, "+refs/*:refs/*", cwd=mirror)
             return mirror
 
+    def resolve(self, url: str, revision: str | None) -> str:
+        """The commit `revision` of `url` names (None: its default branch's head)."""
+        mirror = self.ensure(url, revision or "HEAD")
+        try:
+            return _git(
+                "rev-parse", "--verify", f"{revision or 'HEAD'}^{{commit}}", cwd=mirror
+            ).strip()
+        except WorkspaceError:
+            raise WorkspaceError(f"revision {revision} is not in repository {url}") from None
+
+    def archive(self, url: str, commit: str, path: str, out: IO[bytes]) -> None:
+        """The folder `path` of `url` at `commit`, as a tar stream into `out`."""
+        mirror = self.ensure(url, commit)
+        if not _has_commit(mirror, commit):
+            raise WorkspaceError(f"revision {commit} is not in repository {url}")
+        try:
+            _git("cat-file", "-e", f"{commit}:{path}", cwd=mirror)
+        except WorkspaceError:
+            raise WorkspaceError(f"{url} has no {path!r} at {commit[:12]}") from None
+        _git("archive", "--format=tar", commit, "--", path, cwd=mirror, stdout=out)
+
     def pack(self, url: str, revision: str) -> Path:
         """A pack of `revision` and its ancestors alone (and its index beside it), made
         from the mirror once per node: each workspace gets a copy instead of fetching,

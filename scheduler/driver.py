@@ -523,6 +523,7 @@ class SweepRunner:
             **config.model_dump(mode="json"),
             "family": self.sweep.family or self.sweep.id,
             "left_out": self.sweep.left_out,
+            "sources": self.sweep.sources,
             "margin": self.sweep.margin,
         }
         self._recorded = recorded

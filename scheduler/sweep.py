@@ -60,6 +60,7 @@ from hangar.trials.kind import (
     kind_of,
     kind_of_file,
     kinds,
+    resolve_entry,
     tasks_in,
 )
 from hangar.validation import check_name, validation_message
@@ -225,6 +226,9 @@ class Sweep(BaseModel):
     """The sweep's arms (of the kinds whose arms a sweep chooses: execution scenarios)."""
     unloadable: list[UnloadableScenario] = Field(default_factory=list)
     """Task files that could not be loaded (their trials are blocked_setup rows)."""
+    sources: dict[str, Any] = Field(default_factory=dict)
+    """What each ``scheme:value`` entry of ``scenarios:`` resolved to, recorded with the
+    sweep (a registry dataset's lock: its tasks' commits and digests)."""
     left_out: list[dict[str, str]] = Field(default_factory=list)
     """Image tasks left out before any trial ({scenario, status, reason}: broken or not
     validated), recorded with the sweep for reports and the viewer."""
@@ -358,14 +362,24 @@ class Sweep(BaseModel):
                             yield spec.model_copy(update=shared) if shared else spec
 
 
-def _scenario_files(base: Path, patterns: list[str]) -> dict[Path, str]:
-    """Scenario files -> the suite folder's name they were found in ('' for files)."""
+def _scenario_files(
+    base: Path, patterns: list[str], sources: dict[str, Any] | None = None
+) -> dict[Path, str]:
+    """Scenario files -> the suite folder's name they were found in ('' for files). A
+    ``scheme:value`` entry (``registry:terminal-bench@2.0``) is the folder its kind
+    resolves it to, its suite the entry; what the kind records of it goes in `sources`."""
     files: dict[Path, str] = {}
     for pattern in patterns:
         target = base / pattern
         suite = ""
+        resolved = None if target.exists() else resolve_entry(pattern)
+        if resolved is not None:
+            target, record = resolved
+            if sources is not None:
+                sources[pattern] = record
+            suite = pattern.partition(":")[2]
         if target.is_dir():  # a suite: its scenario files and task folders (task.toml)
-            suite = target.resolve().name
+            suite = suite or target.resolve().name
             found = sorted(
                 {
                     *target.rglob("scenario.yaml"),
@@ -401,7 +415,8 @@ def load_sweep(path: Path, overrides: dict[str, str] | None = None) -> Sweep:
         raise ConfigError(f"{path}: arms: {exc.errors()[0]['msg']}") from None
     if not arms:
         raise ConfigError(f"{path}: `arms` is empty (use `control: []` for no plugins)")
-    tasks, unloadable = _tasks(path, config, settings)
+    sources: dict[str, Any] = {}
+    tasks, unloadable = _tasks(path, config, settings, sources)
     sweep = Sweep(
         id=expand_id(config.id, datetime.now(UTC)) if config.id else path.stem,
         family=config.id or path.stem,
@@ -412,6 +427,7 @@ def load_sweep(path: Path, overrides: dict[str, str] | None = None) -> Sweep:
         agents=agents,
         arms=arms,
         unloadable=unloadable,
+        sources=sources,
     )
     matrix = sweep.matrix()
     for kind in {kind_of(t.kind).name: kind_of(t.kind) for t in tasks}.values():
@@ -554,14 +570,15 @@ def _located(config: SweepFile, base: Path) -> SweepFile:
 
 
 def _tasks(
-    path: Path, config: SweepFile, settings: SweepSettings
+    path: Path, config: SweepFile, settings: SweepSettings, sources: dict[str, Any]
 ) -> tuple[list[Task], list[UnloadableScenario]]:
-    """The tasks of every file the sweep lists, and the files that do not load."""
+    """The tasks of every file the sweep lists, and the files that do not load (what its
+    ``scheme:value`` entries resolved to goes in `sources`)."""
     base = path.parent
     tasks: list[Task] = []
     unloadable: list[UnloadableScenario] = []
     seen: dict[str, Path] = {}
-    files = _scenario_files(base, config.scenarios)
+    files = _scenario_files(base, config.scenarios, sources)
     _check_sealed(files, base)
     for file, suite in files.items():
         try:

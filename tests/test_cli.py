@@ -281,7 +281,7 @@ def test_sweeps_status_and_trial_show_read_the_store(tmp_path: Path) -> None:
     missing = _hangar("trial", "show", "ffffffffffff", "--store", store)
     assert missing.returncode == 2 and "no trial whose key starts with" in missing.stderr
     # its session as an ATIF trajectory, as Harbor's models read it
-    from tests.sessions.test_trajectories import harbor_validates
+    from tests.harbor import harbor_validates
 
     written = _hangar("trial", "trajectory", key[:10], "--store", store)
     assert written.returncode == 0, written.stderr

@@ -215,6 +215,15 @@ class Kind(ABC):
         `settings`."""
         raise NotImplementedError(f"{self.title} are not listed in sweep files")
 
+    #: The schemes of ``scenarios:`` entries it resolves (``registry`` for
+    #: ``registry:terminal-bench@2.0``).
+    schemes: tuple[str, ...] = ()
+
+    def resolve(self, scheme: str, value: str) -> tuple[Path, dict[str, Any]]:
+        """The folder a ``scheme:value`` entry of ``scenarios:`` names, and what the sweep
+        records of it (a dataset's lock); errors say what to do."""
+        raise NotImplementedError(f"{self.title} have no {scheme}: entries")
+
     def admit(self, settings: SweepSettings, ids: set[str]) -> None:
         """Refuse the whole sweep (`hangar.errors.AdmissionError`) when its `settings` for
         this kind do not fit the ids of its tasks (`ids`: every task's, of every kind,
@@ -324,6 +333,19 @@ def kind_of_file(file: Path, data: Any) -> Kind:
         if kind.recognizes(file, data):
             return kind
     raise ConfigError(f"{file}: no kind of task reads this file")
+
+
+def resolve_entry(entry: str) -> tuple[Path, dict[str, Any]] | None:
+    """The folder and record of a ``scheme:value`` entry of a sweep's ``scenarios:`` (None:
+    not such an entry: a path or a glob)."""
+    scheme, sep, value = entry.partition(":")
+    if not sep or "/" in scheme or not scheme.isidentifier():
+        return None
+    for kind in kinds():
+        if scheme in kind.schemes:
+            return kind.resolve(scheme, value)
+    known = ", ".join(sorted({s for k in kinds() for s in k.schemes})) or "none"
+    raise ConfigError(f"scenarios: {entry!r}: no kind reads {scheme}: entries (known: {known})")
 
 
 def tasks_in(file: Path, settings: SweepSettings | None = None) -> list[Task]:

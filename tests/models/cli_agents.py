@@ -118,7 +118,7 @@ def check_trajectory(result: TrialResult, source: str) -> None:
     import tempfile
 
     from hangar.trajectories import trial_trajectory
-    from tests.sessions.test_trajectories import harbor_validates
+    from tests.harbor import harbor_validates
 
     assert result.evidence_uri is not None
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,42 +3,16 @@ against Harbor's own ATIF models (Python >= 3.12, ``.venv-harbor``: `make harbor
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from hangar.sessions import SessionEvent, read_session
 from hangar.trajectories import trajectory
-from tests.conftest import skip_or_fail
+from tests.harbor import harbor_validates
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSIONS = ROOT / "tests" / "fixtures" / "sessions"
-
-
-def _harbor_python() -> Path:
-    python = ROOT / ".venv-harbor" / "bin" / "python"
-    if not python.is_file():
-        skip_or_fail("harbor", "no .venv-harbor with Harbor's package (`make harbor`)")
-    return python
-
-
-def harbor_validates(doc: dict[str, Any], tmp_path: Path) -> str:
-    """Harbor's `Trajectory` model read `doc`: the validation error, or '' when valid."""
-    path = tmp_path / "trajectory.json"
-    path.write_text(json.dumps(doc))
-    check = (
-        "import json, sys\n"
-        "from harbor.models.trajectories import Trajectory\n"
-        "t = Trajectory.model_validate(json.load(open(sys.argv[1])))\n"
-        "assert t.schema_version == 'ATIF-v1.7'\n"
-    )
-    run = subprocess.run(
-        [str(_harbor_python()), "-c", check, str(path)], capture_output=True, text=True, timeout=120
-    )
-    return run.stderr.strip().splitlines()[-1] if run.returncode else ""
 
 
 @pytest.mark.parametrize("name", ["mini.traj.json", "gemini-chat.jsonl"])

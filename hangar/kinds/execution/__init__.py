@@ -130,6 +130,16 @@ class ExecutionKind(Kind):
         assert source is not None
         return list(source.load(path, data, _registry(settings.of(ExecutionSettings).fixtures)))
 
+    schemes = ("registry",)
+
+    def resolve(self, scheme: str, value: str) -> tuple[Path, dict[str, Any]]:
+        """``registry:NAME@VERSION``: the pulled dataset's tasks, each checked against its
+        lock, and the lock (`hangar.kinds.execution.harbor_registry`)."""
+        from hangar.kinds.execution.harbor_registry import locate
+
+        folder, lock = locate(value)
+        return folder, lock.model_dump(mode="json")
+
     def admit(self, settings: SweepSettings, ids: set[str]) -> None:
         """A fixture registry's case ids are all scenarios of the sweep."""
         registry = _registry(settings.of(ExecutionSettings).fixtures)

@@ -176,3 +176,34 @@ def export_predictions(
     )
     out.write_text("".join(json.dumps(p) + "\n" for p in found))
     console.print(f"wrote {len(found)} prediction(s) to {escape(str(out))}", highlight=False)
+
+
+@dataset_app.command("pull")
+def dataset_pull(
+    ref: Annotated[str, typer.Argument(help="The dataset and its version: NAME@VERSION.")],
+    registry: Annotated[
+        str,
+        typer.Option(
+            help="Harbor's registry.json: a folder holding it, the file, or a git repository."
+        ),
+    ],
+) -> None:
+    """Fetch a registry dataset's tasks at their commits into the cache and pin them in a
+    lock (each task's commit and content digest, as Harbor computes it). A sweep runs it
+    as `scenarios: [registry:NAME@VERSION]`; a task changed since the pull is refused
+    until it is pulled again."""
+    from hangar.kinds.execution.harbor_registry import dataset_folder, parse_ref, pull
+
+    lock, changed = pull(ref, registry)
+    folder = dataset_folder(*parse_ref(ref))
+    console.print(
+        f"pulled {lock.ref}: {len(lock.tasks)} task(s) into {escape(str(folder / 'tasks'))}, "
+        f"locked in {escape(str(folder / 'lock.json'))}",
+        highlight=False,
+    )
+    for name in changed:
+        console.print(
+            f"  {escape(name)} changed since the last pull: a new version of the task "
+            "(its trials are new trials)",
+            highlight=False,
+        )
