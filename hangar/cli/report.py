@@ -154,7 +154,22 @@ def _recorded(sweep: str, results: Any, sweep_id: str) -> dict[str, Any]:
 @app.command("export")
 def export(
     sweep: Annotated[str, typer.Argument(help="Sweep file, or a sweep id in --store.")],
-    out: Annotated[Path, typer.Option(help="JSONL file, one trial per line ('-': stdout).")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="jsonl: the file, one trial per line ('-': stdout); another format: the "
+            "folder to write."
+        ),
+    ],
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="jsonl (every kind's trials), harbor-job (Harbor job folders, as the "
+            "Terminal-Bench leaderboard takes them) or swebench-submission (SWE-bench's "
+            "experiments layout).",
+        ),
+    ] = "jsonl",
     all_attempts: Annotated[bool, typer.Option(help="Every attempt, not just the latest.")] = False,
     trajectories: Annotated[
         Path | None,
@@ -163,18 +178,32 @@ def export(
             "(<trial key>.json; <trial key>.<attempt>.json with --all-attempts)."
         ),
     ] = None,
-    endpoint: Annotated[
-        str | None, typer.Option(help="S3 endpoint of the evidence (for --trajectories).")
-    ] = None,
+    endpoint: Annotated[str | None, typer.Option(help="S3 endpoint of the evidence.")] = None,
     store: StoreOption = None,
 ) -> None:
-    """Every trial of a sweep as JSON lines (pandas: pd.read_json(FILE, lines=True)). A
-    knowledge trial's answer carries its current scores from the gold set's labels
-    (correctness, citation_validity: none while pending). With --trajectories, each
-    trial's agent session as ATIF v1.7 (Harbor's trajectory.json) too."""
+    """A sweep's trials for other tools. jsonl: every trial as JSON lines (pandas:
+    pd.read_json(FILE, lines=True)); a knowledge trial's answer carries its current scores
+    from the gold set's labels (correctness, citation_validity: none while pending). With
+    --trajectories, each trial's agent session as ATIF v1.7 (Harbor's trajectory.json) too.
+    harbor-job and swebench-submission write folders from the trials' evidence and say
+    where the run departs from what a leaderboard requires."""
+    sweep_id, _, results = resolve_sweep(sweep, store)
+    to_stdout = str(out) == "-"
+    say = (err_console if to_stdout else console).print
+    if fmt != "jsonl":
+        _export_folder(fmt, sweep_id, results, out, endpoint)
+    else:
+        n = _export_jsonl(sweep_id, results, out, all_attempts)
+        say(f"wrote {n} trial(s) to {'stdout' if to_stdout else out}", highlight=False)
+    if trajectories is not None:
+        rows = list(results.results(sweep_id, all_attempts=all_attempts))
+        written = _write_trajectories(rows, trajectories, endpoint, all_attempts)
+        say(f"wrote {written} trajectory file(s) to {trajectories}", highlight=False)
+
+
+def _export_jsonl(sweep_id: str, results: Any, out: Path, all_attempts: bool) -> int:
     from hangar.results import Score
 
-    sweep_id, _, results = resolve_sweep(sweep, store)
     labelled: dict[str, list[Score]] = {}
     for row in results.knowledge_scores(sweep=sweep_id):
         for metric, column in (("correctness", "correct"), ("citation_validity", "citation_valid")):
@@ -183,22 +212,38 @@ def export(
                     Score(metric=metric, value=row[column])
                 )
     n = 0
-    to_stdout = str(out) == "-"
-    with contextlib.nullcontext(sys.stdout) if to_stdout else out.open("w") as f:
+    with contextlib.nullcontext(sys.stdout) if str(out) == "-" else out.open("w") as f:
         for r in results.results(sweep_id, all_attempts=all_attempts):
             if r.trial_key in labelled:
                 r = r.model_copy(update={"scores": (*r.scores, *labelled[r.trial_key])})
             f.write(r.model_dump_json() + "\n")
             n += 1
-    (err_console if to_stdout else console).print(
-        f"wrote {n} trial(s) to {'stdout' if to_stdout else out}", highlight=False
-    )
-    if trajectories is not None:
-        rows = list(results.results(sweep_id, all_attempts=all_attempts))
-        written = _write_trajectories(rows, trajectories, endpoint, all_attempts)
-        (err_console if to_stdout else console).print(
-            f"wrote {written} trajectory file(s) to {trajectories}", highlight=False
-        )
+    return n
+
+
+def _export_folder(fmt: str, sweep_id: str, results: Any, out: Path, endpoint: str | None) -> None:
+    """A kind's export format (`Kind.exports`) into the folder `out`."""
+    from hangar.trials.kind import export_format
+    from hangar.viewer.data import Evidence
+
+    write = export_format(fmt)
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"{out} is not empty: give a new folder to --out")
+    out.mkdir(parents=True, exist_ok=True)
+    evidence = Evidence(endpoint)
+
+    def bundle(r: Any) -> Path | None:
+        found = evidence.bundle(r) if r.evidence_uri else None
+        return Path(found.folder) if found is not None else None
+
+    try:
+        rows = list(results.results(sweep_id))
+        departures = write(sweep_id, rows, results.sweep_config(sweep_id) or {}, out, bundle)
+    finally:
+        evidence.close()
+    console.print(f"wrote {fmt} of sweep {escape(sweep_id)} to {escape(str(out))}", highlight=False)
+    for line in departures:
+        console.print(f"  departs from a leaderboard's rules: {escape(line)}", highlight=False)
 
 
 def _write_trajectories(rows: list[Any], folder: Path, endpoint: str | None, each: bool) -> int:

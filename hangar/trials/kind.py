@@ -17,7 +17,7 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Self, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Self, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
@@ -215,6 +215,10 @@ class Kind(ABC):
         `settings`."""
         raise NotImplementedError(f"{self.title} are not listed in sweep files")
 
+    #: Formats its trials are exported in (`hangar export --format NAME`): (name, the
+    #: ``module:function`` that writes them: (sweep id, latest results, the sweep's
+    #: record, the output folder, a trial's evidence folder) -> departures in words).
+    exports: tuple[tuple[str, str], ...] = ()
     #: The schemes of ``scenarios:`` entries it resolves (``registry`` for
     #: ``registry:terminal-bench@2.0``).
     schemes: tuple[str, ...] = ()
@@ -346,6 +350,16 @@ def resolve_entry(entry: str) -> tuple[Path, dict[str, Any]] | None:
             return kind.resolve(scheme, value)
     known = ", ".join(sorted({s for k in kinds() for s in k.schemes})) or "none"
     raise ConfigError(f"scenarios: {entry!r}: no kind reads {scheme}: entries (known: {known})")
+
+
+def export_format(name: str) -> Callable[..., list[str]]:
+    """The writer of the export format `name` (a kind's `Kind.exports`)."""
+    for kind in kinds():
+        for format_name, target in kind.exports:
+            if format_name == name:
+                return cast("Callable[..., list[str]]", load_target(target))
+    known = ", ".join(["jsonl", *sorted(f for k in kinds() for f, _ in k.exports)])
+    raise ConfigError(f"--format {name}: no such export format (known: {known})")
 
 
 def tasks_in(file: Path, settings: SweepSettings | None = None) -> list[Task]:

@@ -7,6 +7,7 @@ import shutil
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -219,6 +220,7 @@ def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(
     assert "broken-tests" not in out.output.split("## Tasks left out")[0]
 
     _viewer_shows_image_tasks(f"sqlite:///{tmp_path}/runs.db")
+    _exports_harbor_jobs(cli, sweep, tmp_path / "jobs")
 
     out = cli.invoke(app, ["run", str(sweep), "--allow-failures", "--include-unvalidated"])
     assert (
@@ -232,6 +234,30 @@ def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(
     toml.write_text(toml.read_text() + "gpus = 1\n")
     out = cli.invoke(app, ["task", "check", str(toml.parent)])
     assert out.exit_code == 1 and "[environment] asks for GPUs" in out.output
+
+
+def _exports_harbor_jobs(cli: Any, sweep: Path, out: Path) -> None:
+    """`hangar export --format harbor-job`: a job folder per agent that Harbor's models and
+    viewer read, each task pinned by Harbor's own digest, and the departures said."""
+    from hangar.cli import app
+    from tests.harbor import harbor_digest, harbor_reads_jobs
+
+    result = cli.invoke(app, ["export", str(sweep), "--format", "harbor-job", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "oracle__none: 4 task(s) have fewer than 5 trials" in result.output
+    assert "images were mapped onto others (debian:* -> hangar/base:bookworm-stock" in result.output
+    jobs = harbor_reads_jobs(out)
+    assert set(jobs) == {"oracle__none", "nop__none"}
+    oracle, nop = jobs["oracle__none"]["trials"], jobs["nop__none"]["trials"]
+    tasks = {"count-lines", "count-words", "fix-median", "hello-file"}
+    assert set(oracle) == set(nop) == tasks and jobs["oracle__none"]["n"] == 4
+    assert {t: v["reward"] for t, v in oracle.items()} == dict.fromkeys(tasks, 1)
+    assert all(v["reward"] != 1 for v in nop.values())
+    assert all(v["trajectory"] for v in oracle.values())
+    folder = sweep.parent / "dataset" / "hello-file"
+    assert oracle["hello-file"]["digest"] == harbor_digest(folder)
+    meta = (out / "oracle__none" / "metadata.yaml").read_text()
+    assert "agent_display_name: oracle" in meta and "# departs from a leaderboard's rules" in meta
 
 
 def _viewer_shows_image_tasks(store_url: str) -> None:

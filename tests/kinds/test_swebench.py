@@ -237,6 +237,49 @@ def test_gold_resolves_nop_does_not_and_predictions_export(
         assert "tests/" not in row["model_patch"]
         added = {ln for ln in row["model_patch"].splitlines() if ln.startswith("+ ")}
         assert added and added <= set(gold[row["instance_id"]].splitlines())
+    _submission_grades_the_same(cli, example, tmp_path / "submission")
+
+
+def _submission_grades_the_same(cli: CliRunner, sweep: Path, out: Path) -> None:
+    """`hangar export --format swebench-submission`: the experiments layout, one folder per
+    (agent, model); SWE-bench's own grading of its predictions and logs resolves what
+    hangar resolved."""
+    from swebench.harness.grading import get_eval_report
+    from swebench.types import TestSpec
+
+    result = cli.invoke(
+        app, ["export", str(sweep), "--format", "swebench-submission", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    folders = {p.name.split("_", 1)[1]: p for p in out.iterdir()}
+    assert set(folders) == {"gold__none", "nop__none"}
+    instances = {i.instance_id: i for i in read_instances(INSTANCES)}
+    for agent, folder in folders.items():
+        files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+        assert {"all_preds.jsonl", "results/results.json", "metadata.yaml"} <= files
+        results = json.loads((folder / "results" / "results.json").read_text())
+        preds = [json.loads(line) for line in (folder / "all_preds.jsonl").read_text().splitlines()]
+        assert len(preds) == 2
+        for pred in preds:
+            iid = pred["instance_id"]
+            assert {
+                f"logs/{iid}/patch.diff",
+                f"logs/{iid}/report.json",
+                f"trajs/{iid}.json",
+            } <= files
+            inst = instances[iid]
+            spec = TestSpec(
+                instance_id=iid, image="", eval_script_list=[], repo=inst.repo,
+                version=inst.version, FAIL_TO_PASS=list(inst.FAIL_TO_PASS),
+                PASS_TO_PASS=list(inst.PASS_TO_PASS), log_parser="parse_log_pytest",
+                eval_type="pass_and_fail",
+            )  # fmt: skip
+            graded = get_eval_report(
+                spec, pred, str(folder / "logs" / iid / "test_output.txt"), True
+            )
+            assert graded[iid]["resolved"] is (iid in results["resolved"])
+            assert graded[iid]["resolved"] is (agent == "gold__none")
+        assert results["no_generation"] == ([] if agent == "gold__none" else sorted(instances))
 
 
 def test_a_missing_instance_image_is_blocked_naming_it(

@@ -131,6 +131,10 @@ class ExecutionKind(Kind):
         return list(source.load(path, data, _registry(settings.of(ExecutionSettings).fixtures)))
 
     schemes = ("registry",)
+    exports = (
+        ("harbor-job", "hangar.kinds.execution.harbor_job:export"),
+        ("swebench-submission", "hangar.kinds.execution.swebench_submission:export"),
+    )
 
     def resolve(self, scheme: str, value: str) -> tuple[Path, dict[str, Any]]:
         """``registry:NAME@VERSION``: the pulled dataset's tasks, each checked against its
