@@ -47,7 +47,12 @@
    CLI and a Python of its own, built once from PyPI and Debian's packages) mounted
    read-only into fix-median's own image, asking the scripted model through the relay.
 
-7. `examples/routing/`: a routing suite, four prompts over a catalog of three skills,
+7. `examples/swebench/`: two SWE-bench instances of statkit (the gold patch resolves
+   each, nop resolves none), validated and run, then exported in the field's formats:
+   Harbor job folders (`runs/exports/harbor-job`) and SWE-bench's submission layout
+   (`runs/exports/swebench-submission`).
+
+8. `examples/routing/`: a routing suite, four prompts over a catalog of three skills,
    checked offline first (`hangar routing check --require-all-fixtures`), then asked of
    hangar's chat agent in a docker sandbox with the whole catalog installed where it finds
    skills (~/.agents/skills), on the scripted model: the route is what its session shows
@@ -65,6 +70,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -73,7 +79,7 @@ from rich.markup import escape
 from hangar.agents import load_agents
 from hangar.console import console, print_result
 from hangar.kinds.execution.image_task import ImageTask
-from hangar.kinds.execution.validate import validate_dataset, validated_tasks
+from hangar.kinds.execution.validate import validate_dataset
 from hangar.kinds.knowledge.custody import import_arm, sealed_suite
 from hangar.kinds.knowledge.record import default_store, record_scores
 from hangar.kinds.knowledge.render import render as render_knowledge
@@ -86,7 +92,7 @@ from hangar.models import ModelSpec
 from hangar.sandbox.bundles import ensure_bundle
 from hangar.scheduler.batch import run_batch
 from hangar.scheduler.driver import SweepRunner
-from hangar.scheduler.sweep import Sweep, load_sweep
+from hangar.scheduler.sweep import Sweep, load_sweep, ready_tasks
 from hangar.scores.render import render_text
 from hangar.scores.report import build_report
 from hangar.store import ResultsStore
@@ -160,6 +166,7 @@ def main() -> int:
             ok &= knowledge()
             ok &= harbor()
             ok &= harbor_agent()
+            ok &= swebench()
             ok &= routing(load_sweep(HERE / "routing" / "sweep.yaml"))
         finally:
             server.shutdown()
@@ -283,12 +290,31 @@ def _harbor(sweep: Sweep) -> bool:
     }
     ok = {v.task_id: v.status for v in found} == want
     console.print("[green]as expected[/]" if ok else f"[red]expected {want}[/]")
-    kept, left_out = validated_tasks(sweep.tasks, ResultsStore(sweep.config.store))
+    kept, left_out = ready_tasks(sweep.tasks, ResultsStore(sweep.config.store))
     for v in left_out:
         console.print(f"left out: {v.task_id} is {v.status}", highlight=False)
-    listed = [v.left_out() for v in left_out]
+    listed = [v.recorded() for v in left_out]
     sweep = sweep.model_copy(update={"tasks": kept, "left_out": listed})
     return run(sweep, {"oracle": "pass", "nop": "fail"}) and ok
+
+
+def swebench() -> bool:
+    """Validate and run the SWE-bench instances, then export the sweep in the field's
+    formats: Harbor job folders and SWE-bench's submission layout."""
+    sweep = load_sweep(HERE / "swebench" / "sweep.yaml")
+    console.rule(f"SWE-bench instances {sweep.id}: gold and nop on each of {len(sweep.tasks)}")
+    found = validate_dataset(sweep.id, list(sweep.tasks), run_batch, store=sweep.config.store)
+    ok = all(v.status == "valid" for v in found) and run(sweep, {"gold": "pass", "nop": "fail"})
+    for fmt in ("harbor-job", "swebench-submission"):
+        out = Path("runs") / "exports" / fmt
+        shutil.rmtree(out, ignore_errors=True)
+        command = [sys.executable, "-m", "hangar", "export", str(sweep.path), "--format", fmt]
+        done = subprocess.run([*command, "--out", str(out)], check=False)
+        ok &= done.returncode == 0
+        files = sum(1 for p in out.rglob("*") if p.is_file())
+        mark = "[green]as expected[/]" if done.returncode == 0 else "[red]the export failed[/]"
+        console.print(f"export {fmt} -> {files} file(s) under {out}  {mark}", highlight=False)
+    return ok
 
 
 def harbor_agent() -> bool:
