@@ -33,6 +33,7 @@ from hangar.files import tree_digest
 from hangar.paths import cache_dir
 from hangar.sandbox.docker import docker_client
 from hangar.sandbox.images import DEFAULT_BASE_TAG, ImageBuildOutcome
+from hangar.sandbox.legacy_dockerfile import for_legacy_builder
 
 if TYPE_CHECKING:
     from docker.models.images import Image
@@ -131,7 +132,9 @@ def ensure_task_image(
     source = context / dockerfile
     if not source.is_file():
         raise ImageBuildError(f"no {dockerfile} in {context}")
-    text = map_dockerfile(source.read_text(encoding="utf-8", errors="replace"), mapped)
+    text = for_legacy_builder(
+        map_dockerfile(source.read_text(encoding="utf-8", errors="replace"), mapped)
+    )
     tag = context_tag(name, context, text)
     locks = cache_dir() / "locks"
     locks.mkdir(parents=True, exist_ok=True)
