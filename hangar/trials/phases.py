@@ -44,6 +44,8 @@ PHASES: tuple[Phase, ...] = (
     Phase("plugins", "set_up", "the arm's plugins installed (execution scenarios)"),
     Phase("skills", "set_up", "the catalog's skills installed (routing cases)"),
     Phase("mcp_start", "set_up", "the agent's MCP servers started in the sandbox"),
+    Phase("healthcheck", "set_up", "the task's healthcheck waited for in the agent's sandbox "
+          "(image tasks that have one)"),
     Phase("agent", "agent", "the agent's turns: a command, a chat loop, a reference agent"),
     Phase("final_status", "verify", "every agent process killed, the agent's own view of "
           "its repository recorded"),

@@ -3,6 +3,7 @@ nop agents, shared and separate verifiers, and what an agent cannot do to its ju
 
 from __future__ import annotations
 
+import json
 import shutil
 import tarfile
 from collections.abc import Callable
@@ -178,6 +179,42 @@ def test_a_task_hangar_cannot_honour_is_blocked_before_anything_runs(
     toml.write_text(toml.read_text().replace("gpus = 2\n", ""))
     result = run("hello-file", ORACLE)
     assert result.verdict is Verdict.BLOCKED_SETUP and "solution/solve.sh" in result.reason
+
+
+def _with_healthcheck(tasks: Path, command: str, retries: int) -> None:
+    toml = tasks / "hello-file" / "task.toml"
+    toml.write_text(
+        toml.read_text()
+        + "\n[environment.healthcheck]\n"
+        + f"command = {command!r}\ninterval_sec = 0.1\nretries = {retries}\n"
+    )
+
+
+def test_the_healthcheck_is_waited_for_before_the_agent(run: Runner, tasks: Path) -> None:
+    # fails twice, then passes: the agent starts only after, and the attempts are evidence
+    _with_healthcheck(
+        tasks,
+        "n=$(cat /tmp/hc 2>/dev/null || echo 0); echo $((n+1)) > /tmp/hc; [ $n -ge 2 ]",
+        retries=3,
+    )
+    seen = CommandAgent(name="seen", command="cp /tmp/hc seen; echo 'Hello, world!' > hello.txt")
+    result = run("hello-file", seen)
+    assert result.verdict is Verdict.PASS, result.reason
+    files = evidence(result)
+    report = json.loads(files["healthcheck.json"])
+    assert report["healthy"] and [a["exit"] for a in report["attempts"]] == [1, 1, 0]
+    assert "+3" in files["diff.patch"]  # the agent saw the third attempt's mark
+    assert "healthcheck" in result.timings
+
+
+def test_an_environment_that_never_becomes_healthy_is_blocked(run: Runner, tasks: Path) -> None:
+    _with_healthcheck(tasks, "echo still-starting; exit 7", retries=2)
+    marker = CommandAgent(name="marker", command="echo 'Hello, world!' > hello.txt")
+    result = run("hello-file", marker)
+    assert result.verdict is Verdict.BLOCKED_SETUP, result.reason
+    assert "never became healthy" in result.reason and "exit 7: still-starting" in result.reason
+    report = json.loads(evidence(result)["healthcheck.json"])
+    assert not report["healthy"] and len(report["attempts"]) == 2
 
 
 def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(

@@ -21,6 +21,7 @@ from hangar.errors import ConfigError
 from hangar.files import parse_size, read_config_text
 from hangar.kinds.execution.image_task import (
     Artifact,
+    Healthcheck,
     ImageSource,
     ImageTask,
     Network,
@@ -68,6 +69,15 @@ class _Verifier(_Phase):
     environment: _VerifierEnvironment | None = None
 
 
+class _Healthcheck(_Table):
+    command: str
+    interval_sec: float = Field(default=5.0, ge=0)
+    timeout_sec: float = Field(default=30.0, gt=0)
+    start_period_sec: float = Field(default=0.0, ge=0)
+    start_interval_sec: float = Field(default=5.0, ge=0)
+    retries: int = Field(default=3, ge=1)
+
+
 class _Environment(_Table):
     build_timeout_sec: float = Field(default=600, gt=0)
     docker_image: str | None = None
@@ -85,7 +95,7 @@ class _Environment(_Table):
     allowed_hosts: list[str] = Field(default_factory=list)
     mcp_servers: list[Any] | None = None
     skills_dir: str | None = None
-    healthcheck: dict[str, Any] | None = None
+    healthcheck: _Healthcheck | None = None
 
 
 class _Solution(_Table):
@@ -173,6 +183,7 @@ def load_task(path: Path) -> ImageTask:
         verifier=_verifier(path, config),
         solution=_solution(folder, config),
         **_hangar_metadata(path, config),
+        healthcheck=_healthcheck(config.environment.healthcheck),
         blocked=tuple(_blocked(folder, config)),
         notes=tuple(_notes(config)),
         digest="",
@@ -304,6 +315,19 @@ def _solution(folder: Path, config: HarborConfig) -> Solution | None:
     return Solution(env=dict(config.solution.env))
 
 
+def _healthcheck(check: _Healthcheck | None) -> Healthcheck | None:
+    if check is None:
+        return None
+    return Healthcheck(
+        command=check.command,
+        interval_s=check.interval_sec,
+        timeout_s=check.timeout_sec,
+        start_period_s=check.start_period_sec,
+        start_interval_s=check.start_interval_sec,
+        retries=check.retries,
+    )
+
+
 def _blocked(folder: Path, config: HarborConfig) -> list[str]:
     """What the task asks that hangar cannot honour (each a reason to block it)."""
     env, found = config.environment, []
@@ -319,8 +343,6 @@ def _blocked(folder: Path, config: HarborConfig) -> list[str]:
         found.append("[environment] mcp_servers: MCP servers for the agent are not supported")
     if env.skills_dir:
         found.append("[environment] skills_dir: give the skills as an arm's plugins instead")
-    if env.healthcheck:
-        found.append("[environment] healthcheck: services in the environment are not supported")
     if not (folder / "tests" / "test.sh").is_file():
         found.append("tests/test.sh is missing: there is nothing to judge the task with")
     for phase in ("agent", "verifier"):

@@ -101,6 +101,24 @@ class RewardVerifier(Strict):
     """The verifier's network."""
 
 
+class Healthcheck(Strict):
+    """A command that must succeed in the agent's sandbox before the agent starts (Harbor's
+    ``[environment.healthcheck]``, Docker's HEALTHCHECK options)."""
+
+    command: str
+    """Shell command; exit 0 means healthy."""
+    interval_s: float = Field(default=5.0, ge=0)
+    """Between attempts."""
+    timeout_s: float = Field(default=30.0, gt=0)
+    """For one attempt."""
+    start_period_s: float = Field(default=0.0, ge=0)
+    """A grace period after the start in which failures do not count."""
+    start_interval_s: float = Field(default=5.0, ge=0)
+    """Between attempts in the grace period."""
+    retries: int = Field(default=3, ge=1)
+    """Consecutive failures after which the environment is unhealthy."""
+
+
 class Solution(Strict):
     """The reference solution the ``oracle`` agent runs."""
 
@@ -192,6 +210,8 @@ class ImageTask(Task):
     image_map: dict[str, str] = Field(default_factory=dict)
     """Image references rewritten (``FROM`` lines and references; keys may be fnmatch
     patterns such as ``ubuntu:*``), from the sweep."""
+    healthcheck: Healthcheck | None = None
+    """Waited for in the agent's sandbox before the agent starts."""
     blocked: tuple[str, ...] = ()
     """What the task asks that hangar cannot honour: each makes its trials blocked_setup."""
     notes: tuple[str, ...] = ()
@@ -262,12 +282,18 @@ _JUDGING_CODE = (
 )
 
 
+_LATER_FIELDS = ("healthcheck",)
+
+
 def image_task_digest(task: ImageTask) -> str:
     """sha256 of the task's settings, every byte of its folder, and its judging code."""
     here = Path(__file__).parent
+    # fields added since digests were first taken count only when set, so tasks without
+    # them keep their digests (and their validations)
+    later = {name for name in _LATER_FIELDS if getattr(task, name) is None}
     payload = {
         "task": task.model_dump(
-            mode="json", exclude={"digest", "path", "folder", "suite", "registry"}
+            mode="json", exclude={"digest", "path", "folder", "suite", "registry", *later}
         ),
         "folder": tree_digest(task.folder),
         "judging": [[name, tree_digest(here / name)] for name in _JUDGING_CODE],

@@ -39,6 +39,7 @@ from hangar.errors import (
     SandboxUnavailable,
     WorkspaceError,
 )
+from hangar.kinds.execution.healthcheck import wait_healthy
 from hangar.kinds.execution.image_task import ImageSource, ImageTask, Network
 from hangar.kinds.execution.image_verifier import (
     LOGS,
@@ -144,7 +145,13 @@ class ImageTaskTrial(SandboxedTrial):
         return sandbox
 
     def before_agent(self, sandbox: Sandbox) -> None:
-        """The agent's time starts now (building the image is not the agent's)."""
+        """The task's healthcheck passes first (when it has one); the agent's time starts
+        now (building the image and waiting for it to be healthy are not the agent's)."""
+        if self.task.healthcheck is not None:
+            with self.phase("healthcheck"):
+                wait_healthy(
+                    sandbox, self.task.healthcheck, lambda r: self.write("healthcheck.json", r)
+                )
         self.deadline = time.monotonic() + self.limits.time_s
 
     def after_agent(self, sandbox: Sandbox) -> None:
