@@ -42,7 +42,12 @@ PHASES: tuple[Phase, ...] = (
     Phase("sandbox_up", "set_up", "the agent's sandbox started, the relay's forwarder and "
           "the egress proxy in it"),
     Phase("plugins", "set_up", "the arm's plugins installed (execution scenarios)"),
-    Phase("skills", "set_up", "the catalog's skills installed (routing cases)"),
+    Phase(
+        "skills",
+        "set_up",
+        "the catalog's skills (routing cases) or the task's skills_dir (image tasks) "
+        "installed where the agent finds skills",
+    ),
     Phase("mcp_start", "set_up", "the agent's MCP servers started in the sandbox"),
     Phase("healthcheck", "set_up", "the task's healthcheck waited for in the agent's sandbox "
           "(image tasks that have one)"),

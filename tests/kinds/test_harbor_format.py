@@ -77,13 +77,26 @@ def test_a_task_version_is_every_byte_of_its_folder_and_its_image_map(tmp_path: 
         ('[environment]\nos = "windows"\n', "only Linux"),
         ("[[steps]]\nname = 'a'\n", "multi-step"),
         ("[environment]\nmcp_servers = [{name = 'x'}]\n", "MCP servers"),
-        ('[environment]\nskills_dir = "/skills"\n', "skills_dir"),
         ('[agent]\nnetwork_mode = "allowlist"\n', "agent's allowlist network names no"),
     ],
 )
 def test_what_cannot_be_honoured_blocks_the_task(tmp_path: Path, toml: str, reason: str) -> None:
     task = load_task(make_task(tmp_path, toml))
     assert any(reason in b for b in task.blocked), task.blocked
+
+
+def test_healthcheck_and_skills_dir_are_read(tmp_path: Path) -> None:
+    toml = (
+        '[environment]\nskills_dir = "/skills"\n'
+        '[environment.healthcheck]\ncommand = "test -f /ready"\nretries = 5\n'
+    )
+    task = load_task(make_task(tmp_path, toml))
+    assert not task.blocked and task.skills_dir == "/skills"
+    assert task.healthcheck is not None
+    assert (task.healthcheck.command, task.healthcheck.retries) == ("test -f /ready", 5)
+    assert task.healthcheck.interval_s == 5.0  # Harbor's default
+    plain = load_task(make_task(tmp_path / "plain", ""))
+    assert plain.digest != task.digest
 
 
 def test_a_separate_verifier_has_its_own_sizes(tmp_path: Path) -> None:

@@ -217,6 +217,41 @@ def test_an_environment_that_never_becomes_healthy_is_blocked(run: Runner, tasks
     assert not report["healthy"] and len(report["attempts"]) == 2
 
 
+def _with_skills(tasks: Path) -> None:
+    env = tasks / "hello-file" / "environment"
+    (env / "skills" / "greet").mkdir(parents=True)
+    (env / "skills" / "greet" / "SKILL.md").write_text(
+        "---\nname: greet\ndescription: Greets the world\n---\nWrite `Hello, world!`.\n"
+    )
+    (env / "Dockerfile").write_text((env / "Dockerfile").read_text() + "COPY skills /skills\n")
+    toml = tasks / "hello-file" / "task.toml"
+    toml.write_text(toml.read_text() + 'skills_dir = "/skills"\n')
+
+
+def test_the_tasks_skills_are_where_the_agent_finds_skills(run: Runner, tasks: Path) -> None:
+    _with_skills(tasks)
+    reader = CommandAgent(
+        name="reader",
+        command="grep -o 'Hello, world!' ~/.agents/skills/greet/SKILL.md > hello.txt; "
+        "stat -c %U ~/.agents/skills/greet/SKILL.md > owner",
+    )
+    result = run("hello-file", reader)
+    assert result.verdict is Verdict.PASS, result.reason
+    files = evidence(result)
+    installed = json.loads(files["skills.json"])
+    assert installed["from"] == "/skills" and installed["folder"] == "/root/.agents/skills"
+    assert list(installed["skills"]["greet"]) == ["SKILL.md"]
+    assert "+root" in files["diff.patch"]
+
+
+def test_a_skills_dir_the_image_lacks_is_the_tasks_problem(run: Runner, tasks: Path) -> None:
+    toml = tasks / "hello-file" / "task.toml"
+    toml.write_text(toml.read_text() + 'skills_dir = "/skills"\n')
+    result = run("hello-file", ORACLE)
+    assert result.verdict is Verdict.BLOCKED_SETUP, result.reason
+    assert "skills_dir /skills is not a folder of its image" in result.reason
+
+
 def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(
     ray_local: None, stock: str, tmp_path: Path
 ) -> None:

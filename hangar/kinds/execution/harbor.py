@@ -184,6 +184,7 @@ def load_task(path: Path) -> ImageTask:
         solution=_solution(folder, config),
         **_hangar_metadata(path, config),
         healthcheck=_healthcheck(config.environment.healthcheck),
+        skills_dir=config.environment.skills_dir,
         blocked=tuple(_blocked(folder, config)),
         notes=tuple(_notes(config)),
         digest="",
@@ -341,8 +342,6 @@ def _blocked(folder: Path, config: HarborConfig) -> list[str]:
         found.append("[[steps]]: multi-step tasks are not supported")
     if env.mcp_servers:
         found.append("[environment] mcp_servers: MCP servers for the agent are not supported")
-    if env.skills_dir:
-        found.append("[environment] skills_dir: give the skills as an arm's plugins instead")
     if not (folder / "tests" / "test.sh").is_file():
         found.append("tests/test.sh is missing: there is nothing to judge the task with")
     for phase in ("agent", "verifier"):

@@ -212,6 +212,9 @@ class ImageTask(Task):
     patterns such as ``ubuntu:*``), from the sweep."""
     healthcheck: Healthcheck | None = None
     """Waited for in the agent's sandbox before the agent starts."""
+    skills_dir: str | None = None
+    """A folder of the image holding skills (a folder each, with its ``SKILL.md``),
+    installed where the agent finds skills before it starts."""
     blocked: tuple[str, ...] = ()
     """What the task asks that hangar cannot honour: each makes its trials blocked_setup."""
     notes: tuple[str, ...] = ()
@@ -282,7 +285,7 @@ _JUDGING_CODE = (
 )
 
 
-_LATER_FIELDS = ("healthcheck",)
+_LATER_FIELDS = ("healthcheck", "skills_dir")
 
 
 def image_task_digest(task: ImageTask) -> str:

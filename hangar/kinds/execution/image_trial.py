@@ -51,6 +51,7 @@ from hangar.kinds.execution.image_verifier import (
 )
 from hangar.kinds.execution.rewards import Reward, log_texts, read_reward, reported_failures
 from hangar.kinds.execution.swebench import failing_words, grade
+from hangar.kinds.execution.task_skills import install_task_skills
 from hangar.models.tunnel import RelayTunnel
 from hangar.results import COUNTED_VERDICTS, CheckOutcome, Score, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxSpec, create_sandbox
@@ -145,8 +146,13 @@ class ImageTaskTrial(SandboxedTrial):
         return sandbox
 
     def before_agent(self, sandbox: Sandbox) -> None:
-        """The task's healthcheck passes first (when it has one); the agent's time starts
-        now (building the image and waiting for it to be healthy are not the agent's)."""
+        """The task's skills are installed and its healthcheck passes first (when it has
+        them); the agent's time starts now (building the image and waiting for it to be
+        healthy are not the agent's)."""
+        if self.task.skills_dir is not None:
+            with self.phase("skills"):
+                skills = install_task_skills(sandbox, self.task.skills_dir, self.spec.agent)
+                self.write("skills.json", skills)
         if self.task.healthcheck is not None:
             with self.phase("healthcheck"):
                 wait_healthy(
