@@ -88,12 +88,14 @@ class TrialRun:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Time a phase (seconds, in the result's ``timings``)."""
+        """Time a phase (seconds, in the result's ``timings``; a phase that runs again, as
+        in a task's next step, adds to its time)."""
         started = time.monotonic()
         try:
             yield
         finally:
-            self.timings[name] = round(time.monotonic() - started, 3)
+            spent = time.monotonic() - started
+            self.timings[name] = round(self.timings.get(name, 0.0) + spent, 3)
 
     def write(self, rel: str, data: object) -> Path:
         """Write an evidence file under the artifacts folder (text, or data as JSON)."""

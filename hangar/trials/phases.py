@@ -51,6 +51,11 @@ PHASES: tuple[Phase, ...] = (
     Phase("mcp_start", "set_up", "the agent's MCP servers started in the sandbox"),
     Phase("healthcheck", "set_up", "the task's healthcheck waited for in the agent's sandbox "
           "(image tasks that have one)"),
+    Phase(
+        "step_setup",
+        "set_up",
+        "a step's workdir files, its setup.sh and its healthcheck (multi-step tasks)",
+    ),
     Phase("agent", "agent", "the agent's turns: a command, a chat loop, a reference agent"),
     Phase("final_status", "verify", "every agent process killed, the agent's own view of "
           "its repository recorded"),

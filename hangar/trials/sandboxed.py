@@ -32,6 +32,7 @@ from hangar.agents.mcp import Installed, McpTools
 from hangar.errors import ConfigError, ImageBuildError, ImageNotFound, MissingPython
 from hangar.models.relay import ModelRelay
 from hangar.models.tunnel import RelayTunnel
+from hangar.models.usage import add as add_usage
 from hangar.paths import cache_dir
 from hangar.results import Usage, Verdict
 from hangar.sandbox import (
@@ -119,11 +120,14 @@ class SandboxedTrial(TrialRun):
         if self.mcp:
             with self.phase("mcp_start"):
                 self.start_mcp(sandbox)
-        self.before_agent(sandbox)
-        with self.phase("agent"):
-            self.run_agent(sandbox, self.remaining())
-            self.after_agent(sandbox)
-        self.verify(sandbox)
+        step: Sandbox | None = sandbox
+        while step is not None:
+            self.before_agent(step)
+            with self.phase("agent"):
+                self.run_agent(step, self.remaining())
+                self.after_agent(step)
+            self.verify(step)
+            step = self.next_step()
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -159,6 +163,11 @@ class SandboxedTrial(TrialRun):
     def verify(self, sandbox: Sandbox) -> None:
         """Judge the agent's work: set `verdict` and `reason` (or raise `Outcome`)."""
         raise NotImplementedError
+
+    def next_step(self) -> Sandbox | None:
+        """The agent's sandbox for the task's next step, set up (None: no more steps; a
+        multi-step kind keeps its environment from one step to the next)."""
+        return None
 
     def sandbox_spec(self) -> SandboxSpec:
         """The spec of every sandbox of this trial."""
@@ -273,7 +282,7 @@ class SandboxedTrial(TrialRun):
             elif isinstance(self.spec.agent, ChatAgent):
                 if self.spec.model_spec is None or self.spec.model_spec.provider == "none":
                     raise Outcome(Verdict.BLOCKED_SETUP, "a chat agent needs a model")
-                self.agent_run, self.usage = run_chat_agent(
+                self.agent_run, usage = run_chat_agent(
                     self.spec.agent,
                     sandbox,
                     self.task_text,
@@ -282,6 +291,7 @@ class SandboxedTrial(TrialRun):
                     self.spec.model_spec,
                     self.mcp_tools,
                 )
+                self.usage = add_usage(self.usage, usage)
             elif isinstance(self.spec.agent, ReferenceAgent):
                 self.agent_run = self.run_reference(sandbox, self.spec.agent, budget)
             elif isinstance(self.spec.agent, CommandAgent):
@@ -345,7 +355,7 @@ class SandboxedTrial(TrialRun):
         shutil.rmtree(relay.socket_path.parent, ignore_errors=True)
         if tunnel is not None and tunnel.problem:
             relay.errors.append(tunnel.problem)
-        self.usage = relay.usage
+        self.usage = add_usage(self.usage, relay.usage)
         self.agent_run.provider_error = self.agent_run.provider_error or relay.provider_error()
         self.write(
             "relay.json",

@@ -75,13 +75,16 @@ def test_a_task_version_is_every_byte_of_its_folder_and_its_image_map(tmp_path: 
     [
         ("[environment]\ngpus = 1\n", "GPUs"),
         ('[environment]\nos = "windows"\n', "only Linux"),
-        ("[[steps]]\nname = 'a'\n", "multi-step"),
+        ("[[steps]]\nname = 'a'\n[verifier]\nenvironment_mode = 'separate'\n", "separate"),
         ("[environment]\nmcp_servers = [{name = 'x'}]\n", "MCP servers"),
         ('[agent]\nnetwork_mode = "allowlist"\n', "agent's allowlist network names no"),
     ],
 )
 def test_what_cannot_be_honoured_blocks_the_task(tmp_path: Path, toml: str, reason: str) -> None:
-    task = load_task(make_task(tmp_path, toml))
+    path = make_task(tmp_path, toml)
+    (path.parent / "steps" / "a" / "tests").mkdir(parents=True)
+    (path.parent / "steps" / "a" / "instruction.md").write_text("Step a.\n")
+    task = load_task(path)
     assert any(reason in b for b in task.blocked), task.blocked
 
 
@@ -97,6 +100,35 @@ def test_healthcheck_and_skills_dir_are_read(tmp_path: Path) -> None:
     assert task.healthcheck.interval_s == 5.0  # Harbor's default
     plain = load_task(make_task(tmp_path / "plain", ""))
     assert plain.digest != task.digest
+
+
+def test_steps_are_read_with_their_folders(tmp_path: Path) -> None:
+    toml = (
+        'multi_step_reward_strategy = "final"\n[verifier]\ntimeout_sec = 30\n'
+        '[[steps]]\nname = "one"\nmin_reward = 0.5\n[steps.agent]\ntimeout_sec = 9\n'
+        '[[steps]]\nname = "two"\n[steps.verifier]\ntimeout_sec = 7\n'
+        '[steps.verifier.env]\nX = "1"\n'
+    )
+    path = make_task(tmp_path, toml)
+    with pytest.raises(ConfigError, match=r"\[\[steps\]\] 'one': no folder"):
+        load_task(path)
+    for name in ("one", "two"):
+        (path.parent / "steps" / name / "tests").mkdir(parents=True)
+        (path.parent / "steps" / name / "instruction.md").write_text(f"Step {name}.\n")
+    (path.parent / "steps" / "two" / "workdir").mkdir()
+    task = load_task(path)
+    assert [s.name for s in task.steps] == ["one", "two"] and task.step_reward == "final"
+    one, two = task.steps
+    assert (one.time_s, one.min_reward, one.workdir) == (9, {"reward": 0.5}, None)
+    assert (two.verifier.timeout_s, two.verifier.env, two.workdir) == (
+        7,
+        {"X": "1"},
+        "steps/two/workdir",
+    )
+    assert two.verifier.tests == "steps/two/tests" and two.shared_tests == "tests"
+    assert task.instruction == "Step one.\n" and task.at_step(1).instruction == "Step two.\n"
+    assert task.at_step(0).limits.time_s == 9 and task.at_step(1).limits.time_s == 600
+    assert "steps/one/tests/test.sh is missing" in " ".join(task.blocked)
 
 
 def test_a_separate_verifier_has_its_own_sizes(tmp_path: Path) -> None:

@@ -252,6 +252,87 @@ def test_a_skills_dir_the_image_lacks_is_the_tasks_problem(run: Runner, tasks: P
     assert "skills_dir /skills is not a folder of its image" in result.reason
 
 
+def _files(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def _multi_step(tasks: Path, strategy: str = "mean") -> Path:
+    """A two-step task: a script, then a greeting read from a file the step brings; the
+    second step's tests also check state the first left outside the workspace."""
+    root = tasks / "two-steps"
+    reward = "echo $1 > /logs/verifier/reward.txt\n"
+    _files(
+        root,
+        {
+            "task.toml": (
+                f'schema_version = "1.1"\nmulti_step_reward_strategy = "{strategy}"\n'
+                '[agent]\ntimeout_sec = 60\n[environment]\nnetwork_mode = "no-network"\n'
+                '[[steps]]\nname = "scaffold"\nmin_reward = 1.0\n'
+                '[[steps]]\nname = "implement"\n[steps.verifier.env]\nWHO = "Ada"\n'
+                '[steps.healthcheck]\ncommand = "test -x /app/greet.sh"\nretries = 1\n'
+            ),
+            "environment/Dockerfile": "FROM ubuntu:24.04\nWORKDIR /app\n",
+            "tests/helpers.sh": f"give() {{ {reward.strip()}; }}\n",
+            "steps/scaffold/instruction.md": "Write /app/greet.sh printing hello.\n",
+            "steps/scaffold/tests/test.sh": (
+                '. /tests/helpers.sh\n[ "$(bash /app/greet.sh)" = hello ] && give 1 || give 0\n'
+            ),
+            "steps/scaffold/solution/solve.sh": (
+                "printf '#!/bin/bash\\necho hello\\n' > /app/greet.sh\n"
+                "chmod +x /app/greet.sh\necho kept > /opt/state\n"
+            ),
+            "steps/implement/instruction.md": "Greet the name in /app/name.txt.\n",
+            "steps/implement/workdir/name.txt": "Ada\n",
+            "steps/implement/workdir/setup.sh": ('echo set-up > /tmp/setup-ran\nrm -- "$0"\n'),
+            "steps/implement/tests/test.sh": (
+                ". /tests/helpers.sh\n"
+                '[ "$(bash /app/greet.sh)" = "Hello, $WHO!" ] && [ "$(cat /opt/state)" = kept ] '
+                "&& [ ! -e /app/setup.sh ] && give 1 || give 0\n"
+            ),
+            "steps/implement/solution/solve.sh": (
+                "test -f /tmp/setup-ran || exit 3\n"
+                "printf '#!/bin/bash\\necho \"Hello, $(cat /app/name.txt)!\"\\n' > /app/greet.sh\n"
+            ),
+        },
+    )
+    return root
+
+
+def test_a_multi_step_task_keeps_its_environment_from_step_to_step(
+    run: Runner, tasks: Path
+) -> None:
+    _multi_step(tasks)
+    oracle = run("two-steps", ORACLE)
+    assert oracle.verdict is Verdict.PASS, oracle.reason
+    assert "2 of 2 steps (scaffold reward 1, implement reward 1; mean)" in oracle.reason
+    files = evidence(oracle)
+    records = json.loads(files["steps.json"])
+    assert [(r["name"], r["reward"]) for r in records] == [("scaffold", 1.0), ("implement", 1.0)]
+    assert "steps/scaffold/trace.jsonl" in files and "trace.jsonl" in files
+    assert "steps/scaffold/verifier/test.json" in files
+    assert json.loads(files["healthcheck.json"])["healthy"]  # the second step's
+    assert "+Ada" not in files["diff.patch"] and "greet.sh" in files["diff.patch"]
+
+
+def test_a_step_below_its_minimum_ends_the_trial(run: Runner, tasks: Path) -> None:
+    _multi_step(tasks)
+    nop = run("two-steps", NOP)
+    assert nop.verdict is Verdict.FAIL, nop.reason
+    assert "1 of 2 steps (scaffold reward 0; mean); stopped: step 'scaffold': reward 0" in (
+        nop.reason
+    )
+    assert scores(nop)["reward"] == 0.0
+    # the first step done, the second not: half the reward, a fail
+    half = CommandAgent(
+        name="half", command="printf 'echo hello' > /app/greet.sh; chmod +x /app/greet.sh"
+    )
+    result = run("two-steps", half)
+    assert result.verdict is Verdict.FAIL, result.reason
+    assert scores(result)["reward"] == 0.5 and "implement reward 0" in result.reason
+
+
 def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(
     ray_local: None, stock: str, tmp_path: Path
 ) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -27,6 +27,7 @@ from hangar.kinds.execution.image_task import (
     Network,
     RewardVerifier,
     Solution,
+    Step,
     SwebenchGrading,
     image_task_digest,
 )
@@ -98,6 +99,15 @@ class _Environment(_Table):
     healthcheck: _Healthcheck | None = None
 
 
+class _Step(_Table):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    agent: _Agent = Field(default_factory=_Agent)
+    verifier: _Phase = Field(default_factory=_Phase)
+    min_reward: float | dict[str, float] | None = None
+    healthcheck: _Healthcheck | None = None
+    artifacts: list[str | dict[str, str]] = Field(default_factory=list)
+
+
 class _Solution(_Table):
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -122,7 +132,8 @@ class HarborConfig(_Table):
     agent: _Agent = Field(default_factory=_Agent)
     environment: _Environment = Field(default_factory=_Environment)
     solution: _Solution = Field(default_factory=_Solution)
-    steps: list[Any] | None = None
+    steps: list[_Step] | None = None
+    multi_step_reward_strategy: Literal["mean", "final"] | None = None
 
     @field_validator("schema_version", "version", mode="before")
     @classmethod
@@ -163,12 +174,9 @@ def load_task(path: Path) -> ImageTask:
     path = path.resolve()
     folder = path.parent
     config = read_config(path)
-    instruction_file = folder / "instruction.md"
-    if not instruction_file.is_file():
-        raise ConfigError(f"{folder}: no instruction.md (the task text the agent gets)")
-    instruction = instruction_file.read_text(encoding="utf-8", errors="replace")
-    if not instruction.strip():
-        raise ConfigError(f"{instruction_file}: the task text is empty")
+    verifier = _verifier(path, config)
+    steps = tuple(_step(folder, config, verifier, s) for s in config.steps or ())
+    instruction = steps[0].instruction if steps else _instruction(folder)
     env = config.environment
     task = ImageTask(
         path=path,
@@ -180,8 +188,10 @@ def load_task(path: Path) -> ImageTask:
         limits=_limits(path, config),
         agent_user=config.agent.user or "root",
         agent_network=_network(config.agent, env),
-        verifier=_verifier(path, config),
+        verifier=verifier,
         solution=_solution(folder, config),
+        steps=steps,
+        step_reward=config.multi_step_reward_strategy or "mean",
         **_hangar_metadata(path, config),
         healthcheck=_healthcheck(config.environment.healthcheck),
         skills_dir=config.environment.skills_dir,
@@ -190,6 +200,51 @@ def load_task(path: Path) -> ImageTask:
         digest="",
     )
     return task.model_copy(update={"digest": image_task_digest(task)})
+
+
+def _instruction(folder: Path, where: str = "") -> str:
+    """The task text of `folder`'s instruction.md (`where`: the step it belongs to)."""
+    path = folder / "instruction.md"
+    if not path.is_file():
+        raise ConfigError(f"{folder}: no instruction.md (the task text the agent gets{where})")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise ConfigError(f"{path}: the task text is empty")
+    return text
+
+
+def _step(folder: Path, config: HarborConfig, verifier: RewardVerifier, step: _Step) -> Step:
+    """One ``[[steps]]`` entry with its folder ``steps/<name>/``."""
+    rel = f"steps/{step.name}"
+    here = folder / rel
+    if not here.is_dir():
+        raise ConfigError(f"{folder / TASK_FILE}: [[steps]] {step.name!r}: no folder {here}")
+    v = step.verifier
+    min_reward = step.min_reward
+    if isinstance(min_reward, int | float):
+        min_reward = {"reward": float(min_reward)}
+    return Step(
+        name=step.name,
+        instruction=_instruction(here, f" in step {step.name!r}"),
+        time_s=step.agent.timeout_sec,
+        verifier=verifier.model_copy(
+            update={
+                "tests": f"{rel}/tests",
+                "timeout_s": v.timeout_sec or verifier.timeout_s,
+                "user": v.user or verifier.user,
+                "env": {**verifier.env, **v.env},
+            }
+        ),
+        shared_tests="tests" if (folder / "tests").is_dir() else None,
+        solution=(
+            Solution(folder=f"{rel}/solution", env=dict(config.solution.env))
+            if (here / "solution" / "solve.sh").is_file()
+            else None
+        ),
+        workdir=f"{rel}/workdir" if (here / "workdir").is_dir() else None,
+        healthcheck=_healthcheck(step.healthcheck),
+        min_reward=min_reward,
+    )
 
 
 class _HangarMetadata(BaseModel):
@@ -338,16 +393,28 @@ def _blocked(folder: Path, config: HarborConfig) -> list[str]:
         found.append("[environment] asks for GPUs or TPUs, which hangar's sandboxes do not give")
     if not env.docker_image and not (folder / "environment" / "Dockerfile").is_file():
         found.append("environment/docker-compose.yaml: multi-container tasks are not supported")
-    if config.steps:
-        found.append("[[steps]]: multi-step tasks are not supported")
+    found += _steps_blocked(folder, config)
     if env.mcp_servers:
         found.append("[environment] mcp_servers: MCP servers for the agent are not supported")
-    if not (folder / "tests" / "test.sh").is_file():
+    if not config.steps and not (folder / "tests" / "test.sh").is_file():
         found.append("tests/test.sh is missing: there is nothing to judge the task with")
     for phase in ("agent", "verifier"):
         network = _network(getattr(config, phase), env)
         if network.mode == "allowlist" and not network.allowed_hosts:
             found.append(f"the {phase}'s allowlist network names no allowed_hosts")
+    return found
+
+
+def _steps_blocked(folder: Path, config: HarborConfig) -> list[str]:
+    """What of a multi-step task hangar cannot honour."""
+    found = []
+    for step in config.steps or ():
+        if not (folder / "steps" / step.name / "tests" / "test.sh").is_file():
+            found.append(f"steps/{step.name}/tests/test.sh is missing: the step cannot be judged")
+        if step.agent.user not in (None, config.agent.user):
+            found.append(f"step {step.name!r} runs its agent as another user")
+    if config.steps and config.verifier.environment_mode == "separate":
+        found.append("[[steps]] with a separate verifier: steps are verified only in the shared mode")
     return found
 
 
@@ -371,6 +438,17 @@ def _notes(config: HarborConfig) -> list[str]:
         ("[environment] ", config.environment),
         ("[solution] ", config.solution),
     ]
+    for step in config.steps or ():
+        where = f"[[steps]] {step.name}: "
+        tables += [
+            (where, step),
+            (where + "[agent] ", step.agent),
+            (where + "[verifier] ", step.verifier),
+        ]
+        if step.artifacts:
+            notes.append(
+                f"{where}artifacts: the workspace's diff and the logs are the evidence; ignored"
+            )
     for where, table in tables:
         notes += [f"{where}{key}: unknown field, ignored" for key in table.model_extra or {}]
     return notes

@@ -130,6 +130,33 @@ class Solution(Strict):
     """Its environment."""
 
 
+class Step(Strict):
+    """One step of a multi-step task (Harbor's ``[[steps]]``): its own instruction,
+    tests, solution and workdir files under ``steps/<name>/``; the container is kept from
+    one step to the next."""
+
+    name: str
+    """Its folder's name under ``steps/``."""
+    instruction: str
+    """What the agent is asked in this step."""
+    time_s: float | None = Field(default=None, gt=0)
+    """The agent's time for this step (None: the task's)."""
+    verifier: RewardVerifier
+    """Its tests (``steps/<name>/tests``), with the task's ``tests/`` copied beneath."""
+    shared_tests: str | None = None
+    """The task's own ``tests/`` folder, copied into ``/tests`` before the step's (shared
+    helpers), when it has one."""
+    solution: Solution | None = None
+    """What the oracle runs in this step (``steps/<name>/solution/solve.sh``)."""
+    workdir: str | None = None
+    """Files copied into the working directory before the agent starts
+    (``steps/<name>/workdir``); a ``setup.sh`` among them is run, as the agent's user."""
+    healthcheck: Healthcheck | None = None
+    """Waited for after the step's files are in place, before its agent."""
+    min_reward: dict[str, float] | None = None
+    """The rewards this step must reach for the next steps to run."""
+
+
 class SwebenchGrading(Strict):
     """How a SWE-bench instance is graded: its test log parsed by the ``swebench``
     package's parser, each ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` test a check, resolved
@@ -215,6 +242,11 @@ class ImageTask(Task):
     skills_dir: str | None = None
     """A folder of the image holding skills (a folder each, with its ``SKILL.md``),
     installed where the agent finds skills before it starts."""
+    steps: tuple[Step, ...] = ()
+    """The steps of a multi-step task, in order (none: one instruction, one verifier)."""
+    step_reward: Literal["mean", "final"] = "mean"
+    """How a multi-step trial's reward comes from its steps': each reward's mean over the
+    steps that were verified, or the last verified step's."""
     blocked: tuple[str, ...] = ()
     """What the task asks that hangar cannot honour: each makes its trials blocked_setup."""
     notes: tuple[str, ...] = ()
@@ -228,6 +260,25 @@ class ImageTask(Task):
     def local(self, relative: str) -> Path:
         """A path of the task resolved on the host."""
         return (self.folder / relative).resolve()
+
+    def at_step(self, index: int) -> ImageTask:
+        """The task as its step `index` runs: the step's instruction, tests, solution and
+        time (the skills and the task's healthcheck belong to the first step)."""
+        step = self.steps[index]
+        limits = self.limits
+        if step.time_s is not None:
+            limits = limits.model_copy(update={"time_s": step.time_s})
+        first = index == 0
+        return self.model_copy(
+            update={
+                "instruction": step.instruction,
+                "verifier": step.verifier,
+                "solution": step.solution,
+                "limits": limits,
+                "healthcheck": self.healthcheck if first else None,
+                "skills_dir": self.skills_dir if first else None,
+            }
+        )
 
     def repository_url(self) -> str | None:
         """The repository as git understands it (relative paths made absolute)."""
@@ -282,10 +333,12 @@ _JUDGING_CODE = (
     "image_verifier.py",
     "takeover.py",
     "swebench.py",
+    "steps.py",
+    "healthcheck.py",
 )
 
 
-_LATER_FIELDS = ("healthcheck", "skills_dir")
+_LATER_FIELDS = ("healthcheck", "skills_dir", "steps", "step_reward")
 
 
 def image_task_digest(task: ImageTask) -> str:
@@ -293,7 +346,11 @@ def image_task_digest(task: ImageTask) -> str:
     here = Path(__file__).parent
     # fields added since digests were first taken count only when set, so tasks without
     # them keep their digests (and their validations)
-    later = {name for name in _LATER_FIELDS if getattr(task, name) is None}
+    later = {
+        name
+        for name in _LATER_FIELDS
+        if getattr(task, name) == ImageTask.model_fields[name].default
+    }
     payload = {
         "task": task.model_dump(
             mode="json", exclude={"digest", "path", "folder", "suite", "registry", *later}

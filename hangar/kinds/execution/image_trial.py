@@ -50,6 +50,14 @@ from hangar.kinds.execution.image_verifier import (
     save_agent_logs,
 )
 from hangar.kinds.execution.rewards import Reward, log_texts, read_reward, reported_failures
+from hangar.kinds.execution.steps import (
+    archive_step,
+    below_minimum,
+    combined,
+    prepare_step,
+    step_record,
+    steps_words,
+)
 from hangar.kinds.execution.swebench import failing_words, grade
 from hangar.kinds.execution.task_skills import install_task_skills
 from hangar.models.tunnel import RelayTunnel
@@ -88,7 +96,18 @@ class ImageTaskTrial(SandboxedTrial):
     def __init__(self, spec: TrialSpec) -> None:
         task = _task_of(spec)
         super().__init__(spec, task.limits, task.image.reference or "", task.instruction)
-        self.task = task
+        #: The task; `task` is the step that runs (the task itself when it has no steps).
+        self.whole = task
+        self.task = task.at_step(0) if task.steps else task
+        self.step_index = 0
+        self.step_records: list[dict[str, Any]] = []
+        #: The image the agent's sandbox starts from (a step's: the last one's snapshot).
+        self.agent_image: str | None = None
+        #: Earlier steps' snapshots (the next step's sandbox was made from them).
+        self.snapshots: list[str] = []
+        #: What of the verifier's executables the agent changed, at any step.
+        self.takeovers: list[str] = []
+        self.uid = 0
         self.workdir = "/app"
         self.logs = self.disk.root / "logs"
         self.initial = self.folder / "workspace-initial"
@@ -114,12 +133,13 @@ class ImageTaskTrial(SandboxedTrial):
     def localise(self, spec: TrialSpec) -> None:
         """Run from `spec`, the same trial with this node's copy of its task."""
         super().localise(spec)
-        self.task = _task_of(spec)
+        self.whole = _task_of(spec)
+        self.task = self.whole.at_step(self.step_index) if self.whole.steps else self.whole
 
     def record(self) -> None:
         """The task (its instruction apart) and the trial as they ran."""
-        self.write("task.json", self.task.model_dump(mode="json", exclude={"instruction"}))
-        self.write("instruction.md", self.task.instruction)
+        self.write("task.json", self.whole.model_dump(mode="json", exclude={"instruction"}))
+        self.write("instruction.md", self.whole.instruction)
         self.write("trial.json", self.spec.model_dump(mode="json", exclude={"task"}))
 
     def provision(self) -> None:
@@ -136,6 +156,10 @@ class ImageTaskTrial(SandboxedTrial):
         """The workspace, then the sandbox with it, the forwarder and the egress proxy."""
         with self.phase("workspace"):
             self.take_workspace()
+        return self.agent_sandbox()
+
+    def agent_sandbox(self) -> Sandbox:
+        """The agent's sandbox started, with the workspace, the forwarder and the proxy."""
         with self.phase("sandbox_up"):
             sandbox = self.start_sandbox()
             self.give_workspace(sandbox)
@@ -158,6 +182,9 @@ class ImageTaskTrial(SandboxedTrial):
                 wait_healthy(
                     sandbox, self.task.healthcheck, lambda r: self.write("healthcheck.json", r)
                 )
+        if self.whole.steps:
+            with self.phase("step_setup"):
+                prepare_step(self, sandbox, self.whole.steps[self.step_index], self.uid)
         self.deadline = time.monotonic() + self.limits.time_s
 
     def after_agent(self, sandbox: Sandbox) -> None:
@@ -174,6 +201,75 @@ class ImageTaskTrial(SandboxedTrial):
             result = self.run_tests(box)
         with self.phase("judgement"):
             self.judge(result)
+            if self.whole.steps:
+                self.takeovers += self.takeover
+                self.step_records.append(step_record(self, self.whole.steps[self.step_index]))
+                self.write("steps.json", self.step_records)
+
+    def next_step(self) -> Sandbox | None:
+        """The next step's sandbox, from the snapshot of the last step's (None when the
+        task has no more steps, or the last step's rewards end the trial)."""
+        steps = self.whole.steps
+        if not steps:
+            return None
+        done = steps[self.step_index]
+        stopped = below_minimum(self.step_records[-1], done)
+        if stopped or self.step_index + 1 == len(steps) or self.snapshot is None:
+            self.steps_judged(stopped)
+            return None
+        archive_step(self.artifacts, done.name)
+        self.step_index += 1
+        self.task = self.whole.at_step(self.step_index)
+        self.limits, self.task_text = self.task.limits, self.task.instruction
+        self.snapshots.append(self.snapshot)
+        self.agent_image, self.snapshot = self.snapshot, None
+        for folder in ("agent", "verifier", "artifacts"):  # copied into the evidence
+            shutil.rmtree(self.logs / folder)
+            (self.logs / folder).mkdir()
+        image_record = (self.artifacts / "image.json").read_bytes()
+        with self.phase("relay_up"):
+            self.open_relay()
+        sandbox = self.agent_sandbox()
+        (self.artifacts / "image.json").write_bytes(image_record)  # the task's, not a snapshot's
+        return sandbox
+
+    def steps_judged(self, stopped: str) -> None:
+        """The trial's verdict from its steps' rewards (`hangar.kinds.execution.steps`)."""
+        records, strategy = self.step_records, self.whole.step_reward
+        last = records[-1]
+        if last["verdict"] not in (Verdict.PASS.value, Verdict.FAIL.value):
+            return  # the last step's own verdict (a verifier error, say) stands
+        self.reward = combined(records, strategy)
+        assert self.reward.value is not None
+        words = steps_words(records, len(self.whole.steps), strategy, stopped)
+        threshold = self.whole.threshold
+        if self.takeovers:
+            shown = "; ".join(self.takeovers[:5])
+            self.verdict = Verdict.FAIL
+            self.reason = (
+                f"not counted ({words}): the agent changed what the verifier executes: {shown}"
+            )
+        elif any(
+            r["verdict"] == Verdict.FAIL.value and (r["reward"] or 0) >= threshold for r in records
+        ):
+            self.verdict = Verdict.FAIL
+            self.reason = f"not counted ({words}): " + next(
+                r["reason"]
+                for r in records
+                if r["verdict"] == Verdict.FAIL.value and (r["reward"] or 0) >= threshold
+            )
+        elif self.reward.value >= threshold and not stopped:
+            self.verdict, self.reason = Verdict.PASS, f"reward {self.reward.value:g}: {words}"
+        else:
+            self.verdict = Verdict.FAIL
+            self.reason = (
+                f"reward {self.reward.value:g} is below the threshold {threshold:g}: {words}"
+            )
+        if not self.agent_run.completed and self.verdict is Verdict.FAIL:
+            self.reason += f"; {self.agent_run.reason}"
+        self.verdict, self.reason = unless_provider_failed(
+            self.verdict, self.reason, self.agent_run.provider_error
+        )
 
     # -- before the agent -----------------------------------------------------------------
 
@@ -269,7 +365,7 @@ class ImageTaskTrial(SandboxedTrial):
                 f"the agent's user {self.task.agent_user!r} is not in the image: "
                 f"{res.stderr.strip()}",
             )
-        uid = int(res.stdout.split()[0])
+        self.uid = uid = int(res.stdout.split()[0])
         hand_over(self.workspace, uid)
         hand_over(self.logs, uid)
 
@@ -282,7 +378,7 @@ class ImageTaskTrial(SandboxedTrial):
         logs folder, the task's agent user; a writable root (tasks write outside it)."""
         user = self.task.agent_user
         return self._spec(
-            image=self.image_ref,
+            image=self.agent_image or self.image_ref,
             user=user,
             mounts=(
                 Mount(source=self.workspace, target=self.workdir),
@@ -363,9 +459,12 @@ class ImageTaskTrial(SandboxedTrial):
             self.close_egress()
         super().tear_down(wait=wait)
         snapshot, self.snapshot = self.snapshot, None
-        if snapshot is not None:
-            with suppress(Exception):
-                self.backend.remove_image(snapshot)
+        # newest first: a step's snapshot is made from the one before it
+        for image in [snapshot, *reversed(self.snapshots)]:
+            if image is not None:
+                with suppress(Exception):
+                    self.backend.remove_image(image)
+        self.snapshots.clear()
 
     # -- the agent ------------------------------------------------------------------------
 
@@ -416,7 +515,11 @@ class ImageTaskTrial(SandboxedTrial):
         nothing of the agent runs any more and its logs are copied out."""
         sandbox.stop()
         save_agent_logs(self)
-        self.write("verifier/disk.json", self.verifier_disk.open(ttl_s=self.budget()).model_dump())
+        if self.verifier_disk.root.exists():  # a step before this one used it
+            shutil.rmtree(self.verifier_logs)
+        else:
+            state = self.verifier_disk.open(ttl_s=self.budget())
+            self.write("verifier/disk.json", state.model_dump())
         self.verifier_logs.mkdir()
         self.verifier_logs.chmod(0o777)  # the verifier's user, whoever it is, writes here
         self.tests = fresh_tests(self)

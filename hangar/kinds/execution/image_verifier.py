@@ -191,10 +191,16 @@ def save_agent_logs(trial: ImageTaskTrial) -> None:
 
 
 def fresh_tests(trial: ImageTaskTrial) -> Path:
-    """A new copy of exactly the task's tests, for the verifier's read-only ``/tests``."""
+    """A new copy of exactly the task's tests, for the verifier's read-only ``/tests`` (a
+    step's over the task's own, its shared helpers)."""
     target = trial.folder / "tests"
     shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(trial.task.local(trial.task.verifier.tests), target, symlinks=True)
+    folders = [trial.task.verifier.tests]
+    if trial.whole.steps:
+        shared = trial.whole.steps[trial.step_index].shared_tests
+        folders[:0] = [shared] if shared is not None else []
+    for folder in folders:
+        shutil.copytree(trial.task.local(folder), target, symlinks=True, dirs_exist_ok=True)
     return target
 
 
