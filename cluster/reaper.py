@@ -5,8 +5,8 @@ trial removes its own containers in every outcome, but a worker or node that die
 mid-trial cannot: its sandboxes' keepers exit once their lease goes stale, and
 `collect_garbage` removes managed containers whose lease on this machine is stale or
 whose expiry has passed (or all of a sweep's, on demand), and the snapshots of sandboxes
-(a shared verifier's image) whose expiry has passed. A `Reaper` actor on every node
-does it every `REAP_EVERY_S` seconds, releasing the node's expired trial disks
+(a shared verifier's image) and service networks whose expiry has passed. A `Reaper`
+actor on every node does it every `REAP_EVERY_S` seconds, releasing the node's expired trial disks
 (`hangar.sandbox.disk`) as well.
 """
 
@@ -99,7 +99,8 @@ def collect_garbage(
             except docker.errors.NotFound:
                 continue
         removed.append(item)
-    return removed + _collect_snapshots(filters, now, everything=everything, dry_run=dry_run)
+    removed += _collect_snapshots(filters, now, everything=everything, dry_run=dry_run)
+    return removed + _collect_networks(filters, now, everything=everything, dry_run=dry_run)
 
 
 def _collect_snapshots(
@@ -120,6 +121,32 @@ def _collect_snapshots(
         removed.append(
             RemovedSandbox(
                 id=str(image.short_id),
+                sweep=labels.get(LABEL_SWEEP, ""),
+                trial=labels.get(LABEL_TRIAL, ""),
+                expires=labels.get(LABEL_EXPIRES, ""),
+            )
+        )
+    return removed
+
+
+def _collect_networks(
+    filters: list[str], now: datetime, *, everything: bool, dry_run: bool
+) -> list[RemovedSandbox]:
+    """Service networks of trials (`hangar.sandbox.services`) whose expiry passed; one a
+    container still uses stays."""
+    removed = []
+    for network in docker_client().networks.list(filters={"label": filters}):
+        labels = network.attrs.get("Labels") or {}
+        if not (everything or _expired(labels.get(LABEL_EXPIRES, ""), now)):
+            continue
+        if not dry_run:
+            try:
+                network.remove()
+            except docker.errors.APIError:
+                continue  # in use, or gone already
+        removed.append(
+            RemovedSandbox(
+                id=str(network.short_id),
                 sweep=labels.get(LABEL_SWEEP, ""),
                 trial=labels.get(LABEL_TRIAL, ""),
                 expires=labels.get(LABEL_EXPIRES, ""),

@@ -123,8 +123,11 @@ class SandboxSpec(BaseModel):
     """Make the image's root file system read-only: only mounts (and /dev/shm) are
     writable. With HOME, /tmp and /var/tmp mounted from the trial's scratch folders, all
     the sandbox user can change is then known to the host (see `Sandbox.scratch_mounts`)."""
-    network: Literal["none"] = "none"
-    """Network mode; ``none`` is the only one until an allow-list exists."""
+    network: str = "none"
+    """``none`` (loopback only), or the name of the trial's service network
+    (`hangar.sandbox.services`: the task's services and nothing else; docker only)."""
+    hosts: dict[str, str] = Field(default_factory=dict)
+    """Names the sandbox resolves (``/etc/hosts``): the services' addresses."""
     sweep: str = "adhoc"
     """Sweep id, for the ``hangar.sweep`` label."""
     trial: str = "adhoc"

@@ -265,8 +265,7 @@ class DockerSandbox(Sandbox):
                 # "none", so that the engine runs none of its network set-up for the
                 # container (its prestart hook re-executes dockerd: half the CPU a
                 # container start costs, docs/benchmarks.md).
-                network_mode="none",
-                network_disabled=True,
+                **self._network(),
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
                 ipc_mode="private",
@@ -287,6 +286,13 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as exc:
             self.close()
             raise self._start_failure(exc) from exc
+
+    def _network(self) -> dict[str, Any]:
+        """No network but loopback; or the trial's service network, when it has one."""
+        spec = self.spec
+        if spec.network == "none":
+            return {"network_mode": "none", "network_disabled": True}
+        return {"network": spec.network, "extra_hosts": dict(spec.hosts)}
 
     def _mounts(self) -> list[docker.types.Mount]:
         """The lease and hangar's helper (read-only), and the spec's folders, each a bind

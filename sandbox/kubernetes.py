@@ -255,6 +255,8 @@ class KubernetesSandbox(Sandbox):
         """Create the pod, wait for it to run, fill its mounts."""
         if self.name is not None:
             return
+        if self.spec.network != "none":
+            raise SandboxError("the kubernetes backend cannot join a service network (use docker)")
         from kubernetes.client.exceptions import ApiException
 
         self._core, networking = _api()

@@ -78,6 +78,8 @@ class LocalSandbox(Sandbox):
         """Make the private folders; warns that nothing is isolated."""
         if self._root is not None:
             return
+        if self.spec.network != "none":
+            raise SandboxError("the local backend cannot join a service network (use docker)")
         log.warning(UNSAFE_WARNING)
         self._root = Path(tempfile.mkdtemp(prefix="hangar-local-"))
         for folder in (self.spec.workdir, self.spec.home):

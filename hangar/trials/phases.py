@@ -39,6 +39,12 @@ PHASES: tuple[Phase, ...] = (
     Phase("prepare", "set_up", "the pinned prepare script, on the host"),
     Phase("initial_status", "set_up", "the workspace's status before the agent"),
     Phase("harness_baseline", "set_up", "the test harness as the agent gets it, recorded"),
+    Phase(
+        "services",
+        "set_up",
+        "the task's services started on the trial's network, waited for (image tasks with "
+        "a compose file)",
+    ),
     Phase("sandbox_up", "set_up", "the agent's sandbox started, the relay's forwarder and "
           "the egress proxy in it"),
     Phase("plugins", "set_up", "the arm's plugins installed (execution scenarios)"),

@@ -131,6 +131,71 @@ def test_steps_are_read_with_their_folders(tmp_path: Path) -> None:
     assert "steps/one/tests/test.sh is missing" in " ".join(task.blocked)
 
 
+def _compose(tmp_path: Path, text: str) -> Path:
+    path = make_task(tmp_path, "")
+    (path.parent / "environment" / "db").mkdir()
+    (path.parent / "environment" / "docker-compose.yaml").write_text(text)
+    return path
+
+
+def test_a_compose_file_gives_services(tmp_path: Path) -> None:
+    path = _compose(
+        tmp_path,
+        "services:\n"
+        "  main:\n    depends_on: {web: {condition: service_healthy}}\n    cpus: 4\n"
+        "  web:\n    image: nginx:1\n    command: nginx -g 'daemon off;'\n"
+        "    depends_on: [db]\n    environment: [A=1, B=x=y]\n    expose: ['80']\n"
+        "    healthcheck: {test: curl -f localhost, interval: 1m30s, timeout: 500ms}\n"
+        "  db:\n    build: ./db\n    mem_limit: 256m\n",
+    )
+    task = load_task(path)
+    assert not task.blocked and task.service_waits == {"web": "healthy"}
+    db, web = task.services  # each after what it depends on
+    assert db.image.context == "environment/db" and db.memory == 256 * 1024**2
+    assert web.command == ("nginx", "-g", "daemon off;") and web.env == {"A": "1", "B": "x=y"}
+    assert web.healthcheck is not None and web.healthcheck.test == (
+        "CMD-SHELL",
+        "curl -f localhost",
+    )
+    assert (web.healthcheck.interval_s, web.healthcheck.timeout_s) == (90.0, 0.5)
+    assert any("services.web.expose: ignored" in n for n in task.notes)
+    assert any("services.main.cpus" in n for n in task.notes)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("services:\n  a:\n    image: x\n    ports: ['80:80']\n", "services.a: `ports` is not"),
+        ("services:\n  a:\n    image: x\n    privileged: true\n", "`privileged` is not"),
+        ("services:\n  a:\n    image: x\nvolumes:\n  data: {}\n", "top-level `volumes`"),
+    ],
+)
+def test_what_reaches_past_the_trial_blocks_a_compose_task(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    task = load_task(_compose(tmp_path, text))
+    assert any(message in b for b in task.blocked), task.blocked
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("services: [a]\n", "a mapping with `services:`"),
+        ("services:\n  a:\n    image: x\n    depends_on: [b]\n", "no service 'b'"),
+        (
+            "services:\n  a: {image: x, depends_on: [b]}\n  b: {image: x, depends_on: [a]}\n",
+            "a cycle",
+        ),
+        ("services:\n  a:\n    build: ../../..\n", "is not a folder of the task"),
+        ("services:\n  a: {image: x, healthcheck: {test: [CMD, x], interval: soon}}\n", "duration"),
+        ("services:\n  a: {}\n", "give `build`"),
+    ],
+)
+def test_a_broken_compose_file_says_what_to_fix(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_task(_compose(tmp_path, text))
+
+
 def test_a_separate_verifier_has_its_own_sizes(tmp_path: Path) -> None:
     toml = (
         '[verifier]\nenvironment_mode = "separate"\n'
@@ -140,14 +205,15 @@ def test_a_separate_verifier_has_its_own_sizes(tmp_path: Path) -> None:
     assert (verifier.cpus, verifier.memory) == (2, 3072 * 1024**2)
 
 
-def test_compose_tasks_and_tasks_without_tests_are_blocked(tmp_path: Path) -> None:
+def test_compose_tasks_without_a_main_image_and_tasks_without_tests_are_blocked(
+    tmp_path: Path,
+) -> None:
     path = make_task(tmp_path, "")
-    (path.parent / "environment" / "Dockerfile").rename(
-        path.parent / "environment" / "docker-compose.yaml"
-    )
+    (path.parent / "environment" / "Dockerfile").unlink()
+    (path.parent / "environment" / "docker-compose.yaml").write_text("services: {}\n")
     (path.parent / "tests" / "test.sh").unlink()
     blocked = " ".join(load_task(path).blocked)
-    assert "multi-container" in blocked and "tests/test.sh is missing" in blocked
+    assert "without environment/Dockerfile" in blocked and "tests/test.sh is missing" in blocked
 
 
 def test_a_public_agent_network_is_noted_and_unknown_fields_are_named(tmp_path: Path) -> None:

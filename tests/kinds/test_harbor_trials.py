@@ -333,6 +333,96 @@ def test_a_step_below_its_minimum_ends_the_trial(run: Runner, tasks: Path) -> No
     assert scores(result)["reward"] == 0.5 and "implement reward 0" in result.reason
 
 
+def _with_service(tasks: Path, health: str = "") -> Path:
+    """A task whose answer is served by a service beside the agent."""
+    root = tasks / "ask-service"
+    check = health or "import socket; socket.create_connection(('localhost', 5000), 2)"
+    _files(
+        root,
+        {
+            "task.toml": '[agent]\ntimeout_sec = 60\n[environment]\nnetwork_mode = "no-network"\n',
+            "instruction.md": "Write what http://api:5000/secret.txt says into /app/answer.txt.\n",
+            "environment/Dockerfile": "FROM ubuntu:24.04\nWORKDIR /app\n",
+            "environment/api/Dockerfile": (
+                "FROM ubuntu:24.04\nWORKDIR /srv\nRUN echo s3cr3t-42 > /srv/secret.txt\n"
+                'CMD ["python3", "-m", "http.server", "5000"]\n'
+            ),
+            "environment/docker-compose.yaml": (
+                "services:\n  main:\n    depends_on:\n      api:\n"
+                "        condition: service_healthy\n"
+                "  api:\n    build:\n      context: ./api\n    expose: ['5000']\n"
+                "    healthcheck:\n"
+                f'      test: ["CMD", "python3", "-c", "{check}"]\n'
+                "      interval: 1s\n      timeout: 2s\n      retries: 3\n"
+            ),
+            "tests/test.sh": (
+                'want=$(python3 -c "import urllib.request as u; '
+                "print(u.urlopen('http://api:5000/secret.txt', timeout=5)"
+                '.read().decode().strip())")\n'
+                '[ -n "$want" ] && [ "$(cat /app/answer.txt)" = "$want" ] '
+                "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+            ),
+            "solution/solve.sh": (
+                'python3 -c "import urllib.request as u; '
+                "open('/app/answer.txt','w').write(u.urlopen('http://api:5000/secret.txt').read().decode().strip())\"\n"
+            ),
+        },
+    )
+    return root
+
+
+def test_a_service_beside_the_agent_is_reached_by_it_and_its_verifier(
+    run: Runner, tasks: Path, docker_client: docker.DockerClient
+) -> None:
+    _with_service(tasks)
+    oracle = run("ask-service", ORACLE)
+    assert oracle.verdict is Verdict.PASS, oracle.reason
+    files = evidence(oracle)
+    # the agent asked it, then the verifier
+    assert files["services/api.log"].count("GET /secret.txt") == 2
+    assert "api" in json.loads(files["services/addresses.json"])
+    assert run("ask-service", NOP).verdict is Verdict.FAIL
+    assert not docker_client.networks.list(filters={"label": "hangar.managed=true"})
+
+
+def test_the_services_network_has_no_route_out(run: Runner, tasks: Path) -> None:
+    import socket
+    import threading
+
+    listener = socket.create_server(("0.0.0.0", 0))  # the host's own service
+    port = listener.getsockname()[1]
+    threading.Thread(target=lambda: listener.accept(), daemon=True).start()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        udp.connect(("192.0.2.1", 9))  # no packet sent: the address the host goes out from
+        address = udp.getsockname()[0]
+    assert not address.startswith("127."), "the host needs an address besides loopback"
+    _with_service(tasks)
+    probe = CommandAgent(
+        name="probe",
+        command=(
+            "python3 - <<'EOF'\nimport socket\nout = []\n"
+            f"for host in ['{address}', '172.17.0.1', '1.1.1.1']:\n"
+            "    try:\n"
+            f"        socket.create_connection((host, {port}), 2); out.append(host + ' open')\n"
+            "    except OSError as e:\n        out.append(host + ' closed')\n"
+            "open('/app/answer.txt', 'w').write(' '.join(out))\nEOF"
+        ),
+    )
+    result = run("ask-service", probe)
+    listener.close()
+    assert result.verdict is Verdict.FAIL, result.reason
+    patch = evidence(result)["diff.patch"]
+    assert " open" not in patch and patch.count(" closed") == 3, patch
+
+
+def test_a_service_that_never_becomes_healthy_blocks_the_trial(run: Runner, tasks: Path) -> None:
+    _with_service(tasks, health="import sys; print('not-yet'); sys.exit(1)")
+    result = run("ask-service", ORACLE)
+    assert result.verdict is Verdict.BLOCKED_SETUP, result.reason
+    assert "service api is unhealthy" in result.reason
+    assert "services/api.log" in evidence(result)
+
+
 def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(
     ray_local: None, stock: str, tmp_path: Path
 ) -> None:

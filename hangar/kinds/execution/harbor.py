@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hangar.errors import ConfigError
 from hangar.files import parse_size, read_config_text
+from hangar.kinds.execution.compose import read_compose
 from hangar.kinds.execution.image_task import (
     Artifact,
     Healthcheck,
@@ -177,6 +178,7 @@ def load_task(path: Path) -> ImageTask:
     verifier = _verifier(path, config)
     steps = tuple(_step(folder, config, verifier, s) for s in config.steps or ())
     instruction = steps[0].instruction if steps else _instruction(folder)
+    compose = read_compose(folder)
     env = config.environment
     task = ImageTask(
         path=path,
@@ -195,8 +197,10 @@ def load_task(path: Path) -> ImageTask:
         **_hangar_metadata(path, config),
         healthcheck=_healthcheck(config.environment.healthcheck),
         skills_dir=config.environment.skills_dir,
-        blocked=tuple(_blocked(folder, config)),
-        notes=tuple(_notes(config)),
+        services=compose.services,
+        service_waits=compose.main_waits,
+        blocked=(*_blocked(folder, config), *compose.blocked),
+        notes=(*_notes(config), *compose.notes),
         digest="",
     )
     return task.model_copy(update={"digest": image_task_digest(task)})
@@ -392,7 +396,10 @@ def _blocked(folder: Path, config: HarborConfig) -> list[str]:
     if env.gpus or env.gpu_types or env.tpu:
         found.append("[environment] asks for GPUs or TPUs, which hangar's sandboxes do not give")
     if not env.docker_image and not (folder / "environment" / "Dockerfile").is_file():
-        found.append("environment/docker-compose.yaml: multi-container tasks are not supported")
+        found.append(
+            "environment/docker-compose.yaml without environment/Dockerfile: the agent's "
+            "container (`main`) needs a Dockerfile or [environment] docker_image"
+        )
     found += _steps_blocked(folder, config)
     if env.mcp_servers:
         found.append("[environment] mcp_servers: MCP servers for the agent are not supported")
@@ -414,7 +421,9 @@ def _steps_blocked(folder: Path, config: HarborConfig) -> list[str]:
         if step.agent.user not in (None, config.agent.user):
             found.append(f"step {step.name!r} runs its agent as another user")
     if config.steps and config.verifier.environment_mode == "separate":
-        found.append("[[steps]] with a separate verifier: steps are verified only in the shared mode")
+        found.append(
+            "[[steps]] with a separate verifier: steps are verified only in the shared mode"
+        )
     return found
 
 

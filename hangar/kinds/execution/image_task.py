@@ -19,6 +19,7 @@ from typing import ClassVar, Literal
 from pydantic import ConfigDict, Field
 
 from hangar.files import tree_digest
+from hangar.sandbox.services import ServiceHealth
 from hangar.trials.limits import ScenarioLimits
 from hangar.trials.spec import Task
 from hangar.verifiers.spec import Strict
@@ -128,6 +129,28 @@ class Solution(Strict):
     """The script in it that solves the task."""
     env: dict[str, str] = Field(default_factory=dict)
     """Its environment."""
+
+
+Condition = Literal["started", "healthy"]
+
+
+class Service(Strict):
+    """One service of a task's compose file."""
+
+    name: str
+    """Its name: its address on the trial's network."""
+    image: ImageSource
+    """Built from a context under the task folder, or a reference."""
+    entrypoint: tuple[str, ...] | None = None
+    command: tuple[str, ...] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    user: str | None = None
+    workdir: str | None = None
+    healthcheck: ServiceHealth | None = None
+    depends_on: dict[str, Condition] = Field(default_factory=dict)
+    """Services started (or healthy) before this one."""
+    cpus: float | None = Field(default=None, gt=0)
+    memory: int | None = Field(default=None, gt=0)
 
 
 class Step(Strict):
@@ -242,6 +265,11 @@ class ImageTask(Task):
     skills_dir: str | None = None
     """A folder of the image holding skills (a folder each, with its ``SKILL.md``),
     installed where the agent finds skills before it starts."""
+    services: tuple[Service, ...] = ()
+    """Containers beside the agent's (``environment/docker-compose.yaml``), in the order
+    they start, on a network of the trial's own."""
+    service_waits: dict[str, Condition] = Field(default_factory=dict)
+    """The services the agent waits for (started, or healthy) before it starts."""
     steps: tuple[Step, ...] = ()
     """The steps of a multi-step task, in order (none: one instruction, one verifier)."""
     step_reward: Literal["mean", "final"] = "mean"
@@ -338,7 +366,14 @@ _JUDGING_CODE = (
 )
 
 
-_LATER_FIELDS = ("healthcheck", "skills_dir", "steps", "step_reward")
+_LATER_FIELDS = (
+    "healthcheck",
+    "skills_dir",
+    "steps",
+    "step_reward",
+    "services",
+    "service_waits",
+)
 
 
 def image_task_digest(task: ImageTask) -> str:
@@ -349,7 +384,8 @@ def image_task_digest(task: ImageTask) -> str:
     later = {
         name
         for name in _LATER_FIELDS
-        if getattr(task, name) == ImageTask.model_fields[name].default
+        if getattr(task, name)
+        == ImageTask.model_fields[name].get_default(call_default_factory=True)
     }
     payload = {
         "task": task.model_dump(

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,11 @@ from hangar.kinds.execution.steps import (
     steps_words,
 )
 from hangar.kinds.execution.swebench import failing_words, grade
+from hangar.kinds.execution.task_services import (
+    build_services,
+    save_service_logs,
+    start_services,
+)
 from hangar.kinds.execution.task_skills import install_task_skills
 from hangar.models.tunnel import RelayTunnel
 from hangar.results import COUNTED_VERDICTS, CheckOutcome, Score, Verdict
@@ -68,6 +75,7 @@ from hangar.sandbox.base import ExecResult
 from hangar.sandbox.disk import RESERVE_UID, TrialDisk
 from hangar.sandbox.egress import EgressProxy, proxy_env
 from hangar.sandbox.helper import helper_argv
+from hangar.sandbox.services import ServiceNetwork
 from hangar.sandbox.task_images import ensure_task_image, image_settings
 from hangar.sandbox.workspace import MirrorCache, diff_against_tree, hand_over, make_workspace
 from hangar.trials.boundary import Outcome, unless_provider_failed
@@ -108,6 +116,9 @@ class ImageTaskTrial(SandboxedTrial):
         #: What of the verifier's executables the agent changed, at any step.
         self.takeovers: list[str] = []
         self.uid = 0
+        #: The task's services and their network (None: it has none, or not yet).
+        self.services: ServiceNetwork | None = None
+        self.service_images: dict[str, str] = {}
         self.workdir = "/app"
         self.logs = self.disk.root / "logs"
         self.initial = self.folder / "workspace-initial"
@@ -147,6 +158,7 @@ class ImageTaskTrial(SandboxedTrial):
         with self.phase("image"):
             self.image_ref = self.build(self.task.image, "image")
             self.workdir = self.image_workdir(self.image_ref)
+            self.service_images = build_services(self)
 
     def disk_ttl(self) -> float:
         """The agent's and the verifier's budgets, and a margin."""
@@ -156,6 +168,9 @@ class ImageTaskTrial(SandboxedTrial):
         """The workspace, then the sandbox with it, the forwarder and the egress proxy."""
         with self.phase("workspace"):
             self.take_workspace()
+        if self.whole.services:
+            with self.phase("services"):
+                start_services(self, self.service_images)
         return self.agent_sandbox()
 
     def agent_sandbox(self) -> Sandbox:
@@ -392,6 +407,9 @@ class ImageTaskTrial(SandboxedTrial):
     def _spec(
         self, *, image: str, user: str, mounts: tuple[Mount, ...], cpus: float, memory: int
     ) -> SandboxSpec:
+        network: dict[str, Any] = {}
+        if self.services is not None:  # the agent and the verifier reach the services
+            network = {"network": self.services.name, "hosts": self.services.addresses()}
         return self.sandbox_of(
             image,
             mounts,
@@ -402,6 +420,7 @@ class ImageTaskTrial(SandboxedTrial):
             user=user,
             home="/root" if user in ("root", "0") else f"/home/{user}",
             read_only_root=False,
+            **network,
         )
 
     # -- the network ----------------------------------------------------------------------
@@ -457,7 +476,15 @@ class ImageTaskTrial(SandboxedTrial):
         """The proxies and the snapshot too."""
         with suppress(Exception):
             self.close_egress()
+        services, self.services = self.services, None
+        if services is not None:
+            with suppress(Exception):
+                save_service_logs(self, services)
+            services.stop()
         super().tear_down(wait=wait)
+        if services is not None:  # the network once nothing is attached to it
+            closing = list(self.closing)
+            self.closing.append(self.background(lambda: _after(closing, services.close)))
         snapshot, self.snapshot = self.snapshot, None
         # newest first: a step's snapshot is made from the one before it
         for image in [snapshot, *reversed(self.snapshots)]:
@@ -674,6 +701,13 @@ def verifier_tail(res: ExecResult, how: str) -> str:
     """The script's end state and the last line it printed."""
     last = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
     return f"test script {how}: {last[0][:200]}".rstrip(": ")
+
+
+def _after(futures: list[Future[Any]], then: Callable[[], None]) -> None:
+    for future in futures:
+        with suppress(Exception):
+            future.result()
+    then()
 
 
 def _record(res: ExecResult) -> dict[str, Any]:
