@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -180,17 +180,23 @@ def _read(base: Path | None, file: str, pin: Any, where: str) -> str:
 
 
 class Installed(BaseModel):
-    """A server resolved on this node: its folder and how it starts."""
+    """A server ready for an agent: resolved on this node (its folder and how it
+    starts), or a task's own (a command of its image, or an address on the trial's
+    network)."""
 
     name: str
-    folder: Path
-    """The host folder mounted at `target`."""
-    argv: list[str]
-    """Its command line in the sandbox."""
-    env: dict[str, str]
+    folder: Path | None = None
+    """The host folder mounted at `target` (None: nothing to mount, a task's server)."""
+    argv: list[str] = Field(default_factory=list)
+    """Its command line in the sandbox (stdio)."""
+    env: dict[str, str] = Field(default_factory=dict)
     """Its environment in the sandbox."""
-    wheels: dict[str, str]
+    wheels: dict[str, str] = Field(default_factory=dict)
     """Every wheel installed for it -> its sha256."""
+    transport: Literal["stdio", "sse", "streamable-http"] = "stdio"
+    """How it is spoken to: its stdin and stdout, or HTTP at `url`."""
+    url: str | None = None
+    """Its address, for the HTTP transports."""
 
     @property
     def target(self) -> str:
@@ -302,17 +308,22 @@ class NativeConfig(NamedTuple):
 
 def mcp_json(servers: list[Installed]) -> str:
     """The ``mcpServers`` JSON Claude Code (and most MCP clients) read."""
-    return json.dumps(
-        {"mcpServers": {s.name: {"command": s.argv[0], "args": s.argv[1:], "env": s.env}
-                        for s in servers}},
-        indent=1,
-    )  # fmt: skip
+    return json.dumps({"mcpServers": {s.name: _entry(s) for s in servers}}, indent=1)
+
+
+def _entry(server: Installed) -> dict[str, Any]:
+    if server.transport == "stdio":
+        return {"command": server.argv[0], "args": server.argv[1:], "env": server.env}
+    return {"type": "sse" if server.transport == "sse" else "http", "url": server.url}
 
 
 def codex_toml(servers: list[Installed]) -> str:
     """Codex's ``[mcp_servers.<name>]`` tables (JSON strings are TOML basic strings)."""
     lines = []
     for s in servers:
+        if s.transport != "stdio":
+            lines += [f"[mcp_servers.{json.dumps(s.name)}]", f"url = {json.dumps(s.url)}", ""]
+            continue
         lines += [
             f"[mcp_servers.{json.dumps(s.name)}]",
             f"command = {json.dumps(s.argv[0])}",
@@ -325,11 +336,15 @@ def codex_toml(servers: list[Installed]) -> str:
     return "\n".join(lines)
 
 
-def native_config(preset: str | None, servers: list[Installed]) -> NativeConfig:
-    """How an agent CLI of `preset` is told of its servers."""
+def native_config(
+    preset: str | None, servers: list[Installed], *, flagged: bool = True
+) -> NativeConfig:
+    """How an agent CLI of `preset` is told of its servers. `flagged`: its command points
+    at hangar's config (an agent with servers of its own); without, Claude Code is told in
+    its user scope (``~/.claude.json``), as for servers only the task gives."""
     if preset == "codex":
         return NativeConfig("~/.codex/config.toml", codex_toml(servers), {})
-    path = "~/.hangar/mcp.json"
+    path = "~/.claude.json" if preset == "claude" and not flagged else "~/.hangar/mcp.json"
     return NativeConfig(path, mcp_json(servers), {"HANGAR_MCP_CONFIG": path})
 
 
@@ -340,6 +355,9 @@ def native_config(preset: str | None, servers: list[Installed]) -> NativeConfig:
 CLIENT = r"""
 import json, os, subprocess, sys, threading
 argv, env, method, params = json.loads(sys.argv[1])
+if not argv:
+    exec(HTTP)
+    sys.exit(0)
 p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                      stderr=subprocess.PIPE, env={**os.environ, **env}, text=True)
 err = []
@@ -370,6 +388,73 @@ finally:
 """
 
 
+#: The client's HTTP transports (standard library only): ``env`` holds the transport and
+#: the URL. Streamable HTTP posts each message (a JSON or an event-stream answer, the
+#: session in ``Mcp-Session-Id``); SSE reads the stream, whose first event names the
+#: URL messages are posted to, and answers arrive on the stream.
+HTTP = r"""
+import urllib.parse, urllib.request
+transport, url = env["transport"], env["url"]
+ACCEPT = "application/json, text/event-stream"
+def events(stream):
+    data = []
+    for raw in stream:
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if line.startswith("data:"):
+            data.append(line[5:].strip())
+        elif not line and data:
+            yield "\n".join(data)
+            data = []
+def answer(resp, i):
+    if "text/event-stream" not in resp.headers.get("Content-Type", ""):
+        body = resp.read()
+        return json.loads(body) if body.strip() else None
+    for data in events(resp):
+        m = json.loads(data)
+        if isinstance(m, dict) and m.get("id") == i:
+            return m
+def post(target, message, session=None):
+    headers = {"Content-Type": "application/json", "Accept": ACCEPT}
+    if session:
+        headers["Mcp-Session-Id"] = session
+    req = urllib.request.Request(target, json.dumps(message).encode(), headers)
+    return urllib.request.urlopen(req, timeout=50)
+init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "hangar", "version": "1"}}}
+done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+ask = {"jsonrpc": "2.0", "id": 2, "method": method, "params": params}
+try:
+    if transport == "streamable-http":
+        resp = post(url, init)
+        session = resp.headers.get("Mcp-Session-Id")
+        got = answer(resp, 1)
+        if got is None or "error" in got:
+            print(json.dumps({"error": (got or {}).get("error", "no answer")})); sys.exit(0)
+        post(url, done, session).read()
+        print(json.dumps(answer(post(url, ask, session), 2)))
+    else:
+        opening = urllib.request.Request(url, headers={"Accept": "text/event-stream"})
+        stream = urllib.request.urlopen(opening, timeout=50)
+        feed = events(stream)
+        target = urllib.parse.urljoin(url, next(feed))
+        post(target, init).read()
+        def wait(i):
+            for data in feed:
+                m = json.loads(data)
+                if isinstance(m, dict) and m.get("id") == i:
+                    return m
+        got = wait(1)
+        if got is None or "error" in got:
+            print(json.dumps({"error": (got or {}).get("error", "no answer")})); sys.exit(0)
+        post(target, done).read()
+        post(target, ask).read()
+        print(json.dumps(wait(2)))
+except Exception as e:
+    print(json.dumps({"error": {"message": type(e).__name__ + ": " + str(e)}}))
+"""
+
+
 class McpTool(NamedTuple):
     """One tool of one server, as the chat agent offers it."""
 
@@ -397,8 +482,10 @@ class McpTools:
     def request(self, server: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """One request to `server` (its response, or ``{"error": ...}``)."""
         s = self.servers[server]
-        payload = json.dumps([s.argv, s.env, method, params])
-        res = self.sandbox.exec(["python3", "-c", CLIENT, payload], timeout=self.timeout)
+        env = s.env if s.transport == "stdio" else {"transport": s.transport, "url": s.url or ""}
+        payload = json.dumps([s.argv, env, method, params])
+        script = f"HTTP = {HTTP!r}\n{CLIENT}"
+        res = self.sandbox.exec(["python3", "-c", script, payload], timeout=self.timeout)
         try:
             out = json.loads(res.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):

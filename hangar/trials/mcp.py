@@ -47,7 +47,11 @@ def install_servers(trial: TrialRun, agent: Any, cache: Path) -> list[Installed]
 
 def mounts(installed: list[Installed]) -> tuple[Mount, ...]:
     """Each server's folder, read-only in the sandbox."""
-    return tuple(Mount(source=i.folder, target=i.target, read_only=True) for i in installed)
+    return tuple(
+        Mount(source=i.folder, target=i.target, read_only=True)
+        for i in installed
+        if i.folder is not None
+    )
 
 
 def start_servers(
@@ -66,6 +70,8 @@ def start_servers(
     )
     have = res.stdout.strip()
     for i in installed:
+        if i.name not in servers:
+            continue  # a task's own server: nothing was resolved for a Python
         want = servers[i.name].python
         if have != want:
             raise Outcome(
@@ -83,7 +89,7 @@ def start_servers(
     if isinstance(agent, ChatAgent):
         return tools, {}
     if isinstance(agent, CommandAgent):
-        config = native_config(agent.preset, installed)
+        config = native_config(agent.preset, installed, flagged=bool(servers))
         home = sandbox.spec.home
         sandbox.write_file(home + config.path[1:], config.text)
         env = {k: sandbox.command_path(home + v[1:]) for k, v in config.env.items()}

@@ -76,7 +76,15 @@ def test_a_task_version_is_every_byte_of_its_folder_and_its_image_map(tmp_path: 
         ("[environment]\ngpus = 1\n", "GPUs"),
         ('[environment]\nos = "windows"\n', "only Linux"),
         ("[[steps]]\nname = 'a'\n[verifier]\nenvironment_mode = 'separate'\n", "separate"),
-        ("[environment]\nmcp_servers = [{name = 'x'}]\n", "MCP servers"),
+        (
+            "[[environment.mcp_servers]]\nname = 'x'\nurl = 'https://mcp.example.com/sse'\n",
+            "mcp.example.com is not a service of the task",
+        ),
+        (
+            "[[environment.mcp_servers]]\nname = 'x'\nurl = 'http://localhost:1/mcp'\n"
+            "headers = {Authorization = 'Bearer ${TOKEN}'}\n",
+            "headers are not passed",
+        ),
         ('[agent]\nnetwork_mode = "allowlist"\n', "agent's allowlist network names no"),
     ],
 )
@@ -194,6 +202,15 @@ def test_what_reaches_past_the_trial_blocks_a_compose_task(
 def test_a_broken_compose_file_says_what_to_fix(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_task(_compose(tmp_path, text))
+
+
+def test_an_mcp_server_without_its_address_says_what_to_fix(tmp_path: Path) -> None:
+    path = make_task(tmp_path, "[[environment.mcp_servers]]\nname = 'x'\ntransport = 'stdio'\n")
+    with pytest.raises(ConfigError, match="a stdio server needs `command`"):
+        load_task(path)
+    path.write_text("[[environment.mcp_servers]]\nname = 'x'\ntransport = 'http'\n")
+    with pytest.raises(ConfigError, match="streamable-http needs `url`"):
+        load_task(path)
 
 
 def test_a_separate_verifier_has_its_own_sizes(tmp_path: Path) -> None:

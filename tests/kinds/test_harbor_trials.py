@@ -45,12 +45,16 @@ def tasks(tmp_path: Path) -> Path:
 def run(docker_client: docker.DockerClient, stock: str, tasks: Path, tmp_path: Path) -> Runner:
     """One trial of a task of the dataset copy; checks that nothing is left behind."""
 
-    def go(name: str, agent: AgentSpec) -> TrialResult:
+    def go(name: str, agent: AgentSpec, model: Any = None) -> TrialResult:
         task = KIND.configure(
             load_task(tasks / name / "task.toml"), execution_settings(image_map=IMAGE_MAP)
         )
         spec = single_trial(
-            task, agent, Arm(name="control"), evidence_url=(tmp_path / "evidence").as_uri()
+            task,
+            agent,
+            Arm(name="control"),
+            evidence_url=(tmp_path / "evidence").as_uri(),
+            **({"model": model} if model is not None else {}),
         ).model_copy(update={"work_root": tmp_path / "trials", "cache_root": tmp_path / "cache"})
         result = run_trial(spec)
         left = docker_client.containers.list(
@@ -421,6 +425,76 @@ def test_a_service_that_never_becomes_healthy_blocks_the_trial(run: Runner, task
     assert result.verdict is Verdict.BLOCKED_SETUP, result.reason
     assert "service api is unhealthy" in result.reason
     assert "services/api.log" in evidence(result)
+
+
+MCP_SERVER = Path(__file__).parent / "fixtures" / "mcp_server.py"
+
+
+def _with_mcp(tasks: Path) -> Path:
+    """The service task, its service also an MCP server (streamable HTTP and SSE), and a
+    stdio server in the agent's image."""
+    root = _with_service(tasks)
+    for folder in (root / "environment", root / "environment" / "api"):
+        shutil.copy(MCP_SERVER, folder / "mcp_server.py")
+    env = root / "environment"
+    (env / "Dockerfile").write_text(
+        (env / "Dockerfile").read_text() + "COPY mcp_server.py /opt/mcp_server.py\n"
+    )
+    (env / "api" / "Dockerfile").write_text(
+        "FROM ubuntu:24.04\nCOPY mcp_server.py /srv/mcp_server.py\n"
+        'CMD ["python3", "/srv/mcp_server.py", "http"]\n'
+    )
+    compose = (env / "docker-compose.yaml").read_text().replace("5000", "8000")
+    (env / "docker-compose.yaml").write_text(compose)
+    toml = root / "task.toml"
+    toml.write_text(
+        toml.read_text()
+        + '[[environment.mcp_servers]]\nname = "tools"\ntransport = "streamable-http"\n'
+        'url = "http://api:8000/mcp"\n'
+        '[[environment.mcp_servers]]\nname = "legacy"\nurl = "http://api:8000/sse"\n'
+        '[[environment.mcp_servers]]\nname = "local"\ntransport = "stdio"\n'
+        'command = "python3"\nargs = ["/opt/mcp_server.py", "stdio"]\n'
+    )
+    return root
+
+
+def test_the_tasks_mcp_servers_are_the_agents_tools(
+    run: Runner, tasks: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hangar.agents import ChatAgent
+    from hangar.models import ModelSpec
+    from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer, ToolCall
+
+    _with_mcp(tasks)
+    reader = CommandAgent(
+        name="reader",
+        command=(
+            "python3 -c \"import json, os; d = json.load(open(os.environ['HANGAR_MCP_CONFIG'])); "
+            "print(d['mcpServers']['tools'], d['mcpServers']['local']['command'])\" > told.txt"
+        ),
+    )
+    files = evidence(run("ask-service", reader))
+    listed = {t["name"] for t in json.loads(files["mcp-tools.json"])}
+    assert listed == {"mcp__tools__secret", "mcp__legacy__secret", "mcp__local__secret"}
+    assert "+{'type': 'http', 'url': 'http://api:8000/mcp'} python3" in files["diff.patch"]
+
+    calls = [ToolCall(name=f"mcp__{n}__secret", arguments={}) for n in ("tools", "legacy", "local")]
+    script = Script(
+        conversations=[
+            Conversation(match="Write what", replies=[Reply(tool_calls=calls), Reply(content="ok")])
+        ]
+    )
+    server = ScriptedServer(script).start()
+    monkeypatch.setenv("HANGAR_TEST_KEY", "k")
+    model = ModelSpec(id="m", base_url=f"{server.url}/v1", api_key_env="HANGAR_TEST_KEY")
+    try:
+        run("ask-service", ChatAgent(name="chat", tools="edit"), model=model)
+    finally:
+        server.shutdown()
+    answers = [
+        m["content"] for m in server.requests[1]["body"]["messages"] if m.get("role") == "tool"
+    ]
+    assert answers == ["s3cr3t-42"] * 3
 
 
 def test_a_dataset_is_validated_and_sweeps_leave_broken_tasks_out(

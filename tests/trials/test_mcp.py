@@ -16,7 +16,15 @@ import pytest
 from typer.testing import CliRunner
 
 from hangar.agents import ChatAgent, load_agents, parse_agent
-from hangar.agents.mcp import McpError, McpServer, McpTools, codex_toml, install, mcp_json
+from hangar.agents.mcp import (
+    McpError,
+    McpServer,
+    McpTools,
+    codex_toml,
+    install,
+    mcp_json,
+    native_config,
+)
 from hangar.cli import app
 from hangar.errors import ConfigError
 from hangar.kinds.knowledge.custody import sealed_suite
@@ -117,6 +125,17 @@ def test_each_cli_is_told_of_its_servers_natively(tmp_path: Path) -> None:
     assert "--allowedTools mcp__handbook " in preset.command
     plain = parse_agent("c", {"preset": "claude"}, "t")
     assert "--mcp-config" not in plain.command and "{mcp}" not in plain.command
+    # servers only a task gives: Claude Code reads them from its user scope
+    assert native_config("claude", servers, flagged=False).path == "~/.claude.json"
+    assert native_config("claude", servers).path == "~/.hangar/mcp.json"
+    remote = [Installed(name="tools", transport="streamable-http", url="http://svc:8000/mcp")]
+    assert json.loads(mcp_json(remote))["mcpServers"]["tools"] == {
+        "type": "http",
+        "url": "http://svc:8000/mcp",
+    }
+    assert tomllib.loads(codex_toml(remote))["mcp_servers"]["tools"] == {
+        "url": "http://svc:8000/mcp"
+    }
 
 
 # -- installing and running in a real sandbox ------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -30,6 +31,7 @@ from hangar.kinds.execution.image_task import (
     Solution,
     Step,
     SwebenchGrading,
+    TaskMcpServer,
     image_task_digest,
 )
 from hangar.trials.limits import ScenarioLimits
@@ -80,6 +82,15 @@ class _Healthcheck(_Table):
     retries: int = Field(default=3, ge=1)
 
 
+class _McpServer(_Table):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+    transport: Literal["stdio", "sse", "streamable-http", "http"] = "sse"
+    url: str | None = None
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
 class _Environment(_Table):
     build_timeout_sec: float = Field(default=600, gt=0)
     docker_image: str | None = None
@@ -95,7 +106,7 @@ class _Environment(_Table):
     allow_internet: bool | None = None
     network_mode: str | None = None
     allowed_hosts: list[str] = Field(default_factory=list)
-    mcp_servers: list[Any] | None = None
+    mcp_servers: list[_McpServer] = Field(default_factory=list)
     skills_dir: str | None = None
     healthcheck: _Healthcheck | None = None
 
@@ -197,6 +208,7 @@ def load_task(path: Path) -> ImageTask:
         **_hangar_metadata(path, config),
         healthcheck=_healthcheck(config.environment.healthcheck),
         skills_dir=config.environment.skills_dir,
+        mcp_servers=tuple(_mcp(path, s) for s in config.environment.mcp_servers),
         services=compose.services,
         service_waits=compose.main_waits,
         blocked=(*_blocked(folder, config), *compose.blocked),
@@ -401,14 +413,45 @@ def _blocked(folder: Path, config: HarborConfig) -> list[str]:
             "container (`main`) needs a Dockerfile or [environment] docker_image"
         )
     found += _steps_blocked(folder, config)
-    if env.mcp_servers:
-        found.append("[environment] mcp_servers: MCP servers for the agent are not supported")
+    found += _mcp_blocked(folder, config)
     if not config.steps and not (folder / "tests" / "test.sh").is_file():
         found.append("tests/test.sh is missing: there is nothing to judge the task with")
     for phase in ("agent", "verifier"):
         network = _network(getattr(config, phase), env)
         if network.mode == "allowlist" and not network.allowed_hosts:
             found.append(f"the {phase}'s allowlist network names no allowed_hosts")
+    return found
+
+
+def _mcp(path: Path, server: _McpServer) -> TaskMcpServer:
+    transport = "streamable-http" if server.transport == "http" else server.transport
+    if transport == "stdio" and not server.command:
+        raise ConfigError(f"{path}: mcp_servers {server.name!r}: a stdio server needs `command`")
+    if transport != "stdio" and not server.url:
+        raise ConfigError(f"{path}: mcp_servers {server.name!r}: {transport} needs `url`")
+    return TaskMcpServer(
+        name=server.name,
+        transport=transport,
+        url=server.url,
+        command=server.command,
+        args=tuple(server.args),
+    )
+
+
+def _mcp_blocked(folder: Path, config: HarborConfig) -> list[str]:
+    """MCP servers the agent's sandbox could not reach, or that would carry a secret."""
+    found = []
+    services = {s.name for s in read_compose(folder).services} | {"localhost", "127.0.0.1"}
+    for server in config.environment.mcp_servers:
+        where = f"[[environment.mcp_servers]] {server.name!r}"
+        if server.headers:
+            found.append(f"{where}: headers are not passed (no credential enters a sandbox)")
+        host = urlsplit(server.url or "").hostname
+        if server.url and host not in services:
+            found.append(
+                f"{where}: {host} is not a service of the task (environment/docker-compose.yaml)"
+                ": the agent's sandbox cannot reach it"
+            )
     return found
 
 

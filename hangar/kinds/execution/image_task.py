@@ -134,6 +134,20 @@ class Solution(Strict):
 Condition = Literal["started", "healthy"]
 
 
+class TaskMcpServer(Strict):
+    """An MCP server the task gives its agent (Harbor's ``[[environment.mcp_servers]]``):
+    a command of the image spoken to on stdio, or a service of the task at a URL."""
+
+    name: str
+    transport: Literal["stdio", "sse", "streamable-http"] = "sse"
+    url: str | None = None
+    """Its address (the HTTP transports): a service of the task, or the sandbox's own
+    loopback."""
+    command: str | None = None
+    """Its command in the agent's sandbox (stdio)."""
+    args: tuple[str, ...] = ()
+
+
 class Service(Strict):
     """One service of a task's compose file."""
 
@@ -270,6 +284,8 @@ class ImageTask(Task):
     they start, on a network of the trial's own."""
     service_waits: dict[str, Condition] = Field(default_factory=dict)
     """The services the agent waits for (started, or healthy) before it starts."""
+    mcp_servers: tuple[TaskMcpServer, ...] = ()
+    """MCP servers the agent is told of, as it is of its own."""
     steps: tuple[Step, ...] = ()
     """The steps of a multi-step task, in order (none: one instruction, one verifier)."""
     step_reward: Literal["mean", "final"] = "mean"
@@ -373,6 +389,7 @@ _LATER_FIELDS = (
     "step_reward",
     "services",
     "service_waits",
+    "mcp_servers",
 )
 
 

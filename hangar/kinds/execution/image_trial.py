@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hangar.agents import AgentRun, ReferenceAgent
+from hangar.agents.mcp import Installed
 from hangar.errors import (
     ImageBuildError,
     ImageNotFound,
@@ -42,7 +43,7 @@ from hangar.errors import (
     WorkspaceError,
 )
 from hangar.kinds.execution.healthcheck import wait_healthy
-from hangar.kinds.execution.image_task import ImageSource, ImageTask, Network
+from hangar.kinds.execution.image_task import ImageSource, ImageTask, Network, TaskMcpServer
 from hangar.kinds.execution.image_verifier import (
     LOGS,
     TESTS,
@@ -153,6 +154,14 @@ class ImageTaskTrial(SandboxedTrial):
         self.write("instruction.md", self.whole.instruction)
         self.write("trial.json", self.spec.model_dump(mode="json", exclude={"task"}))
 
+    def install_mcp(self) -> None:
+        """The agent's own MCP servers, and the task's (`task-mcp.json` records them)."""
+        super().install_mcp()
+        servers = self.whole.mcp_servers
+        if servers:
+            self.mcp = [*self.mcp, *(_task_server(s) for s in servers)]
+            self.write("task-mcp.json", [s.model_dump(mode="json") for s in servers])
+
     def provision(self) -> None:
         """The task's image, and its working directory."""
         with self.phase("image"):
@@ -246,6 +255,9 @@ class ImageTaskTrial(SandboxedTrial):
             self.open_relay()
         sandbox = self.agent_sandbox()
         (self.artifacts / "image.json").write_bytes(image_record)  # the task's, not a snapshot's
+        if self.mcp:  # the agent is told of its servers again, in this sandbox
+            with self.phase("mcp_start"):
+                self.start_mcp(sandbox)
         return sandbox
 
     def steps_judged(self, stopped: str) -> None:
@@ -701,6 +713,12 @@ def verifier_tail(res: ExecResult, how: str) -> str:
     """The script's end state and the last line it printed."""
     last = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
     return f"test script {how}: {last[0][:200]}".rstrip(": ")
+
+
+def _task_server(server: TaskMcpServer) -> Installed:
+    """A task's MCP server as agents are told of servers."""
+    argv = [server.command, *server.args] if server.command else []
+    return Installed(name=server.name, argv=argv, transport=server.transport, url=server.url)
 
 
 def _after(futures: list[Future[Any]], then: Callable[[], None]) -> None:
