@@ -15,8 +15,10 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import docker.errors
 from pydantic import BaseModel
@@ -108,25 +110,15 @@ def _collect_snapshots(
 ) -> list[RemovedSandbox]:
     """Snapshots of sandboxes (a shared verifier's image) whose expiry passed: a trial
     removes its own, a worker that died cannot. One a container still uses stays."""
-    removed = []
-    for image in docker_client().images.list(name=SNAPSHOTS, filters={"label": filters}):
-        labels = image.labels or {}
-        if not (everything or _expired(labels.get(LABEL_EXPIRES, ""), now)):
-            continue
-        if not dry_run:
-            try:
-                docker_client().images.remove(str(image.id), noprune=False)
-            except docker.errors.APIError:
-                continue  # in use, or gone already
-        removed.append(
-            RemovedSandbox(
-                id=str(image.short_id),
-                sweep=labels.get(LABEL_SWEEP, ""),
-                trial=labels.get(LABEL_TRIAL, ""),
-                expires=labels.get(LABEL_EXPIRES, ""),
-            )
-        )
-    return removed
+    client = docker_client()
+    return _collect_expired(
+        client.images.list(name=SNAPSHOTS, filters={"label": filters}),
+        lambda image: image.labels or {},
+        lambda image: client.images.remove(str(image.id), noprune=False),
+        now,
+        everything=everything,
+        dry_run=dry_run,
+    )
 
 
 def _collect_networks(
@@ -134,19 +126,40 @@ def _collect_networks(
 ) -> list[RemovedSandbox]:
     """Service networks of trials (`hangar.sandbox.services`) whose expiry passed; one a
     container still uses stays."""
+    return _collect_expired(
+        docker_client().networks.list(filters={"label": filters}),
+        lambda network: network.attrs.get("Labels") or {},
+        lambda network: network.remove(),
+        now,
+        everything=everything,
+        dry_run=dry_run,
+    )
+
+
+def _collect_expired(
+    found: list[Any],
+    labels_of: Callable[[Any], dict[str, str]],
+    remove: Callable[[Any], object],
+    now: datetime,
+    *,
+    everything: bool,
+    dry_run: bool,
+) -> list[RemovedSandbox]:
+    """What of `found` (images or networks) has expired, removed (unless `dry_run`); one
+    the engine will not remove (in use, or gone) is left."""
     removed = []
-    for network in docker_client().networks.list(filters={"label": filters}):
-        labels = network.attrs.get("Labels") or {}
+    for item in found:
+        labels = labels_of(item)
         if not (everything or _expired(labels.get(LABEL_EXPIRES, ""), now)):
             continue
         if not dry_run:
             try:
-                network.remove()
+                remove(item)
             except docker.errors.APIError:
-                continue  # in use, or gone already
+                continue
         removed.append(
             RemovedSandbox(
-                id=str(network.short_id),
+                id=str(item.short_id),
                 sweep=labels.get(LABEL_SWEEP, ""),
                 trial=labels.get(LABEL_TRIAL, ""),
                 expires=labels.get(LABEL_EXPIRES, ""),

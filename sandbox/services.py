@@ -67,14 +67,11 @@ class ServiceHealth(BaseModel):
         return self.start_period_s + self.retries * (self.interval_s + self.timeout_s) + 5
 
 
-class ServiceSpec(BaseModel):
-    """One service container."""
+class ServiceRun(BaseModel):
+    """How a service's container runs (what the task says of it)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str
-    """Its name: its address on the trial's network."""
-    image: str
     entrypoint: tuple[str, ...] | None = None
     """None: the image's."""
     command: tuple[str, ...] | None = None
@@ -83,6 +80,14 @@ class ServiceSpec(BaseModel):
     user: str | None = None
     workdir: str | None = None
     healthcheck: ServiceHealth | None = None
+
+
+class ServiceSpec(ServiceRun):
+    """One service container: how it runs, its image and its limits."""
+
+    name: str
+    """Its name: its address on the trial's network."""
+    image: str
     cpus: float = 1.0
     memory: int = 1 << 30
     pids: int = 1024

@@ -19,7 +19,7 @@ from typing import ClassVar, Literal
 from pydantic import ConfigDict, Field
 
 from hangar.files import tree_digest
-from hangar.sandbox.services import ServiceHealth
+from hangar.sandbox.services import ServiceRun
 from hangar.trials.limits import ScenarioLimits
 from hangar.trials.spec import Task
 from hangar.verifiers.spec import Strict
@@ -148,19 +148,13 @@ class TaskMcpServer(Strict):
     args: tuple[str, ...] = ()
 
 
-class Service(Strict):
-    """One service of a task's compose file."""
+class Service(ServiceRun):
+    """One service of a task's compose file: how it runs, its image, what it waits for."""
 
     name: str
     """Its name: its address on the trial's network."""
     image: ImageSource
     """Built from a context under the task folder, or a reference."""
-    entrypoint: tuple[str, ...] | None = None
-    command: tuple[str, ...] | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    user: str | None = None
-    workdir: str | None = None
-    healthcheck: ServiceHealth | None = None
     depends_on: dict[str, Condition] = Field(default_factory=dict)
     """Services started (or healthy) before this one."""
     cpus: float | None = Field(default=None, gt=0)

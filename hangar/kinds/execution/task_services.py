@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from hangar.errors import ImageNotFound, SandboxError
 from hangar.kinds.execution.image_task import Condition, Service
 from hangar.results import Verdict
-from hangar.sandbox.services import ServiceNetwork, ServiceSpec
+from hangar.sandbox.services import ServiceNetwork, ServiceRun, ServiceSpec
 from hangar.trials.boundary import Outcome
 
 if TYPE_CHECKING:
@@ -74,14 +74,9 @@ def _wait(
 
 def _spec(trial: ImageTaskTrial, service: Service, image: str) -> ServiceSpec:
     return ServiceSpec(
+        **service.model_dump(include=set(ServiceRun.model_fields)),
         name=service.name,
         image=image,
-        entrypoint=service.entrypoint,
-        command=service.command,
-        env=service.env,
-        user=service.user,
-        workdir=service.workdir,
-        healthcheck=service.healthcheck,
         cpus=service.cpus or trial.limits.cpus,
         memory=service.memory or trial.limits.memory,
         pids=trial.limits.pids,
