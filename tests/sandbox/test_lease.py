@@ -91,3 +91,29 @@ def test_the_keeper_needs_its_lease() -> None:
         [str(helper_binary()), *argv[1:]], timeout=3 * CHECK_S, capture_output=True, check=False
     )
     assert proc.returncode == 0
+
+
+def test_an_expired_service_network_is_collected_and_a_live_one_kept(
+    docker_client: docker.DockerClient,
+) -> None:
+    from hangar.sandbox.services import ServiceNetwork
+
+    expired = SandboxSpec(image=BASE_IMAGE, trial="net-expired", ttl_s=1).labels()
+    expired["hangar.expires"] = "2000-01-01T00:00:00Z"
+    live = SandboxSpec(image=BASE_IMAGE, trial="net-live", ttl_s=3600).labels()
+    old, new = (
+        ServiceNetwork("hangar-svc-test-old", expired),
+        ServiceNetwork("hangar-svc-test-new", live),
+    )
+    old.open()
+    new.open()
+    try:
+        removed = collect_garbage()
+        assert "net-expired" in [r.trial for r in removed]
+        names = {
+            n.name for n in docker_client.networks.list(filters={"label": "hangar.managed=true"})
+        }
+        assert "hangar-svc-test-old" not in names and "hangar-svc-test-new" in names
+    finally:
+        old.close()
+        new.close()
