@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -181,9 +182,10 @@ def test_a_package_that_does_not_import_is_named_in_the_reason(tmp_path: Path) -
     ]
     assert graded.report["log_error"] == "ModuleNotFoundError: No module named 'statkit'"
     words = failing_words(graded.checks, graded.report)
-    assert words.startswith("failing FAIL_TO_PASS tests/t.py::test_new")
-    assert "(none of them is in the test log: they did not run)" in words
-    assert words.endswith("the test log says: ModuleNotFoundError: No module named 'statkit'")
+    assert words == (
+        "pytest collected no test: the package could not be imported "
+        "(ModuleNotFoundError: No module named 'statkit')"
+    )
     # Tests that ran and failed are named; only the one missing from the log did not run.
     ran = grade(
         GRADING, _log(tmp_path, "FAILED tests/t.py::test_new", "PASSED tests/t.py::test_old")
@@ -192,6 +194,55 @@ def test_a_package_that_does_not_import_is_named_in_the_reason(tmp_path: Path) -
     words = failing_words(ran.checks, ran.report)
     assert words.startswith("failing FAIL_TO_PASS tests/t.py::test_new, PASS_TO_PASS")
     assert "(1 not in the test log: they did not run)" in words
+
+
+def _eval_script(instance: dict[str, Any], command: str) -> str:
+    """An evaluation script in the shape SWE-bench's datasets ship."""
+    files = " ".join(patched_files(instance["test_patch"]))
+    base = instance["base_commit"]
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            "set -uxo pipefail",
+            "cd /testbed",
+            f"git checkout {base} {files}",
+            "git apply -v - <<'EOF_114329324912'",
+            instance["test_patch"].rstrip("\n"),
+            "EOF_114329324912",
+            ": '>>>>> Start Test Output'",
+            f"{command} {files}",
+            ": '>>>>> End Test Output'",
+            f"git checkout {base} {files}",
+            "",
+        ]
+    )
+
+
+def _harness_log(tmp_path: Path, body: str, exit_code: int = 0) -> Path:
+    path = tmp_path / "test_output.txt"
+    path.write_text(
+        "+ git apply -v -\n+ : '>>>>> Start Test Output'\n"
+        f"{body}\n+ HARNESS_EXIT={exit_code}\n+ : '>>>>> End Test Output'\n"
+        f"+ echo 'HARNESS_TEST_EXIT_CODE: {exit_code}'\n"
+    )
+    return path
+
+
+def test_a_harness_log_is_read_as_swebench_reads_it(tmp_path: Path) -> None:
+    grading = GRADING.model_copy(update={"log_parser": "parse_log_pytest"})
+    passed = (
+        "PASSED tests/t.py::test_new\nPASSED tests/t.py::test_old\nSKIPPED tests/t.py::test_skipped"
+    )
+    assert grade(grading, _harness_log(tmp_path, passed)).reward.value == 1.0
+    # outside the markers counts for nothing; a patch that did not apply is named
+    failed = _harness_log(tmp_path, passed.replace("PASSED tests/t.py::test_new", ""))
+    failed.write_text(failed.read_text() + "PASSED tests/t.py::test_new\n")
+    assert grade(grading, failed).reward.value == 0.0
+    broken = _harness_log(tmp_path, ">>>>> Patch Apply Failed")
+    graded = grade(grading, broken)
+    assert graded.reward.value == 0.0
+    words = failing_words(graded.checks, graded.report)
+    assert words == "the test patch did not apply (SWE-bench's evaluation script)"
 
 
 def test_an_unknown_parser_is_a_clear_error(tmp_path: Path) -> None:
@@ -280,6 +331,38 @@ def _submission_grades_the_same(cli: CliRunner, sweep: Path, out: Path) -> None:
             assert graded[iid]["resolved"] is (iid in results["resolved"])
             assert graded[iid]["resolved"] is (agent == "gold__none")
         assert results["no_generation"] == ([] if agent == "gold__none" else sorted(instances))
+
+
+def test_an_instance_with_its_own_evaluation_script_runs_it(
+    docker_client: docker.DockerClient, ray_local: None, example: Path
+) -> None:
+    """SWE-bench's datasets ship each instance's evaluation script: it is run as the
+    harness runs it and its log read by the package, gold resolving and nop not."""
+    lines = (example.parent / "instances.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    command = "python3 -m pytest -rA -p no:cacheprovider"
+    for row in rows:
+        row.pop("test_cmd", None)
+        row.update(
+            eval_script=_eval_script(row, command),
+            log_parser="parse_log_pytest",
+            eval_type="pass_and_fail",
+        )
+    (example.parent / "instances.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = CliRunner().invoke(app, ["dataset", "validate", str(example)])
+    assert out.exit_code == 0, out.output
+    assert "2 valid, 0 broken" in out.output
+    out = CliRunner().invoke(app, ["run", str(example), "--allow-failures"])
+    assert "4 of 4 trials final" in out.output and "  2 passed\n  2 failed" in out.output
+    store = ResultsStore(f"sqlite:///{example.parent.parent}/runs.db")
+    reasons = sorted(r.reason for r in store.results("swebench-demo"))
+    assert reasons[-2:] == ["resolved", "resolved"], reasons
+    assert reasons[0].startswith("not resolved: failing FAIL_TO_PASS"), reasons
+    # the second fix's tests import what only the fix adds: no test ran, and it says so
+    assert reasons[1].startswith(
+        "not resolved: pytest collected no test: the package could not be imported "
+        "(ImportError: cannot import name 'variance'"
+    ), reasons
 
 
 def test_a_missing_instance_image_is_blocked_naming_it(

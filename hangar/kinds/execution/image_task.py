@@ -14,7 +14,7 @@ import fnmatch
 import hashlib
 import json
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -208,6 +208,9 @@ class SwebenchGrading(Strict):
     pytest's)."""
     log: str = "test_output.txt"
     """The log the test script writes under /logs/verifier."""
+    eval_type: Literal["", "pass_and_fail", "fail_only"] = ""
+    """The instance's own evaluation type (SWE-bench datasets that ship their evaluation
+    script); '' when it has none: its log is graded whole, ``pass_and_fail``."""
 
 
 class ImageTask(Task):
@@ -398,10 +401,13 @@ def image_task_digest(task: ImageTask) -> str:
         if getattr(task, name)
         == ImageTask.model_fields[name].get_default(call_default_factory=True)
     }
+    exclude: dict[str, Any] = dict.fromkeys(
+        ("digest", "path", "folder", "suite", "registry", *later), True
+    )
+    if task.grading is not None and not task.grading.eval_type:
+        exclude["grading"] = {"eval_type"}  # a later field too
     payload = {
-        "task": task.model_dump(
-            mode="json", exclude={"digest", "path", "folder", "suite", "registry", *later}
-        ),
+        "task": task.model_dump(mode="json", exclude=exclude),
         "folder": tree_digest(task.folder),
         "judging": [[name, tree_digest(here / name)] for name in _JUDGING_CODE],
     }

@@ -27,9 +27,10 @@ import hashlib
 import json
 import re
 import shlex
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -69,6 +70,12 @@ class Instance(BaseModel):
     created_at: str = ""
     test_cmd: str | None = None
     log_parser: str | None = None
+    eval_script: str | None = None
+    """SWE-bench's own evaluation script for the instance (its datasets ship one: the
+    repository's set-up, test command and test files), run as the harness runs it."""
+    eval_type: Literal["pass_and_fail", "fail_only"] | None = None
+    image: str | None = None
+    """The instance's environment image, as its dataset names it."""
 
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod
@@ -156,7 +163,11 @@ def write_task(instance: Instance, out: Path, options: ImportOptions) -> Path:
     user_image = options.images.get(f"{instance.repo}@{instance.version}") or options.images.get(
         instance.repo
     )
-    image = user_image or image_name(instance.instance_id, options.namespace, options.tag)
+    image = (
+        user_image
+        or instance.image
+        or image_name(instance.instance_id, options.namespace, options.tag)
+    )
     repository = options.repositories.get(instance.repo, f"https://github.com/{instance.repo}.git")
     if "://" not in repository and not Path(repository).is_absolute():
         repository = str(Path(repository).resolve())
@@ -166,8 +177,12 @@ def write_task(instance: Instance, out: Path, options: ImportOptions) -> Path:
     (folder / "instruction.md").write_text(text.rstrip() + "\n")
     (folder / "tests" / "test.patch").write_text(instance.test_patch)
     (folder / "solution" / "gold.patch").write_text(instance.patch)
-    command = instance.test_cmd or options.test_cmd
-    (folder / "tests" / "test.sh").write_text(_test_script(instance, command))
+    if instance.eval_script:
+        (folder / "tests" / "eval.sh").write_text(harness_script(instance, image))
+        (folder / "tests" / "test.sh").write_text(HARNESS_TEST)
+    else:
+        command = instance.test_cmd or options.test_cmd
+        (folder / "tests" / "test.sh").write_text(_test_script(instance, command))
     (folder / "solution" / "solve.sh").write_text(
         f"#!/bin/bash\nset -e\ncd {WORKDIR}\ngit apply --whitespace=nowarn /solution/gold.patch\n"
     )
@@ -178,6 +193,7 @@ def write_task(instance: Instance, out: Path, options: ImportOptions) -> Path:
         fail_to_pass=tuple(instance.FAIL_TO_PASS),
         pass_to_pass=tuple(instance.PASS_TO_PASS),
         log_parser=instance.log_parser or options.log_parser or "",
+        eval_type=instance.eval_type or "",
     )
     (folder / "task.toml").write_text(
         tomli_w.dumps(
@@ -190,7 +206,10 @@ def write_task(instance: Instance, out: Path, options: ImportOptions) -> Path:
                         "revision": instance.base_commit,
                         "workdir": WORKDIR,
                     },
-                    "swebench": grading.model_dump(mode="json"),
+                    # (an instance without its own evaluation keeps its task's bytes)
+                    "swebench": grading.model_dump(
+                        mode="json", exclude=set() if grading.eval_type else {"eval_type"}
+                    ),
                 },
                 "agent": {"timeout_sec": options.agent_timeout_s},
                 "verifier": {"timeout_sec": options.verifier_timeout_s},
@@ -199,6 +218,35 @@ def write_task(instance: Instance, out: Path, options: ImportOptions) -> Path:
         )
     )
     return folder
+
+
+#: test.sh of an instance with SWE-bench's own evaluation script: run it, its output the log.
+HARNESS_TEST = (
+    "#!/bin/bash\n"
+    "bash /tests/eval.sh > /logs/verifier/test_output.txt 2>&1\n"
+    "echo $? > /logs/verifier/test_exit_code\n"
+)
+
+
+def harness_script(instance: Instance, image: str) -> str:
+    """The instance's evaluation script as SWE-bench's harness runs it (the package's
+    `make_test_spec`: the test command's own exit status recorded after its output)."""
+    from swebench.harness.utils import make_test_spec
+
+    spec = make_test_spec(
+        {
+            "instance_id": instance.instance_id,
+            "image": image,
+            "repo": instance.repo,
+            "version": instance.version,
+            "FAIL_TO_PASS": instance.FAIL_TO_PASS,
+            "PASS_TO_PASS": instance.PASS_TO_PASS,
+            "log_parser": instance.log_parser or "",
+            "eval_type": instance.eval_type or "pass_and_fail",
+            "eval_script": instance.eval_script,
+        }
+    )
+    return str(spec.eval_script)
 
 
 def _test_script(instance: Instance, command: str) -> str:
@@ -284,7 +332,7 @@ def parser_for(grading: SwebenchGrading) -> Any:
 
 def grade(grading: SwebenchGrading, log: Path) -> Graded:
     """Grade the test log at `log` as SWE-bench does (see the module docstring)."""
-    from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS, ResolvedStatus
+    from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS, EvalType, ResolvedStatus
     from swebench.harness.grading import get_eval_tests_report, get_resolution_status
     from swebench.types import TestSpec
 
@@ -301,9 +349,11 @@ def grade(grading: SwebenchGrading, log: Path) -> Graded:
         FAIL_TO_PASS=list(grading.fail_to_pass),
         PASS_TO_PASS=list(grading.pass_to_pass),
     )
-    statuses = parser_for(grading)(text, spec)
+    statuses, problem = _statuses(grading, text, spec)
     gold = {FAIL_TO_PASS: list(grading.fail_to_pass), PASS_TO_PASS: list(grading.pass_to_pass)}
-    report = get_eval_tests_report(statuses, gold)
+    report = get_eval_tests_report(
+        statuses, gold, eval_type=EvalType(grading.eval_type or "pass_and_fail")
+    )
     resolution = get_resolution_status(report)
     resolved = resolution == ResolvedStatus.FULL.value
     checks = tuple(
@@ -329,13 +379,65 @@ def grade(grading: SwebenchGrading, log: Path) -> Graded:
         # log's first error line (an import that failed says more than the test names).
         "not_run": [t for t in failing if t not in statuses],
         "log_error": first_error(text) if failing else None,
+        "harness_problem": problem,
+        "collected_none": bool(_COLLECTED_NONE.search(text)),
     }
     return Graded(Reward(value, scores), checks, full)
 
 
+def _statuses(grading: SwebenchGrading, text: str, spec: Any) -> tuple[dict[str, str], str | None]:
+    """The tests' statuses in the log, and what makes a harness log unusable (None when
+    nothing does). A log of SWE-bench's own evaluation script (its output between the
+    harness's markers) is read by the package's `get_logs_eval`, as the harness reads it:
+    a test patch that did not apply, tests that errored or timed out, or an exit status
+    the log contradicts leave no statuses."""
+    from swebench.harness import constants
+    from swebench.harness.grading import get_logs_eval
+    from swebench.harness.log_parsers import PARSER_REGISTRY
+
+    parser = parser_for(grading)
+    if constants.START_TEST_OUTPUT not in text:
+        return parser(text, spec), None
+    spec.log_parser = grading.log_parser or next(
+        (name for name, fn in PARSER_REGISTRY.items() if fn is parser), "parse_log_pytest"
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as copy:
+        copy.write(text)  # the capped text, never the file the tests wrote
+        copy.flush()
+        statuses, usable = get_logs_eval(spec, copy.name)
+    if usable:
+        return statuses, None
+    codes = {
+        constants.APPLY_PATCH_FAIL: "the test patch did not apply",
+        constants.RESET_FAILED: "the repository could not be reset",
+        constants.TESTS_ERROR: "the tests errored",
+        constants.TESTS_TIMEOUT: "the tests timed out",
+    }
+    found = [words for code, words in codes.items() if code in text]
+    if found:
+        return {}, "; ".join(found)
+    if constants.END_TEST_OUTPUT not in text:
+        return {}, "the test command did not finish (no end of its output in the log)"
+    return {}, "the test command's exit status contradicts its log (no test reported failing)"
+
+
+#: pytest's words when it collected nothing (or errors only).
+_COLLECTED_NONE = re.compile(r"^collected 0 items|^no tests ran", re.M)
+_IMPORT_ERROR = re.compile(r"ImportError|ModuleNotFoundError")
+
+
 def failing_words(checks: Sequence[CheckOutcome], report: dict[str, Any]) -> str:
-    """Why an instance is not resolved, in words: the failing tests (five named), those
-    the test log never reports, and the log's first error line."""
+    """Why an instance is not resolved, in words: a run whose log is unusable, or in
+    which no test ran, says so; otherwise the failing tests (five named), those the test
+    log never reports, and the log's first error line."""
+    if report.get("harness_problem"):
+        return f"{report['harness_problem']} (SWE-bench's evaluation script)"
+    error = report.get("log_error") or ""
+    if report.get("statuses_parsed") == 0 or report.get("collected_none"):
+        runner = "pytest collected no test" if report.get("collected_none") else "no test ran"
+        if _IMPORT_ERROR.search(error):
+            return f"{runner}: the package could not be imported ({error})"
+        return f"{runner}: " + (f"the test log says: {error}" if error else "the log names none")
     failing = [c.requirement for c in checks if c.status != "pass"]
     more = f" and {len(failing) - 5} more" if len(failing) > 5 else ""
     words = "failing " + ", ".join(failing[:5]) + more
