@@ -213,6 +213,40 @@ def test_an_mcp_server_without_its_address_says_what_to_fix(tmp_path: Path) -> N
         load_task(path)
 
 
+def test_on_another_backend_each_docker_feature_is_a_reason(tmp_path: Path) -> None:
+    from hangar.agents import ORACLE
+    from hangar.kinds.execution import single_trial
+    from hangar.kinds.execution.image_backends import backend_problems
+    from hangar.results import Verdict
+    from hangar.trials import Arm, run_trial
+
+    task = load_task(make_task(tmp_path, ""))
+    assert backend_problems(task, "docker") == []
+    reasons = backend_problems(task, "kubernetes")
+    assert any("snapshot of the agent's sandbox" in r for r in reasons)
+    assert any("give the sweep a `registry`" in r for r in reasons)
+    assert any(r.startswith("the agent runs as root") for r in reasons)
+    separate = load_task(
+        make_task(
+            tmp_path / "s",
+            '[verifier]\nenvironment_mode = "separate"\nuser = "tester"\n'
+            '[agent]\nuser = "agent"\n[environment]\ndocker_image = "python:3.12"\n',
+        )
+    )
+    left = backend_problems(separate, "kubernetes")
+    assert len(left) == 1 and "hand-over" in left[0]  # no other feature holds it back
+    spec = single_trial(
+        task,
+        ORACLE,
+        Arm(name="control"),
+        backend="kubernetes",
+        evidence_url=(tmp_path / "e").as_uri(),
+    ).model_copy(update={"work_root": tmp_path / "trials", "cache_root": tmp_path / "cache"})
+    result = run_trial(spec)  # refused at admission: no cluster is needed to say why
+    assert result.verdict is Verdict.BLOCKED_SETUP
+    assert "snapshot of the agent's sandbox" in result.reason and "runs as root" in result.reason
+
+
 def test_a_separate_verifier_has_its_own_sizes(tmp_path: Path) -> None:
     toml = (
         '[verifier]\nenvironment_mode = "separate"\n'

@@ -43,6 +43,7 @@ from hangar.errors import (
     WorkspaceError,
 )
 from hangar.kinds.execution.healthcheck import wait_healthy
+from hangar.kinds.execution.image_backends import backend_problems
 from hangar.kinds.execution.image_task import ImageSource, ImageTask, Network, TaskMcpServer
 from hangar.kinds.execution.image_verifier import (
     LOGS,
@@ -303,8 +304,7 @@ class ImageTaskTrial(SandboxedTrial):
     def admit(self) -> None:
         """What the task asks that hangar cannot honour, and agents that cannot run it."""
         problems = list(self.task.blocked)
-        if self.spec.backend != "docker":
-            problems.append(f"image tasks run on the docker backend, not {self.spec.backend!r}")
+        problems += backend_problems(self.whole, self.spec.backend)
         agent = self.spec.agent
         if isinstance(agent, ReferenceAgent) and agent.role != "nop" and not self.task.solution:
             problems.append(f"the {agent.role} needs the task's solution/solve.sh, which it lacks")
