@@ -295,7 +295,7 @@ def test_a_verifier_s_network(tmp_path: Path, toml: str, mode: str, refused: boo
 @pytest.mark.parametrize(
     ("toml", "words"),
     [
-        ('schema_version = "2.0"\n', ["task.toml", "schema_version", "1.0, 1.1, 1.2, 1.3"]),
+        ('schema_version = "2.0"\n', ["task.toml", "schema_version", "1.0, 1.1, 1.2, 1.3, 1.4"]),
         ("[agent]\ntimeout_sec = -1\n", ["task.toml", "agent.timeout_sec", "greater than 0"]),
         ("[agent\n", ["task.toml", "not valid TOML"]),
         ('[verifier]\nenvironment_mode = "sideways"\n', ["environment_mode", "'separate'"]),

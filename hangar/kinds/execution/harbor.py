@@ -38,7 +38,7 @@ from hangar.trials.limits import ScenarioLimits
 from hangar.validation import validation_message
 
 TASK_FILE = "task.toml"
-SCHEMAS = ("1.0", "1.1", "1.2", "1.3")
+SCHEMAS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 MiB = 1024 * 1024
 
 
