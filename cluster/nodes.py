@@ -2,8 +2,9 @@
 
 A sandbox node offers ``hangar_sandbox`` slots (how many trials it runs at once) and
 exports metrics on a fixed port so Prometheus can scrape it. Every node runs with
-Ray's token authentication (``RAY_AUTH_MODE=token``): the head writes the token to
-``~/.ray/auth_token``; copy that file to each worker machine (or set ``RAY_AUTH_TOKEN``)
+Ray's token authentication (``RAY_AUTH_MODE=token``): `ensure_token` makes one on the
+head (``ray get-auth-token --generate``: ``~/.ray/auth_token``), since ``ray start
+--head`` does not; copy that file to each worker machine (or set ``RAY_AUTH_TOKEN``)
 before joining, and to the machine the driver runs on.
 """
 
@@ -78,6 +79,36 @@ def ray_env() -> dict[str, str]:
     }
 
 
+def token_path() -> Path:
+    """Where Ray reads its token (``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``)."""
+    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+
+
+def ensure_token() -> Path | None:
+    """The token file of this machine, made when there is none (None: authentication is
+    off, or the token is in ``RAY_AUTH_TOKEN``)."""
+    if ray_env()["RAY_AUTH_MODE"] != "token" or os.environ.get("RAY_AUTH_TOKEN"):
+        return None
+    path = token_path()
+    if not path.is_file():
+        run_ray([_ray(), "get-auth-token", "--generate"])
+    if not path.is_file():
+        raise ClusterError(f"`ray get-auth-token --generate` made no token at {path}")
+    path.chmod(0o600)
+    return path
+
+
+def need_token() -> None:
+    """Refuse to join without the head's token, saying where it goes."""
+    if ray_env()["RAY_AUTH_MODE"] != "token" or os.environ.get("RAY_AUTH_TOKEN"):
+        return
+    if not token_path().is_file():
+        raise ClusterError(
+            f"no Ray token here ({token_path()}): copy the head's ~/.ray/auth_token to this "
+            "machine's (mode 600), or set RAY_AUTH_TOKEN to its content"
+        )
+
+
 def run_ray(argv: list[str]) -> str:
     """Run a ``ray`` command; its output, or a ClusterError with it."""
     proc = subprocess.run(
@@ -102,16 +133,19 @@ def _marker() -> Path:
     return cache_dir() / "local-ray.json"
 
 
-def start_head(argv: list[str], port: int) -> str:
-    """Run `ray start --head` and remember the head, so `hangar run` on this machine
-    attaches to it instead of starting an embedded Ray; `ray start`'s output."""
+def start_head(argv: list[str], port: int, slots: int | None = None) -> str:
+    """Run `ray start --head` (its token made first) and remember the head, so `hangar
+    run` on this machine attaches to it instead of starting an embedded Ray; the head's
+    address."""
+    ensure_token()
     out = run_ray(argv)
     given = [a.split("=", 1)[1] for a in argv if a.startswith("--node-ip-address=")]
     found = re.search(r"Local node IP:\s*(\S+)", _ANSI.sub("", out))
     node_ip = given[0] if given else found.group(1) if found else "127.0.0.1"
+    address = f"{node_ip}:{port}"
     _marker().parent.mkdir(parents=True, exist_ok=True)
-    _marker().write_text(json.dumps({"address": f"{node_ip}:{port}", "node_ip": node_ip}))
-    return out
+    _marker().write_text(json.dumps({"address": address, "node_ip": node_ip, "slots": slots}))
+    return address
 
 
 def local_head() -> tuple[str, str] | None:

@@ -10,6 +10,14 @@ import typer
 from hangar.cli._app import app
 from hangar.console import JsonFlag, console
 
+NodeIp = Annotated[
+    str | None,
+    typer.Option(
+        help="This node's address as the other nodes reach it (on a machine with several "
+        "interfaces, the one on the cluster's network; default: Ray's guess)."
+    ),
+]
+
 cluster_app = typer.Typer(help="Start, join and stop Ray nodes with sandbox slots.")
 app.add_typer(cluster_app, name="cluster")
 
@@ -20,13 +28,13 @@ def cluster_start(
     sandbox_slots: Annotated[int, typer.Option(help="Trials this node runs at once.")] = 2,
     port: Annotated[int, typer.Option(help="Head's GCS port.")] = 6379,
     metrics_port: Annotated[int, typer.Option(help="Port Prometheus scrapes.")] = 8080,
-    node_ip: Annotated[
-        str | None, typer.Option(help="This node's address (127.0.0.1: this machine only).")
-    ] = None,
+    node_ip: NodeIp = None,
 ) -> None:
-    """Start a Ray head node offering sandbox slots. `hangar run` on this machine attaches
-    to it (no Ray start-up per sweep) until `hangar cluster stop`."""
-    from hangar.cluster.nodes import start_argv, start_head
+    """Start a Ray head node offering sandbox slots (its Ray token made when this machine
+    has none), and print what the other machines need: the token file, the address, the
+    join and run commands. `hangar run` on this machine attaches to it (no Ray start-up
+    per sweep) until `hangar cluster stop`."""
+    from hangar.cluster.nodes import start_argv, start_head, token_path
 
     if not head:
         raise typer.BadParameter("use --head here, and `hangar cluster join ADDRESS` elsewhere")
@@ -37,11 +45,14 @@ def cluster_start(
         metrics_port=metrics_port,
         node_ip=node_ip,
     )
-    start_head(argv, port)
+    address = start_head(argv, port, sandbox_slots)
     console.print(
-        f"head started with {sandbox_slots} sandbox slots; join workers with "
-        f"`hangar cluster join <this host>:{port}`; `hangar run SWEEP` here attaches to "
-        f"it, elsewhere `hangar run SWEEP --address <this host>:{port}`",
+        f"head started at {address} with {sandbox_slots} sandbox slots\n"
+        f"  token: {token_path()} (copy it to ~/.ray/auth_token, mode 600, on every worker "
+        "and on the driver's machine, or set RAY_AUTH_TOKEN there)\n"
+        f"  on each worker: hangar cluster join {address} [--node-ip THAT_MACHINE]\n"
+        f"  run a sweep: hangar run SWEEP here, or hangar run SWEEP --address {address} "
+        "from any machine with the token and the sweep's files",
         highlight=False,
     )
     from hangar.cluster.metrics import write_discovery
@@ -60,13 +71,20 @@ def cluster_join(
     address: Annotated[str, typer.Argument(help="The head's host:port.")],
     sandbox_slots: Annotated[int, typer.Option(help="Trials this node runs at once.")] = 2,
     metrics_port: Annotated[int, typer.Option(help="Port Prometheus scrapes.")] = 8080,
+    node_ip: NodeIp = None,
 ) -> None:
-    """Start a Ray worker node offering sandbox slots and join the head."""
-    from hangar.cluster.nodes import run_ray, start_argv
+    """Start a Ray worker node offering sandbox slots and join the head (the head's Ray
+    token must be on this machine)."""
+    from hangar.cluster.nodes import need_token, run_ray, start_argv
 
+    need_token()
     run_ray(
         start_argv(
-            head=False, address=address, sandbox_slots=sandbox_slots, metrics_port=metrics_port
+            head=False,
+            address=address,
+            sandbox_slots=sandbox_slots,
+            metrics_port=metrics_port,
+            node_ip=node_ip,
         )
     )
     console.print(
@@ -141,7 +159,7 @@ def cluster_status(as_json: JsonFlag = False) -> None:
     )
     console.print(
         f"local Ray head at {found['address']}, started by {found['started_by']}, "
-        f"{found['sandbox_slots']} sandbox slots; {said}"
+        f"{found['sandbox_slots'] or 'unknown'} sandbox slots; {said}"
         + (f"; stopped after {found['idle_s']:g} s idle" if found.get("idle_s") else ""),
         highlight=False,
     )

@@ -366,3 +366,27 @@ def test_run_keeps_a_local_head_warm_and_stops_it_once_idle(tmp_path: Path) -> N
     finally:
         kill_processes(ray_tmp)
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def test_the_head_makes_its_token_and_a_worker_without_it_is_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ray start --head` does not make a token: `hangar cluster start --head` does (Ray's
+    own generator), once; `hangar cluster join` on a machine without it says what to copy."""
+    from hangar.cluster.nodes import ensure_token, need_token
+    from hangar.errors import ClusterError
+
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "head"))
+    path = ensure_token()
+    assert path == tmp_path / "head" / ".ray" / "auth_token"
+    token = path.read_text()
+    assert len(token.strip()) >= 32 and path.stat().st_mode & 0o777 == 0o600
+    assert ensure_token() == path and path.read_text() == token  # kept, not replaced
+    need_token()  # the head has it
+    monkeypatch.setenv("HOME", str(tmp_path / "worker"))
+    with pytest.raises(ClusterError, match=r"copy the head's ~/\.ray/auth_token"):
+        need_token()
+    monkeypatch.setenv("RAY_AUTH_TOKEN", token.strip())
+    need_token()  # given in the environment instead
