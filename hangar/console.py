@@ -40,6 +40,16 @@ JsonFlag = Annotated[
 ]
 """The ``--json`` every command with machine-readable output takes."""
 
+EndpointOption = Annotated[
+    str | None,
+    typer.Option(
+        "--endpoint",
+        help="S3 endpoint URL of the evidence (MinIO, Ceph...; default: the AWS settings, "
+        "AWS_ENDPOINT_URL).",
+    ),
+]
+"""The ``--endpoint`` every command that reads evidence bundles takes."""
+
 
 def output_format(fmt: str, as_json: bool) -> str:
     """The format asked for: ``json`` with --json, else --format's."""

@@ -392,3 +392,22 @@ def test_view_says_its_url_once_it_answers(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_sweeps_evidence_endpoint_reaches_the_commands_that_run_its_tasks(
+    tmp_path: Path,
+) -> None:
+    """`hangar dataset validate SWEEP` runs with the sweep's S3 endpoint, as `hangar run`
+    gives it to workers (in the evidence URL), not with the AWS default."""
+    from hangar.cli._app import _sweep_tasks
+    from hangar.kinds.execution.settings import execution_settings
+
+    dataset = Path(__file__).resolve().parents[1] / "examples" / "harbor" / "dataset"
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(
+        f"id: s3-validate\nscenarios: [{dataset}]\n"
+        "agents: {nop: {kind: reference, role: nop}}\nmodels: [none]\n"
+        "evidence: s3://bucket/sweeps\nevidence_endpoint: http://127.0.0.1:9\n"
+    )
+    found = _sweep_tasks(sweep, execution_settings())
+    assert found.evidence == "s3://bucket/sweeps?endpoint=http://127.0.0.1:9"

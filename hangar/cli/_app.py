@@ -61,13 +61,16 @@ def _services(
 
 def _sweep_tasks(path: Path, settings: SweepSettings) -> SweepTasks:
     """A sweep file's tasks (its own settings), or a folder's (with `settings`)."""
+    from hangar.scheduler.driver import evidence_url
     from hangar.scheduler.sweep import load_sweep, load_task_folder
 
     if path.is_file():
         sweep = load_sweep(path)
         unloadable = [(u.scenario_id, u.error) for u in sweep.unloadable]
         c = sweep.config
-        return SweepTasks(sweep.id, sweep.tasks, unloadable, c.store, c.evidence)
+        # the sweep's S3 endpoint travels in the URL, as `hangar run` gives it to workers
+        evidence = evidence_url(c.evidence, c.evidence_endpoint) if c.evidence else None
+        return SweepTasks(sweep.id, sweep.tasks, unloadable, c.store, evidence)
     tasks = load_task_folder(path, settings)
     return SweepTasks(path.resolve().name, tasks, [], None, None)
 

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from hangar.cli._app import app
-from hangar.console import console, err_console
+from hangar.console import EndpointOption, console, err_console
 
 evidence_app = typer.Typer(help="Check evidence bundles.")
 app.add_typer(evidence_app, name="evidence")
@@ -20,9 +20,7 @@ def evidence_verify(
     sha256: Annotated[
         str | None, typer.Option(help="The archive sha256 the result recorded.")
     ] = None,
-    endpoint: Annotated[
-        str | None, typer.Option(help="S3 endpoint URL (default: the AWS settings).")
-    ] = None,
+    endpoint: EndpointOption = None,
 ) -> None:
     """Recompute every hash in a bundle and say what differs."""
     import tempfile

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from hangar.cli._app import app, resolve_sweep
-from hangar.console import JsonFlag, console, err_console, output_format
+from hangar.console import EndpointOption, JsonFlag, console, err_console, output_format
 from hangar.errors import ConfigError
 from hangar.scores.report import sweep_margin
 
@@ -178,7 +178,7 @@ def export(
             "(<trial key>.json; <trial key>.<attempt>.json with --all-attempts)."
         ),
     ] = None,
-    endpoint: Annotated[str | None, typer.Option(help="S3 endpoint of the evidence.")] = None,
+    endpoint: EndpointOption = None,
     store: StoreOption = None,
 ) -> None:
     """A sweep's trials for other tools. jsonl: every trial as JSON lines (pandas:

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from hangar.cli._app import app, resolve_sweep
-from hangar.console import JsonFlag, console, output_format
+from hangar.console import EndpointOption, JsonFlag, console, output_format
 from hangar.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ def sessions_audit(
         Path | None, typer.Option(help="A file of forbidden patterns, one a line.")
     ] = None,
     store: Annotated[str | None, typer.Option(help="Results store of a sweep given by id.")] = None,
+    endpoint: EndpointOption = None,
     fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
     as_json: JsonFlag = False,
 ) -> None:
@@ -56,7 +57,9 @@ def sessions_audit(
     specs = list(forbid or []) + (forbidden_file(forbid_file) if forbid_file else [])
     forbidden = parse_forbidden(specs)
     with tempfile.TemporaryDirectory(prefix="hangar-audit-") as tmp:
-        sessions = [s for source in sources for s in _sessions_of(source, store, Path(tmp))]
+        sessions = [
+            s for source in sources for s in _sessions_of(source, store, Path(tmp), endpoint)
+        ]
         audits = [audit(s, forbidden) for s in sessions]
     if output_format(fmt, as_json) == "json":
         console.print_json(json.dumps({"sessions": [a.model_dump() for a in audits]}))
@@ -65,7 +68,9 @@ def sessions_audit(
     raise typer.Exit(1 if any(a.forbidden for a in audits) else 0)
 
 
-def _sessions_of(source: str, store: str | None, tmp: Path) -> list[Session]:
+def _sessions_of(
+    source: str, store: str | None, tmp: Path, endpoint: str | None = None
+) -> list[Session]:
     """The sessions a PATH or a SWEEP names."""
     from hangar.sessions import sessions_under, trial_sessions
 
@@ -77,7 +82,7 @@ def _sessions_of(source: str, store: str | None, tmp: Path) -> list[Session]:
     from hangar.viewer.data import Evidence
 
     sweep_id, _, results = resolve_sweep(source, store)
-    evidence = Evidence()
+    evidence = Evidence(endpoint)
     found: list[Session] = []
     try:
         for r in results.results(sweep_id):

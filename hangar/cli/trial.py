@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from hangar.cli._app import app
-from hangar.console import JsonFlag, console, print_result
+from hangar.console import EndpointOption, JsonFlag, console, print_result
 from hangar.errors import ConfigError
 
 trial_app = typer.Typer(help="Run one trial end to end.")
@@ -145,6 +145,7 @@ def trial_show(
     attempt: Annotated[
         int | None, typer.Option(min=1, help="Which attempt (default: the latest).")
     ] = None,
+    endpoint: EndpointOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """One trial: its verdict, every reason, its checks and scores, and the output of
@@ -153,7 +154,7 @@ def trial_show(
     from hangar.viewer.data import Evidence
 
     result, attempts = _trial(key, sweep, store, attempt)
-    evidence = Evidence()
+    evidence = Evidence(endpoint)
     try:
         bundle = evidence.bundle(result) if result.evidence_uri else None
         failing = kind_of(result.kind).failures(bundle.folder) if bundle else []
@@ -198,6 +199,7 @@ def trial_trajectory(
         int | None, typer.Option(min=1, help="Which attempt (default: the latest).")
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Write to this file.")] = None,
+    endpoint: EndpointOption = None,
 ) -> None:
     """The trial's agent session as an ATIF trajectory (v1.7, Harbor's trajectory.json),
     from its evidence bundle."""
@@ -205,7 +207,7 @@ def trial_trajectory(
     from hangar.viewer.data import Evidence
 
     result, _ = _trial(key, sweep, store, attempt)
-    evidence = Evidence()
+    evidence = Evidence(endpoint)
     try:
         bundle = evidence.bundle(result)
         if bundle is None:

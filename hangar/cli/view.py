@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from hangar.cli._app import app
-from hangar.console import console, err_console
+from hangar.console import EndpointOption, console, err_console
 from hangar.errors import ConfigError
 
 
@@ -28,7 +28,7 @@ def view(
         str | None,
         typer.Option(help="Evidence store to read bundles from when a result's own URI fails."),
     ] = None,
-    endpoint: Annotated[str | None, typer.Option(help="S3 endpoint URL of the evidence.")] = None,
+    endpoint: EndpointOption = None,
     knowledge: Annotated[
         list[Path] | None, typer.Option(help="A knowledge suite to show (repeat).")
     ] = None,

@@ -105,6 +105,11 @@ def test_docker_sweep_to_s3_and_postgres(
             ],
         )
         assert out.exit_code == 0, out.output
+        # and the trial itself, read from its bundle at that endpoint
+        argv = ["trial", "show", r.trial_key, "--json", "--endpoint", s3_endpoint]
+        shown = CliRunner().invoke(app, [*argv, "--store", sweep.config.store or ""])
+        assert shown.exit_code == 0, shown.output
+        assert json.loads(shown.output)["trial_key"] == r.trial_key
 
 
 @pytest.mark.docker
