@@ -51,6 +51,23 @@ EndpointOption = Annotated[
 """The ``--endpoint`` every command that reads evidence bundles takes."""
 
 
+def reserve_stdout() -> Console:
+    """A console on the process's real stdout, kept for one machine-readable document;
+    from now on whatever else writes to stdout (Ray's notices from its threads, or a
+    library writing file descriptor 1 itself, even at exit) goes to stderr."""
+    try:
+        real = sys.stdout.fileno() == 1
+    except (AttributeError, OSError, ValueError):
+        real = False
+    if not real:  # a caller that captured stdout (a test's runner) keeps it as it is
+        return console
+    sys.stdout.flush()
+    kept = os.fdopen(os.dup(1), "w", encoding="utf-8", closefd=True)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return Console(file=kept, soft_wrap=True, width=_width(kept))
+
+
 def output_format(fmt: str, as_json: bool) -> str:
     """The format asked for: ``json`` with --json, else --format's."""
     return "json" if as_json else fmt

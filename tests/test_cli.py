@@ -411,3 +411,25 @@ def test_a_sweeps_evidence_endpoint_reaches_the_commands_that_run_its_tasks(
     )
     found = _sweep_tasks(sweep, execution_settings())
     assert found.evidence == "s3://bucket/sweeps?endpoint=http://127.0.0.1:9"
+
+
+def test_json_output_is_one_document_whatever_else_writes_to_stdout() -> None:
+    """What Ray prints from its threads, a library's own writes to file descriptor 1 and
+    what runs at exit go to stderr once a command keeps stdout for its JSON."""
+    script = (
+        "import atexit, os, threading\n"
+        "from hangar.console import reserve_stdout\n"
+        "out = reserve_stdout()\n"
+        "print('a notice')\n"
+        "os.write(1, b'a write to fd 1\\n')\n"
+        "t = threading.Thread(target=lambda: print('(raylet) a node died')); t.start(); t.join()\n"
+        "out.print_json('{\"done\": 3}')\n"
+        "out.file.flush()\n"
+        "atexit.register(lambda: print('at exit'))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert json.loads(proc.stdout) == {"done": 3}
+    for said in ("a notice", "a write to fd 1", "(raylet) a node died", "at exit"):
+        assert said in proc.stderr

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hangar.cli._app import app, given_fixtures, latest_run, resolve_sweep
-from hangar.console import console, err_console
+from hangar.console import console, err_console, reserve_stdout
 from hangar.errors import ConfigError
 from hangar.logs import LogFormat
 from hangar.logs import configure as configure_logs
@@ -185,14 +185,17 @@ def run(
         if quiet
         else Live(view, console=err_console, refresh_per_second=4, transient=False)
     )
-    # Ray prints its own notices (a node died, a task is retried) on stdout; keep stdout
-    # for hangar's output (the JSON of --json) and send them to stderr with the view.
+    # Ray prints its own notices (a node died, a task is retried) on stdout, from its
+    # threads and at exit too; keep stdout for hangar's output (the one JSON document of
+    # --json) and send everything else to stderr with the view.
+    out = reserve_stdout() if as_json else console
     with display, contextlib.redirect_stdout(sys.stderr):
         tally = SweepRunner(
             sweep, store, address=address, listener=listen, retry_blocked=retry_blocked
         ).run()
     if as_json:
-        console.print_json(json.dumps(_outcome(tally, sweep.id, store.safe_url, allow_failures)))
+        out.print_json(json.dumps(_outcome(tally, sweep.id, store.safe_url, allow_failures)))
+        out.file.flush()
     else:
         _print_tally(tally, sweep.id, sweep.config.budget_usd, sweep_file)
     for check in tally.model_checks:
