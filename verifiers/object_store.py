@@ -1,12 +1,15 @@
 """Where evidence bundles are kept: a small interface (`put`, `get`, `exists`).
 
 `file://DIR` is the default store; `s3://bucket/prefix` is in `hangar.verifiers.s3`. Keys
-look like ``<sweep>/<trial key>/<attempt>/bundle.tar.gz``.
+look like ``<sweep>/<trial key>/<attempt>/<run>/bundle.tar.gz`` (``<run>``: the
+execution that wrote it; bundles of older versions have none).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
@@ -16,9 +19,27 @@ from urllib.parse import unquote, urlparse
 from hangar.errors import ConfigError, EvidenceStoreError
 
 
-def bundle_key(sweep: str, trial_key: str, attempt: int) -> str:
-    """The store key of one attempt's bundle."""
+def bundle_key(sweep: str, trial_key: str, attempt: int, run: str = "") -> str:
+    """The store key of one attempt's bundle; `run` names the execution that wrote it (a
+    node and a random token), so that an attempt run twice (a node that froze, thawed and
+    finished after its trial was run elsewhere) never writes over the other's bundle."""
+    if run:
+        return f"{sweep}/{trial_key}/{attempt}/{run}/bundle.tar.gz"
     return f"{sweep}/{trial_key}/{attempt}/bundle.tar.gz"
+
+
+def run_name(node: str) -> str:
+    """A new execution's name in bundle keys: the node (cleaned) and a random token."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", node)[:40].strip("-.") or "node"
+    return f"{cleaned}-{secrets.token_hex(4)}"
+
+
+def key_in(uri: str, sweep: str) -> str:
+    """The store key a bundle URI names (from its sweep's folder on)."""
+    marker = f"/{sweep}/"
+    if marker not in uri:
+        raise EvidenceStoreError(f"{uri} is not a bundle of sweep {sweep!r}")
+    return uri[uri.rindex(marker) + 1 :].split("?", 1)[0]
 
 
 def check_key(key: str) -> str:

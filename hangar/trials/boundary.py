@@ -30,7 +30,7 @@ from hangar.results import ProviderError, TrialResult, Verdict
 from hangar.sessions import write_trial_session
 from hangar.trials.spec import TrialSpec, result_of
 from hangar.verifiers.bundle import build_bundle
-from hangar.verifiers.object_store import bundle_key, open_store
+from hangar.verifiers.object_store import bundle_key, open_store, run_name
 
 
 class Outcome(Exception):
@@ -230,5 +230,6 @@ def lost_result(
 def store_bundle(spec: TrialSpec, artifacts: Path, archive: Path) -> tuple[str, str]:
     """Bundle `artifacts` into `archive` and put it in the evidence store: (uri, sha256)."""
     sha = build_bundle(artifacts, archive)
-    key = bundle_key(spec.sweep, spec.trial_key, spec.attempt)
+    run = run_name(spec.node or socket.gethostname())
+    key = bundle_key(spec.sweep, spec.trial_key, spec.attempt, run)
     return open_store(spec.evidence_url).put(key, archive), sha

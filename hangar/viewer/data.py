@@ -41,7 +41,7 @@ from hangar.scores.report import (
 from hangar.store import ResultsStore, sweeps, trials
 from hangar.trials.kind import report_sections
 from hangar.verifiers.bundle import BundleCheck, verify_bundle
-from hangar.verifiers.object_store import bundle_key, open_store, split_uri
+from hangar.verifiers.object_store import key_in, open_store, split_uri
 
 #: Trials a page lists.
 PAGE = 100
@@ -478,7 +478,7 @@ class Evidence:
             if self.fallback is None:
                 raise
             other = open_store(self.fallback)
-            other.get(bundle_key(result.sweep, result.trial_key, result.attempt), archive)
+            other.get(key_in(result.evidence_uri, result.sweep), archive)
 
     def close(self) -> None:
         """Remove every fetched bundle."""

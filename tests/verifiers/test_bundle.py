@@ -6,6 +6,7 @@ import gzip
 import io
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -100,3 +101,32 @@ def test_store_refuses_escaping_keys(tmp_path: Path) -> None:
     assert not store.exists("sw/k/1/bundle.tar.gz")
     with pytest.raises(EvidenceStoreError, match="nothing stored"):
         store.get("sw/k/1/bundle.tar.gz", tmp_path / "x")
+
+
+def test_an_attempt_run_twice_never_writes_over_the_other_bundle(
+    artifacts: Path, tmp_path: Path
+) -> None:
+    """A node that froze, thawed and finished a trial already run elsewhere under the same
+    attempt stores its bundle apart (named by its node), and each result's URI is the
+    bundle it hashed."""
+    from types import SimpleNamespace
+
+    from hangar.trials.boundary import store_bundle
+    from hangar.verifiers.object_store import key_in, split_uri
+
+    def spec(node: str) -> Any:
+        return SimpleNamespace(
+            sweep="sw", trial_key="k" * 64, attempt=1, node=node,
+            evidence_url=(tmp_path / "store").as_uri(),
+        )  # fmt: skip
+
+    first_uri, first_sha = store_bundle(spec("node-a"), artifacts, tmp_path / "a.tar.gz")
+    (artifacts / "trace.jsonl").write_text('{"late": true}\n')  # the thawed node's own run
+    late_uri, late_sha = store_bundle(spec("node-b"), artifacts, tmp_path / "b.tar.gz")
+    assert first_uri != late_uri and first_sha != late_sha
+    assert "/sw/" + "k" * 64 + "/1/node-a-" in first_uri and "/1/node-b-" in late_uri
+    for uri, sha in ((first_uri, first_sha), (late_uri, late_sha)):
+        store, key = split_uri(uri)
+        store.get(key, tmp_path / "fetched.tar.gz")
+        assert verify_bundle(tmp_path / "fetched.tar.gz", sha).ok
+    assert key_in(first_uri, "sw").startswith("sw/" + "k" * 64 + "/1/node-a-")
