@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 SANDBOX_RESOURCE = "hangar_sandbox"
 #: How often the driver reads the board of running trials.
 BOARD_EVERY_S = 2.0
+#: How often the driver asks Ray which nodes are dead (`SweepRunner._watch_nodes`;
+#: ``HANGAR_NODE_WATCH_S``, 0 leaves it to Ray's own retries, as a benchmark's baseline).
+WATCH_EVERY_S = float(os.environ.get("HANGAR_NODE_WATCH_S", "5"))
 #: Results collected are written at least this often (and at the end of every round).
 RECORD_EVERY_S = 0.25
 #: ... or once this many wait.
@@ -337,6 +340,7 @@ class SweepRunner:
         self._pools: Pools | None = None
         self._board_read: Any = None
         self._board_at = 0.0
+        self._watched_at = 0.0
         self._window = 1
         self._submit: Callable[[TrialSpec], Any] | None = None
         self._recorded: dict[str, Any] = {}
@@ -649,6 +653,47 @@ class SweepRunner:
                 ready, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
             self._finish(dispatch, [(ref, *in_flight.pop(ref)) for ref in ready])
             self._read_board(ray, [spec.trial_key for spec, _ in in_flight.values()])
+            self._watch_nodes(ray, dispatch, in_flight)
+
+    def _watch_nodes(
+        self, ray: Any, dispatch: Dispatch, in_flight: dict[Any, tuple[TrialSpec, float]]
+    ) -> None:
+        """The trials running on a node Ray has marked dead, given up at once (cancelled,
+        recorded as lost, run again as their next attempt) instead of when Ray's own
+        retry comes, minutes later for a node that froze rather than died. Whatever the
+        frozen node does when it thaws is discarded (its bundle keeps a key of its own)."""
+        from datetime import UTC, datetime
+
+        now = time.monotonic()
+        if not WATCH_EVERY_S or now - self._watched_at < WATCH_EVERY_S or not in_flight:
+            return
+        self._watched_at = now
+        try:
+            dead = {str(n["NodeID"])[:12] for n in ray.nodes() if not n.get("Alive")}
+        except Exception:  # a busy GCS: the next look
+            return
+        where = {r.trial_key: r.node for r in self.tally.board.running}
+        assert self._pools is not None
+        lost = [
+            ref
+            for ref, (spec, _) in in_flight.items()
+            if where.get(spec.trial_key, "").rsplit("/", 1)[-1] in dead
+            and not self._pools.owns(ref)  # a pool's trials fail with their actor
+        ]
+        given = {}
+        for ref in lost:
+            spec, submitted = in_flight[ref]
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+            given[ref] = lost_result(
+                spec,
+                f"node {where[spec.trial_key]} stopped answering (Ray marked it dead): "
+                "run again elsewhere",
+                datetime.fromtimestamp(submitted, UTC),
+            )
+            log.warning("trial %s: %s", spec.trial_key[:16], given[ref].reason)
+        if lost:
+            self._finish(dispatch, [(ref, *in_flight.pop(ref)) for ref in lost], given)
 
     def _cancel(self, ray: Any, in_flight: dict[Any, tuple[TrialSpec, float]]) -> None:
         """The second Ctrl-C: cancel the running trials, each recorded as interrupted (an
@@ -710,8 +755,14 @@ class SweepRunner:
     def _gauge(self, model: str) -> None:
         metric("in_flight").set(self.dispatch.per_model[model], tags={"model": model})
 
-    def _finish(self, dispatch: Dispatch, done: list[tuple[Any, TrialSpec, float]]) -> None:
-        """Collect the trials that came back, queue retries, record them in one commit."""
+    def _finish(
+        self,
+        dispatch: Dispatch,
+        done: list[tuple[Any, TrialSpec, float]],
+        given: dict[Any, TrialResult] | None = None,
+    ) -> None:
+        """Collect the trials that came back (or take the results `given` for them),
+        queue retries, record them in one commit."""
         ended = {spec.trial_key for _, spec, _ in done}
         board = self.tally.board
         if ended & {r.trial_key for r in board.running}:
@@ -719,7 +770,7 @@ class SweepRunner:
             self.tally.board = board.model_copy(update={"running": running})
         results = []
         assert self._pools is not None
-        fetched = self._fetch([ref for ref, _, _ in done])
+        fetched = given or self._fetch([ref for ref, _, _ in done])
         for ref, spec, submitted in done:
             result = fetched[ref] if ref in fetched else self._collect(ref, spec, submitted)
             self._pools.done(ref)

@@ -27,6 +27,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -233,6 +234,33 @@ class RayCluster:
     def kill_worker(self) -> int:
         """Kill the worker node: its raylet and everything under it."""
         return kill_processes(f"--node_manager_port={self.worker_port}")
+
+    def _worker_processes(self) -> list[Any]:
+        import psutil
+
+        found: list[psutil.Process] = []
+        for proc in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                if f"--node_manager_port={self.worker_port}" in (proc.info["cmdline"] or []):
+                    found += [proc, *proc.children(recursive=True)]
+        return found
+
+    def freeze_worker(self) -> int:
+        """Stop the worker node where it stands (a stalled VM, a partition): SIGSTOP to its
+        raylet and everything under it."""
+        procs = self._worker_processes()
+        for proc in procs:
+            with contextlib.suppress(Exception):
+                proc.suspend()
+        return len(procs)
+
+    def thaw_worker(self) -> int:
+        """Let a frozen worker node go on (SIGCONT)."""
+        procs = self._worker_processes()
+        for proc in procs:
+            with contextlib.suppress(Exception):
+                proc.resume()
+        return len(procs)
 
     def stop(self) -> None:
         kill_processes(str(self.temp_dir))

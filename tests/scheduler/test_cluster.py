@@ -192,6 +192,72 @@ def test_worker_node_killed_mid_sweep(
     print(f"{len(orphans)} orphan(s): stopped {stopped_after:.0f} s, gone {removed_after:.0f} s")
 
 
+@pytest.mark.docker
+@pytest.mark.s3
+@pytest.mark.postgres
+def test_a_frozen_worker_does_not_stall_the_sweep_nor_overwrite_evidence(
+    s3_endpoint: str,
+    postgres_url: str,
+    ray_cluster: RayCluster,
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+) -> None:
+    """A worker that freezes mid-sweep (a stalled VM, a partition): once Ray marks it dead
+    the driver gives its trials up and runs them elsewhere; when it thaws and finishes
+    them, nothing it writes replaces a bundle a result points at."""
+    store = ResultsStore(fresh_db(postgres_url))
+    path = write(
+        tmp_path / "sweep.yaml",
+        {
+            "id": "freeze",
+            "scenarios": [str(TINY)],
+            "backend": "docker",
+            "agents": {"slow": {"command": "sleep 6; echo done"}},
+            "repeats": 8,
+            "store": postgres_url,
+            "evidence": "s3://hangar-test/freeze",
+            "evidence_endpoint": s3_endpoint,
+        },
+    )
+    driver = subprocess.Popen(
+        [HANGAR, "run", str(path), "--address", ray_cluster.address, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    worker = ray_cluster.worker_node_id()[:12]
+    labels = {"label": ["hangar.sweep=freeze", "hangar.node=" + _node_label(worker)]}
+    wait_for(
+        lambda: bool(docker_client.containers.list(ignore_removed=True, filters=labels)),
+        180,
+        "a trial on the worker node",
+    )
+    assert ray_cluster.freeze_worker() > 0
+    frozen = time.monotonic()
+    try:
+        out, err = driver.communicate(timeout=600)
+        took = time.monotonic() - frozen
+    finally:
+        ray_cluster.thaw_worker()
+    assert driver.returncode == 0, out[-2000:] + err[-3000:]
+    assert json.loads(out)["verdicts"] == {"pass": 8}
+    finals = final_rows(store, "freeze")
+    assert len(finals) == 8 and set(finals.values()) == {1}, "a trial was lost or duplicated"
+    given_up = [
+        r for r in store.results("freeze", all_attempts=True) if "stopped answering" in r.reason
+    ]
+    assert given_up and all(worker in r.reason for r in given_up), "no trial was given up"
+    print(f"the sweep ended {took:.0f} s after the freeze")
+    # The thawed worker may finish what it held and upload: never over a recorded bundle.
+    time.sleep(20)
+    for r in store.results("freeze", all_attempts=True):
+        if r.evidence_uri is None:
+            continue
+        argv = ["evidence", "verify", r.evidence_uri, "--endpoint", s3_endpoint]
+        check = CliRunner().invoke(app, [*argv, "--sha256", str(r.evidence_sha256)])
+        assert check.exit_code == 0, (r.evidence_uri, check.output)
+
+
 def _node_label(node_id_prefix: str) -> str:
     import socket
 
