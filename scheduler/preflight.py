@@ -5,8 +5,9 @@ otherwise run every trial it is given to the end and record each as an ``infra_e
 `preflight` sends one tiny Ray task to each alive node offering sandbox slots (pinned to
 it); `check_node` looks at what a trial there will use: the sandbox engine answers (with
 the sweep's backend settings: a docker runtime, a Kubernetes namespace), the sweep's
-images are there, the evidence store takes a write and gives it back, and the models'
-key variables are set (the model relay runs on the node). Any problem but an image stops
+images are there, the evidence store takes a write and gives it back, the models' key
+variables are set (the model relay runs on the node), and each endpoint the sweep's models
+name (``base_url``) takes a connection from there. Any problem but an image stops
 the sweep before any trial with one error that names each node and what to fix. An image
 missing on a node blocks only the scenarios that use it (`missing_images`: the driver
 records their trials ``blocked_setup``, naming the image and the scenarios, and runs the
@@ -16,9 +17,11 @@ rest). The results store is the driver's alone and was reached before this runs.
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from pydantic import BaseModel
 
@@ -31,6 +34,8 @@ from hangar.verifiers.object_store import open_store
 
 #: How long a node may take to answer its preflight task.
 TIMEOUT_S = 120.0
+#: How long a model endpoint may take to accept a connection from a node.
+ENDPOINT_TIMEOUT_S = 5.0
 
 
 class Needs(BaseModel):
@@ -44,6 +49,9 @@ class Needs(BaseModel):
     """Where every trial writes its bundle."""
     key_envs: list[str] = []
     """Variables that hold the models' keys."""
+    endpoints: list[str] = []
+    """The models' own endpoints (``base_url``): they must answer from the node, where
+    the relay and the chat loop call them."""
 
 
 class NodeReport(BaseModel):
@@ -68,6 +76,7 @@ def needs_of(sweep: Sweep, evidence_url: str) -> Needs:
         images=images if sandboxed else [],
         evidence_url=evidence_url,
         key_envs=sorted({m.key_env for m in config.models if m.provider != "none"}),
+        endpoints=sorted({m.base_url for m in config.models if m.base_url}),
     )
 
 
@@ -98,7 +107,28 @@ def check_node(needs: Needs, node: str) -> NodeReport:
                 "environment of `hangar cluster start` / `hangar cluster join` (or the "
                 "workers' Secret) and restart the node"
             )
+    problems += [p for url in needs.endpoints if (p := _endpoint_problem(url))]
     return NodeReport(node=node, problems=problems, images=images)
+
+
+def _endpoint_problem(url: str) -> str | None:
+    """Whether a model endpoint takes a connection from this node (no request is sent:
+    no key leaves the node here); what is wrong, or None."""
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=ENDPOINT_TIMEOUT_S):
+            return None
+    except OSError as exc:
+        loopback = host in ("localhost", "::1") or host.startswith("127.")
+        hint = (
+            f"{host} is each node's own loopback: give the model an address every node "
+            "reaches (or run a relay of the endpoint on every node)"
+            if loopback
+            else "check the address, and that this node's network reaches it"
+        )
+        return f"the model endpoint {url} does not answer from this node ({exc}): {hint}"
 
 
 def _evidence_problem(url: str, node: str) -> str | None:

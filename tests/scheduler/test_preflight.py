@@ -187,3 +187,20 @@ def test_a_missing_image_blocks_only_the_scenarios_that_use_it(
     assert len(blocked) == 2 and "image hangar/absent:1 is missing" in blocked[0].reason
     assert "hangar/absent:1' is not on the Docker engine" in blocked[0].reason
     assert tally.verdicts == {"pass": 2, "blocked_setup": 2} and tally.exit_code() == 3
+
+
+def test_a_model_endpoint_must_answer_from_the_node(tmp_path: Path) -> None:
+    """A model endpoint that takes no connection from a node stops the sweep there, and
+    one on loopback is said to be each node's own (no request is sent: no key leaves)."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        up = f"http://127.0.0.1:{listening.getsockname()[1]}/v1"
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            down = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"  # bound, not listening
+        needs = Needs(evidence_url=(tmp_path / "ev").as_uri(), endpoints=[up])
+        assert check_node(needs, "here/abc").problems == []
+        problems = check_node(needs.model_copy(update={"endpoints": [down]}), "here/abc").problems
+    assert len(problems) == 1 and problems[0].startswith(f"the model endpoint {down} does not")
+    assert "127.0.0.1 is each node's own loopback" in problems[0]
