@@ -391,11 +391,10 @@ def test_a_service_beside_the_agent_is_reached_by_it_and_its_verifier(
 
 def test_the_services_network_has_no_route_out(run: Runner, tasks: Path) -> None:
     import socket
-    import threading
 
     listener = socket.create_server(("0.0.0.0", 0))  # the host's own service
+    listener.setblocking(False)
     port = listener.getsockname()[1]
-    threading.Thread(target=lambda: listener.accept(), daemon=True).start()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
         udp.connect(("192.0.2.1", 9))  # no packet sent: the address the host goes out from
         address = udp.getsockname()[0]
@@ -413,6 +412,8 @@ def test_the_services_network_has_no_route_out(run: Runner, tasks: Path) -> None
         ),
     )
     result = run("ask-service", probe)
+    with pytest.raises(BlockingIOError):  # no connection reached the host's listener
+        listener.accept()
     listener.close()
     assert result.verdict is Verdict.FAIL, result.reason
     patch = evidence(result)["diff.patch"]
