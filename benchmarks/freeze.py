@@ -118,7 +118,7 @@ def one_run(nodes: TwoNodes, sweep: Path, freeze_after: float | None, watch: str
     env = {**os.environ, "HANGAR_NODE_WATCH_S": watch}
     started = time.monotonic()
     driver = subprocess.Popen(
-        [HANGAR, "run", str(sweep), "--address", nodes.address, "--json"],
+        [HANGAR, "run", str(sweep), "--address", nodes.address, "--json", "--allow-failures"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -133,7 +133,10 @@ def one_run(nodes: TwoNodes, sweep: Path, freeze_after: float | None, watch: str
         frozen_at = time.monotonic()
     out, err = driver.communicate(timeout=1800)
     ended = time.monotonic()
-    outcome = json.loads(out) if driver.returncode == 0 else {"error": err[-500:]}
+    try:
+        outcome = json.loads(out)
+    except ValueError:
+        outcome = {"error": f"exit {driver.returncode}: {err[-500:]}"}
     return {
         "wall_s": round(ended - started, 1),
         "after_freeze_s": round(ended - frozen_at, 1) if frozen_at else None,

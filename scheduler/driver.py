@@ -341,6 +341,7 @@ class SweepRunner:
         self._board_read: Any = None
         self._board_at = 0.0
         self._watched_at = 0.0
+        self._dead_seen: set[str] | None = None  # nodes dead before the sweep: None
         self._window = 1
         self._submit: Callable[[TrialSpec], Any] | None = None
         self._recorded: dict[str, Any] = {}
@@ -674,6 +675,11 @@ class SweepRunner:
             return
         where = {r.trial_key: r.node for r in self.tally.board.running}
         assert self._pools is not None
+        if self._dead_seen is None:  # dead before this sweep: nothing of it queued there
+            self._dead_seen = dead
+        if dead - self._dead_seen:  # trials queued there, not started: sent again now
+            self._dead_seen |= dead
+            self._resend_queued(ray, in_flight, set(where))
         lost = [
             ref
             for ref, (spec, _) in in_flight.items()
@@ -755,6 +761,27 @@ class SweepRunner:
     def _gauge(self, model: str) -> None:
         metric("in_flight").set(self.dispatch.per_model[model], tags={"model": model})
 
+    def _resend_queued(
+        self, ray: Any, in_flight: dict[Any, tuple[TrialSpec, float]], started: set[str]
+    ) -> None:
+        """When a node dies, the trials that have not started anywhere yet may be queued
+        on it, where they would wait for Ray's own retry: each is cancelled and sent
+        again (the same attempt: it never ran; one queued on a live node only loses its
+        place in the queue)."""
+        assert self._pools is not None and self._submit is not None
+        queued = [
+            ref
+            for ref, (spec, _) in in_flight.items()
+            if spec.trial_key not in started and not self._pools.owns(ref)
+        ]
+        for ref in queued:
+            spec, submitted = in_flight.pop(ref)
+            with contextlib.suppress(Exception):
+                ray.cancel(ref)
+            in_flight[self._submit(spec)] = (spec, submitted)
+        if queued:
+            log.warning("a node died: %d trial(s) not started yet sent again", len(queued))
+
     def _finish(
         self,
         dispatch: Dispatch,
@@ -765,6 +792,7 @@ class SweepRunner:
         queue retries, record them in one commit."""
         ended = {spec.trial_key for _, spec, _ in done}
         board = self.tally.board
+        where = {r.trial_key: r.node for r in board.running}  # a lost trial's node
         if ended & {r.trial_key for r in board.running}:
             running = [r for r in board.running if r.trial_key not in ended]
             self.tally.board = board.model_copy(update={"running": running})
@@ -777,6 +805,8 @@ class SweepRunner:
             if result is None:  # never started (Ctrl-C): not run, the next run's to do
                 dispatch.dropped(spec)
                 continue
+            if not result.node and spec.trial_key in where:
+                result = result.model_copy(update={"node": where[spec.trial_key]})
             results.append(result)
             was_stopped = spec.model in dispatch.stopped
             if dispatch.finished(spec, result, time.monotonic()):

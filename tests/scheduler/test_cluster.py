@@ -247,6 +247,7 @@ def test_a_frozen_worker_does_not_stall_the_sweep_nor_overwrite_evidence(
         r for r in store.results("freeze", all_attempts=True) if "stopped answering" in r.reason
     ]
     assert given_up and all(worker in r.reason for r in given_up), "no trial was given up"
+    assert all(r.node.endswith(worker) for r in given_up)  # the row names the lost node
     print(f"the sweep ended {took:.0f} s after the freeze")
     # The thawed worker may finish what it held and upload: never over a recorded bundle.
     time.sleep(20)
