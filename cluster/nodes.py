@@ -10,13 +10,16 @@ before joining, and to the machine the driver runs on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from hangar.errors import ClusterError
@@ -166,3 +169,87 @@ def local_head() -> tuple[str, str] | None:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+# -- a driver on a machine that is not a node ----------------------------------------------
+
+
+def join_as_driver(address: str) -> tuple[str, Callable[[], None]] | None:
+    """Ray runs a driver only on a node of its cluster: when this machine is not one of the
+    cluster at `address` (a laptop with the sweep's files, say), join it as a node with no
+    CPUs and no sandbox slots, so that nothing is scheduled here. Returns this node's
+    address and how to leave (called at exit), or None when this machine is a node
+    already."""
+    host, _, port = address.rpartition(":")
+    gcs = f"{socket.gethostbyname(host)}:{port}"
+    ip = source_ip(gcs.split(":")[0])
+    if ip in local_raylets(gcs):
+        return None
+    need_token()
+    manager_port = _free_port()
+    run_ray(
+        [
+            _ray(),
+            "start",
+            "--disable-usage-stats",
+            f"--address={gcs}",
+            "--num-cpus=0",
+            "--resources={}",
+            f"--node-ip-address={ip}",
+            f"--node-manager-port={manager_port}",
+            f"--metrics-export-port={_free_port()}",
+        ]
+    )
+    return ip, lambda: _end_processes(f"--node_manager_port={manager_port}")
+
+
+def source_ip(host: str) -> str:
+    """This machine's address on the way to `host` (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, 9))
+        return str(probe.getsockname()[0])
+
+
+def local_raylets(gcs: str) -> set[str]:
+    """The node addresses of this machine's raylets of the cluster whose GCS is `gcs`."""
+    found = set()
+    for args in _command_lines().values():
+        if args and args[0].endswith("/raylet") and f"--gcs-address={gcs}" in args:
+            found |= {a.split("=", 1)[1] for a in args if a.startswith("--node_ip_address=")}
+    return found
+
+
+def _command_lines() -> dict[int, list[str]]:
+    lines = {}
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            continue
+        lines[int(path.parent.name)] = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    return lines
+
+
+def _end_processes(marker: str) -> None:
+    """SIGTERM the processes whose command line holds `marker`, and their children."""
+    lines = _command_lines()
+    parents: dict[int, int] = {}
+    for pid in lines:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+    doomed = {pid for pid, args in lines.items() if marker in args}
+    grew = True
+    while grew:
+        more = {pid for pid, ppid in parents.items() if ppid in doomed} - doomed
+        doomed |= more
+        grew = bool(more)
+    for pid in doomed:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])

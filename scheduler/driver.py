@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from hangar.cluster.nodes import join_as_driver
 from hangar.cluster.reaper import ensure_reapers
 from hangar.errors import ClusterError, ConfigError, RayUnavailable
 from hangar.logs import event
@@ -121,6 +123,14 @@ def connect(address: str | None, slots: int, needs: tuple[str, ...] = ()) -> int
             # A cluster on this machine's loopback (tests, one-box clusters): the driver's
             # node is on loopback too, or Ray looks for it on the public interface.
             local = urlparse(f"//{address}").hostname in ("127.0.0.1", "localhost")
+            if node_ip is None and (joined := join_as_driver(address)) is not None:
+                node_ip, leave = joined  # this machine was no node: now one without slots
+                atexit.register(_leave, ray, leave)
+                log.warning(
+                    "this machine joined the cluster at %s as a node without slots "
+                    "(a driver runs on a node); it leaves when the run ends",
+                    address,
+                )
             ray.init(
                 address=address,
                 logging_level=logging.WARNING,
@@ -138,6 +148,13 @@ def connect(address: str | None, slots: int, needs: tuple[str, ...] = ()) -> int
             "with `hangar cluster start --head` / `hangar cluster join ADDRESS`"
         )
     return total
+
+
+def _leave(ray: Any, leave: Callable[[], None]) -> None:
+    """At exit: this driver's node leaves the cluster once the driver is detached."""
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+    leave()
 
 
 def _warm_head(slots: int, needs: tuple[str, ...]) -> tuple[str, str] | None:

@@ -195,6 +195,40 @@ def kill_processes(match: str) -> int:
     return len(victims)
 
 
+@contextlib.contextmanager
+def other_machine() -> Iterator[tuple[str, str, str]]:
+    """Another machine, as far as the network tells: a network namespace behind a veth
+    pair. Yields (namespace, this side's address, its address); run a command there with
+    ``ip netns exec NAMESPACE ...``."""
+    import uuid
+
+    if shutil.which("ip") is None:
+        skip_or_fail("netns", "no `ip` (Debian: iproute2) to make a network namespace")
+    name = f"hangar-m-{uuid.uuid4().hex[:6]}"
+    host, inside = f"{name[:11]}h", f"{name[:11]}n"
+    octet = 100 + int(name[-2:], 16) % 100
+    here, there = f"10.232.{octet}.1", f"10.232.{octet}.2"
+    steps = [
+        ["ip", "netns", "add", name],
+        ["ip", "link", "add", host, "type", "veth", "peer", "name", inside],
+        ["ip", "link", "set", inside, "netns", name],
+        ["ip", "addr", "add", f"{here}/30", "dev", host],
+        ["ip", "link", "set", host, "up"],
+        ["ip", "netns", "exec", name, "ip", "addr", "add", f"{there}/30", "dev", inside],
+        ["ip", "netns", "exec", name, "ip", "link", "set", inside, "up"],
+        ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"],
+    ]
+    try:
+        for step in steps:
+            proc = subprocess.run(step, capture_output=True, text=True)
+            if proc.returncode != 0:
+                skip_or_fail("netns", f"cannot make a network namespace: {proc.stderr.strip()}")
+        yield name, here, there
+    finally:
+        subprocess.run(["ip", "link", "del", host], capture_output=True)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
 class RayCluster:
     """A head and a worker node on this machine, started with ``ray start``."""
 

@@ -462,3 +462,61 @@ def test_the_head_makes_its_token_and_a_worker_without_it_is_told(
         need_token()
     monkeypatch.setenv("RAY_AUTH_TOKEN", token.strip())
     need_token()  # given in the environment instead
+
+
+@pytest.mark.ray
+def test_a_driver_on_a_machine_that_is_no_node_attaches(tmp_path: Path) -> None:
+    """`hangar run --address` from a machine that is not a node of the cluster joins it as
+    a node without CPUs or slots (on separate machines Ray otherwise fails the driver:
+    "No node info found matching attributes"), runs the sweep on the cluster's nodes, and
+    leaves at the end. The driver's machine is a network namespace with a host name of
+    its own; it shares this machine's files, where Ray attaches even without the join, so
+    this shows the join and the leave, not the failure they prevent."""
+    from hangar.cluster.nodes import local_raylets, run_ray, start_argv
+    from tests.services import free_port, other_machine
+
+    ray_tmp = tempfile.mkdtemp(prefix="hrd-")
+    port = free_port()
+    path = write(
+        tmp_path / "sweep.yaml",
+        {
+            "id": "remote-driver",
+            "scenarios": [str(TINY)],
+            "backend": "local",
+            "repeats": 2,
+            "agents": {"ok": {"command": "true"}},
+            "store": f"sqlite:///{tmp_path}/r.db",
+            "evidence": (tmp_path / "ev").as_uri(),
+        },
+    )
+    with other_machine() as (namespace, here, there):
+        head = start_argv(
+            head=True, port=port, metrics_port=free_port(), sandbox_slots=2, node_ip=here
+        )
+        try:
+            run_ray([*head, f"--temp-dir={ray_tmp}"])
+            assert there not in local_raylets(f"{here}:{port}")
+            # its own host name too (Ray matches a driver's node by address and name)
+            box = ["unshare", "--uts", "sh", "-c", 'hostname driver-box && exec "$@"', "sh"]
+            argv = ["ip", "netns", "exec", namespace, *box, HANGAR, "run", str(path)]
+            proc = subprocess.run(
+                [*argv, "--address", f"{here}:{port}", "--json"],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+            assert f"joined the cluster at {here}:{port}" in proc.stderr
+            assert json.loads(proc.stdout)["verdicts"] == {"pass": 2}
+            nodes = {
+                r.node for r in ResultsStore(f"sqlite:///{tmp_path}/r.db").results("remote-driver")
+            }
+            assert len(nodes) == 1  # the head's: the driver's node takes no trial
+            wait_for(
+                lambda: there not in local_raylets(f"{here}:{port}"),
+                30,
+                "the driver's node to leave",
+            )
+        finally:
+            kill_processes(ray_tmp)
+            kill_processes(f"--gcs-address={here}:{port}")
