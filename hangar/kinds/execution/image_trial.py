@@ -239,13 +239,17 @@ class ImageTaskTrial(SandboxedTrial):
             return None
         done = steps[self.step_index]
         stopped = below_minimum(self.step_records[-1], done)
-        if stopped or self.step_index + 1 == len(steps) or self.snapshot is None:
+        last = self.step_index + 1 == len(steps)
+        if not stopped and not last and self.snapshot is None:
+            stopped = f"the environment after step {done.name!r} could not be kept"
+        if stopped or last:
             self.steps_judged(stopped)
             return None
         archive_step(self.artifacts, done.name)
         self.step_index += 1
         self.task = self.whole.at_step(self.step_index)
         self.limits, self.task_text = self.task.limits, self.task.instruction
+        assert self.snapshot is not None
         self.snapshots.append(self.snapshot)
         self.agent_image, self.snapshot = self.snapshot, None
         for folder in ("agent", "verifier", "artifacts"):  # copied into the evidence
