@@ -407,6 +407,9 @@ class SweepRunner:
         _announce_metrics(ray.nodes())
         check_evidence_reachable(self.evidence_url, len(nodes))
         self.preflight = preflight(self.sweep, self.evidence_url, nodes)
+        for report in self.preflight:
+            for warning in report.warnings:
+                log.warning("node %s: %s", report.node, warning)
         window = config.concurrency.max_in_flight or 2 * slots
         for verdict, *_, n in self.store.counts(self.sweep.id):
             if Verdict(verdict).final and verdict not in self.reopen:

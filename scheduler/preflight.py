@@ -7,7 +7,8 @@ it); `check_node` looks at what a trial there will use: the sandbox engine answe
 the sweep's backend settings: a docker runtime, a Kubernetes namespace), the sweep's
 images are there, the evidence store takes a write and gives it back, the models' key
 variables are set (the model relay runs on the node), and each endpoint the sweep's models
-name (``base_url``) takes a connection from there. Any problem but an image stops
+name (``base_url``) takes a connection from there (a warning naming the node when one does
+not: only the trials that call that model meet it). Any problem but an image stops
 the sweep before any trial with one error that names each node and what to fix. An image
 missing on a node blocks only the scenarios that use it (`missing_images`: the driver
 records their trials ``blocked_setup``, naming the image and the scenarios, and runs the
@@ -63,6 +64,9 @@ class NodeReport(BaseModel):
     """Each problem with what to do; empty when the node is ready."""
     images: dict[str, str] = {}
     """Images missing on this node, and what to do about each."""
+    warnings: list[str] = []
+    """What may fail some trials here (a model endpoint that takes no connection: only
+    trials that call the model meet it, so the sweep goes on)."""
 
 
 def needs_of(sweep: Sweep, evidence_url: str) -> Needs:
@@ -107,8 +111,8 @@ def check_node(needs: Needs, node: str) -> NodeReport:
                 "environment of `hangar cluster start` / `hangar cluster join` (or the "
                 "workers' Secret) and restart the node"
             )
-    problems += [p for url in needs.endpoints if (p := _endpoint_problem(url))]
-    return NodeReport(node=node, problems=problems, images=images)
+    warnings = [p for url in needs.endpoints if (p := _endpoint_problem(url))]
+    return NodeReport(node=node, problems=problems, images=images, warnings=warnings)
 
 
 def _endpoint_problem(url: str) -> str | None:

@@ -19,7 +19,6 @@ import subprocess
 import tarfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,6 @@ from hangar.sandbox.egress import (
 )
 from hangar.testing.answers import serve_answers
 from hangar.trials import Arm, run_trial
-from tests.conftest import skip_or_fail
 
 DATASET = Path(__file__).resolve().parents[2] / "examples" / "harbor" / "dataset"
 
@@ -458,43 +456,23 @@ def test_bounds_head_time_idle_tunnels_connections_and_bytes(tmp_path: Path) -> 
 
 def _netns_server() -> Iterator[tuple[str, int]]:
     """An HTTP service at a private address, in a network namespace behind a veth pair."""
-    if shutil.which("ip") is None:
-        skip_or_fail("netns", "no `ip` (Debian: iproute2) to make a network namespace")
-    name = f"hangar-eg-{uuid.uuid4().hex[:6]}"
-    host, inside = f"{name[:10]}h", f"{name[:10]}n"
-    octet = 100 + int(name[-2:], 16) % 100
-    steps = [
-        ["ip", "netns", "add", name],
-        ["ip", "link", "add", host, "type", "veth", "peer", "name", inside],
-        ["ip", "link", "set", inside, "netns", name],
-        ["ip", "addr", "add", f"10.231.{octet}.1/30", "dev", host],
-        ["ip", "link", "set", host, "up"],
-        ["ip", "netns", "exec", name, "ip", "addr", "add", f"10.231.{octet}.2/30", "dev", inside],
-        ["ip", "netns", "exec", name, "ip", "link", "set", inside, "up"],
-        ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"],
-    ]
-    server: subprocess.Popen[bytes] | None = None
-    try:
-        for step in steps:
-            proc = subprocess.run(step, capture_output=True, text=True)
-            if proc.returncode != 0:
-                skip_or_fail("netns", f"cannot make a network namespace: {proc.stderr.strip()}")
+    from tests.services import other_machine
+
+    with other_machine() as (name, _, address):
         server = subprocess.Popen(
             ["ip", "netns", "exec", name, "python3", "-m", "http.server", "--bind",
-             f"10.231.{octet}.2", "8000"],
+             address, "8000"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=Path(__file__).parent,
         )  # fmt: skip
-        for _ in range(50):
-            with contextlib.suppress(OSError):
-                socket.create_connection((f"10.231.{octet}.2", 8000), timeout=0.5).close()
-                break
-            time.sleep(0.1)
-        yield f"10.231.{octet}.2", 8000
-    finally:
-        if server is not None:
+        try:
+            for _ in range(50):
+                with contextlib.suppress(OSError):
+                    socket.create_connection((address, 8000), timeout=0.5).close()
+                    break
+                time.sleep(0.1)
+            yield address, 8000
+        finally:
             server.kill()
-        subprocess.run(["ip", "link", "del", host], capture_output=True)
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
 @pytest.fixture

@@ -123,32 +123,7 @@ def test_worker_node_killed_mid_sweep(
     tmp_path: Path,
 ) -> None:
     store = ResultsStore(fresh_db(postgres_url))
-    path = write(
-        tmp_path / "sweep.yaml",
-        {
-            "id": "nodes",
-            "scenarios": [str(TINY)],
-            "backend": "docker",
-            "agents": {"slow": {"command": "sleep 6; echo done"}},
-            "repeats": 8,
-            "store": postgres_url,
-            "evidence": "s3://hangar-test/nodes",
-            "evidence_endpoint": s3_endpoint,
-        },
-    )
-    driver = subprocess.Popen(
-        [HANGAR, "run", str(path), "--address", ray_cluster.address, "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    worker = ray_cluster.worker_node_id()[:12]
-
-    def worker_busy() -> bool:
-        labels = {"label": ["hangar.sweep=nodes", "hangar.node=" + _node_label(worker)]}
-        return bool(docker_client.containers.list(ignore_removed=True, filters=labels))
-
-    wait_for(worker_busy, 180, "a trial on the worker node")
+    driver, worker = _busy_on_the_worker("nodes", tmp_path, s3_endpoint, postgres_url, ray_cluster)
     assert ray_cluster.kill_worker() > 0
     killed = time.monotonic()
     worker_label = {"label": ["hangar.sweep=nodes", "hangar.node=" + _node_label(worker)]}
@@ -206,32 +181,7 @@ def test_a_frozen_worker_does_not_stall_the_sweep_nor_overwrite_evidence(
     the driver gives its trials up and runs them elsewhere; when it thaws and finishes
     them, nothing it writes replaces a bundle a result points at."""
     store = ResultsStore(fresh_db(postgres_url))
-    path = write(
-        tmp_path / "sweep.yaml",
-        {
-            "id": "freeze",
-            "scenarios": [str(TINY)],
-            "backend": "docker",
-            "agents": {"slow": {"command": "sleep 6; echo done"}},
-            "repeats": 8,
-            "store": postgres_url,
-            "evidence": "s3://hangar-test/freeze",
-            "evidence_endpoint": s3_endpoint,
-        },
-    )
-    driver = subprocess.Popen(
-        [HANGAR, "run", str(path), "--address", ray_cluster.address, "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    worker = ray_cluster.worker_node_id()[:12]
-    labels = {"label": ["hangar.sweep=freeze", "hangar.node=" + _node_label(worker)]}
-    wait_for(
-        lambda: bool(docker_client.containers.list(ignore_removed=True, filters=labels)),
-        180,
-        "a trial on the worker node",
-    )
+    driver, worker = _busy_on_the_worker("freeze", tmp_path, s3_endpoint, postgres_url, ray_cluster)
     assert ray_cluster.freeze_worker() > 0
     frozen = time.monotonic()
     try:
@@ -257,6 +207,41 @@ def test_a_frozen_worker_does_not_stall_the_sweep_nor_overwrite_evidence(
         argv = ["evidence", "verify", r.evidence_uri, "--endpoint", s3_endpoint]
         check = CliRunner().invoke(app, [*argv, "--sha256", str(r.evidence_sha256)])
         assert check.exit_code == 0, (r.evidence_uri, check.output)
+
+
+def _busy_on_the_worker(
+    sweep: str, tmp_path: Path, s3_endpoint: str, postgres_url: str, cluster: RayCluster
+) -> tuple[subprocess.Popen[str], str]:
+    """A sweep of 8 six-second docker trials run by `hangar run --json` on `cluster`,
+    returned once one runs on the worker node: the driver, the worker's node id prefix."""
+    path = write(
+        tmp_path / "sweep.yaml",
+        {
+            "id": sweep,
+            "scenarios": [str(TINY)],
+            "backend": "docker",
+            "agents": {"slow": {"command": "sleep 6; echo done"}},
+            "repeats": 8,
+            "store": postgres_url,
+            "evidence": f"s3://hangar-test/{sweep}",
+            "evidence_endpoint": s3_endpoint,
+        },
+    )
+    driver = subprocess.Popen(
+        [HANGAR, "run", str(path), "--address", cluster.address, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    worker = cluster.worker_node_id()[:12]
+    labels = {"label": [f"hangar.sweep={sweep}", "hangar.node=" + _node_label(worker)]}
+    engine = docker.from_env()
+    wait_for(
+        lambda: bool(engine.containers.list(ignore_removed=True, filters=labels)),
+        180,
+        "a trial on the worker node",
+    )
+    return driver, worker
 
 
 def _node_label(node_id_prefix: str) -> str:
