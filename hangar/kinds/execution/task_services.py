@@ -44,24 +44,21 @@ def start_services(trial: ImageTaskTrial, images: dict[str, str]) -> ServiceNetw
     by_name = {s.name: s for s in trial.whole.services}
     for service in trial.whole.services:
         for needed, condition in service.depends_on.items():
-            _wait(trial, network, by_name[needed], condition, ready)
+            _wait(network, by_name[needed], condition, ready)
         try:
             network.start(_spec(trial, service, images[service.name]))
         except (ImageNotFound, SandboxError) as exc:
             raise Outcome(Verdict.BLOCKED_SETUP, f"services: {exc}") from exc
     for needed, condition in trial.whole.service_waits.items():
-        _wait(trial, network, by_name[needed], condition, ready)
+        _wait(network, by_name[needed], condition, ready)
     trial.write("services/addresses.json", network.addresses())
     return network
 
 
 def _wait(
-    trial: ImageTaskTrial,
-    network: ServiceNetwork,
-    service: Service,
-    condition: Condition,
-    ready: dict[str, Condition],
+    network: ServiceNetwork, service: Service, condition: Condition, ready: dict[str, Condition]
 ) -> None:
+    """Wait for `service` to meet `condition` (once); an unmet one is blocked_setup."""
     if ready.get(service.name) in (condition, "healthy"):
         return
     problem = network.wait(service.name, service.healthcheck, healthy=condition == "healthy")
