@@ -123,7 +123,8 @@ def connect(address: str | None, slots: int, needs: tuple[str, ...] = ()) -> int
             # A cluster on this machine's loopback (tests, one-box clusters): the driver's
             # node is on loopback too, or Ray looks for it on the public interface.
             local = urlparse(f"//{address}").hostname in ("127.0.0.1", "localhost")
-            if node_ip is None and (joined := join_as_driver(address)) is not None:
+            own = node_ip is None and "://" not in address  # not a Ray Client address
+            if own and (joined := join_as_driver(address)) is not None:
                 node_ip, leave = joined  # this machine was no node: now one without slots
                 atexit.register(_leave, ray, leave)
                 log.warning(
