@@ -320,6 +320,25 @@ def test_a_multi_step_task_keeps_its_environment_from_step_to_step(
     assert "+Ada" not in files["diff.patch"] and "greet.sh" in files["diff.patch"]
 
 
+def test_a_link_the_agent_leaves_never_takes_the_next_steps_files_to_the_host(
+    run: Runner, tasks: Path, tmp_path: Path
+) -> None:
+    """The next step's files go into the workspace through the sandbox: a link the agent
+    put where one of them goes is followed inside the sandbox, never on the host."""
+    _multi_step(tasks)
+    host_file = tmp_path / "host-only" / "planted"
+    host_file.parent.mkdir()
+    linker = CommandAgent(
+        name="linker",
+        command="printf 'echo hello' > /app/greet.sh; chmod +x /app/greet.sh; "
+        f"ln -s {host_file} /app/name.txt",
+    )
+    result = run("two-steps", linker)
+    assert result.verdict is Verdict.FAIL, result.reason  # the second step is not done
+    assert not host_file.exists(), "a step's file was written through the agent's link"
+    assert len(json.loads(evidence(result)["steps.json"])) == 2  # the second step ran
+
+
 def test_a_step_below_its_minimum_ends_the_trial(run: Runner, tasks: Path) -> None:
     _multi_step(tasks)
     nop = run("two-steps", NOP)

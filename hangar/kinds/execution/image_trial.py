@@ -117,7 +117,6 @@ class ImageTaskTrial(SandboxedTrial):
         self.snapshots: list[str] = []
         #: What of the verifier's executables the agent changed, at any step.
         self.takeovers: list[str] = []
-        self.uid = 0
         #: The task's services and their network (None: it has none, or not yet).
         self.services: ServiceNetwork | None = None
         self.service_images: dict[str, str] = {}
@@ -209,7 +208,7 @@ class ImageTaskTrial(SandboxedTrial):
                 )
         if self.whole.steps:
             with self.phase("step_setup"):
-                prepare_step(self, sandbox, self.whole.steps[self.step_index], self.uid)
+                prepare_step(self, sandbox, self.whole.steps[self.step_index])
         self.deadline = time.monotonic() + self.limits.time_s
 
     def after_agent(self, sandbox: Sandbox) -> None:
@@ -396,7 +395,7 @@ class ImageTaskTrial(SandboxedTrial):
                 f"the agent's user {self.task.agent_user!r} is not in the image: "
                 f"{res.stderr.strip()}",
             )
-        self.uid = uid = int(res.stdout.split()[0])
+        uid = int(res.stdout.split()[0])
         hand_over(self.workspace, uid)
         hand_over(self.logs, uid)
 

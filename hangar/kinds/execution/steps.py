@@ -33,7 +33,6 @@ from hangar.kinds.execution.image_task import Step
 from hangar.kinds.execution.rewards import Reward
 from hangar.results import Score, Verdict
 from hangar.sandbox import Sandbox
-from hangar.sandbox.workspace import hand_over
 from hangar.trials.boundary import Outcome
 
 if TYPE_CHECKING:
@@ -54,15 +53,17 @@ STEP_EVIDENCE = (
 SETUP = "setup.sh"
 
 
-def prepare_step(trial: ImageTaskTrial, sandbox: Sandbox, step: Step, uid: int) -> None:
+def prepare_step(trial: ImageTaskTrial, sandbox: Sandbox, step: Step) -> None:
     """The step's files in the working directory, its setup run, its healthcheck passed.
     A setup that fails is the task's problem at the first step, and the agent's after
-    (the task's oracle shows which: a task whose oracle fails is left out as broken)."""
+    (the task's oracle shows which: a task whose oracle fails is left out as broken).
+    The files go in through the sandbox (the workspace is the agent's: a link it left
+    there is followed inside the sandbox, never on the host), owned by the agent's user;
+    the pristine copy is hangar's alone."""
     if step.workdir is not None:
         source = trial.task.local(step.workdir)
-        for target in (trial.workspace, trial.initial):
-            shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
-        hand_over(trial.workspace, uid)
+        sandbox.copy_in(source, trial.workdir)
+        shutil.copytree(source, trial.initial, symlinks=True, dirs_exist_ok=True)
         (trial.initial / SETUP).unlink(missing_ok=True)  # it deletes itself when it is done
         if (source / SETUP).is_file():
             res = sandbox.exec(["bash", f"{trial.workdir}/{SETUP}"], timeout=600)
