@@ -339,6 +339,21 @@ def test_a_link_the_agent_leaves_never_takes_the_next_steps_files_to_the_host(
     assert len(json.loads(evidence(result)["steps.json"])) == 2  # the second step ran
 
 
+def test_a_later_steps_healthcheck_that_the_agent_broke_is_its_fail(
+    run: Runner, tasks: Path
+) -> None:
+    """After the first step the environment is the agent's: the step's healthcheck runs
+    as its user, and one the agent made fail (here: no executable greet.sh) is a fail,
+    never an uncounted blocked_setup."""
+    _multi_step(tasks)
+    breaker = CommandAgent(name="breaker", command="echo 'echo hello' > /app/greet.sh")
+    toml = tasks / "two-steps" / "task.toml"
+    toml.write_text(toml.read_text().replace("min_reward = 1.0\n", ""))
+    result = run("two-steps", breaker)  # greet.sh works through bash, but is not executable
+    assert result.verdict is Verdict.FAIL, result.reason
+    assert "never became healthy" in result.reason
+
+
 def test_a_step_below_its_minimum_ends_the_trial(run: Runner, tasks: Path) -> None:
     _multi_step(tasks)
     nop = run("two-steps", NOP)

@@ -25,14 +25,19 @@ def wait_healthy(
     check: Healthcheck,
     record: Callable[[dict[str, Any]], object],
     sleep: Callable[[float], None] = time.sleep,
+    *,
+    user: str | None = "root",
+    unhealthy: Verdict = Verdict.BLOCKED_SETUP,
 ) -> None:
-    """Return once `check` passes in `sandbox`; raise blocked_setup when it cannot.
-    `record` gets what happened (attempts, the last exit code and output)."""
+    """Return once `check` passes in `sandbox`; raise `unhealthy` when it cannot.
+    `record` gets what happened (attempts, the last exit code and output). In an
+    environment the agent has had, the check runs as its user (`user` None: nothing the
+    agent left runs as root) and a failure is the agent's (`unhealthy` fail)."""
     started = time.monotonic()
     attempts: list[dict[str, Any]] = []
     failures = 0
     while True:
-        res = sandbox.exec(["sh", "-c", check.command], timeout=check.timeout_s, user="root")
+        res = sandbox.exec(["sh", "-c", check.command], timeout=check.timeout_s, user=user)
         at = round(time.monotonic() - started, 3)
         tail = (res.stdout + res.stderr)[-2000:]
         attempts.append({"at_s": at, "exit": res.returncode, "timed_out": res.timed_out})
@@ -45,7 +50,7 @@ def wait_healthy(
             record({"command": check.command, "healthy": False, "attempts": attempts, "tail": tail})
             how = "timed out" if res.timed_out else f"exit {res.returncode}"
             raise Outcome(
-                Verdict.BLOCKED_SETUP,
+                unhealthy,
                 f"the environment never became healthy: its healthcheck `{check.command}` "
                 f"failed {failures} time(s) in a row ({how}: {tail.strip()[-300:] or 'no output'})",
             )

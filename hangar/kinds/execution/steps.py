@@ -8,7 +8,8 @@ configuration carry over (processes do not: every process of the agent ends befo
 work is judged). Before a step's agent, its ``workdir/`` files are copied into the
 working directory (and into the pristine copy, so they are not counted as the agent's
 changes) and a ``setup.sh`` among them is run as the agent's user; its healthcheck is
-waited for.
+waited for (after the first step as the agent's user, and one that never passes is then
+the agent's ``fail``: the environment is what it left).
 
 A step whose rewards fall below its ``min_reward`` (a missing one counts as below) ends
 the trial, as does a step that could not be verified. The trial's reward comes from the
@@ -77,8 +78,17 @@ def prepare_step(trial: ImageTaskTrial, sandbox: Sandbox, step: Step) -> None:
                     f"{tail or 'no output'})",
                 )
     if step.healthcheck is not None:
+        # after the first step the environment is what the agent left: its user runs the
+        # check, and a check that never passes is the agent's doing
+        later = trial.step_index > 0
         with trial.phase("healthcheck"):
-            wait_healthy(sandbox, step.healthcheck, lambda r: trial.write("healthcheck.json", r))
+            wait_healthy(
+                sandbox,
+                step.healthcheck,
+                lambda r: trial.write("healthcheck.json", r),
+                user=None if later else "root",
+                unhealthy=Verdict.FAIL if later else Verdict.BLOCKED_SETUP,
+            )
 
 
 def step_record(trial: ImageTaskTrial, step: Step) -> dict[str, Any]:
