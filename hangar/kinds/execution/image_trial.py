@@ -261,7 +261,14 @@ class ImageTaskTrial(SandboxedTrial):
         (self.artifacts / "image.json").write_bytes(image_record)  # the task's, not a snapshot's
         if self.mcp:  # the agent is told of its servers again, in this sandbox
             with self.phase("mcp_start"):
-                self.start_mcp(sandbox)
+                try:
+                    self.start_mcp(sandbox)
+                except Outcome as exc:  # it started before: what changed is the agent's
+                    raise Outcome(
+                        Verdict.FAIL,
+                        f"step {self.whole.steps[self.step_index].name!r}: {exc.reason} "
+                        "(in the environment the agent left)",
+                    ) from exc
         return sandbox
 
     def steps_judged(self, stopped: str) -> None:
