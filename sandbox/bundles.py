@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hangar.errors import ImageBuildError
 from hangar.paths import cache_dir
 from hangar.sandbox import Mount, SandboxSpec, create_sandbox, sandbox_class
+from hangar.sandbox.build_once import built_once
 from hangar.sandbox.bundle_images import pull_bundle, push_bundle, remote_ref
 from hangar.sandbox.debian import runtime_root
 
@@ -55,6 +56,8 @@ MOUNT = "/opt/hangar/agent"
 LOADER = f"{MOUNT}/lib/ld-linux-x86-64.so.2"
 #: Bumped when the layout, the launchers or the patching change: every bundle is rebuilt.
 FORMAT = 1
+#: How long a node waits for another node's build of a bundle before building it itself.
+BUILD_WAIT_S = 1800.0
 #: Folders of a Debian root whose libraries go into ``lib/``.
 _LIB_DIRS = ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "lib64", "usr/lib64")
 #: Parts of a Python standard library a CLI never imports.
@@ -341,13 +344,22 @@ def ensure_bundle(name: str, *, registry: str | None = None, progress: Progress 
     _found.cache_clear()
     target = bundles_dir() / f"{name}-{digest[:16]}"
     target.parent.mkdir(parents=True, exist_ok=True)
-    if registry and pull_bundle(registry, name, digest, target):
-        progress(f"{name}: pulled from {registry}")
+    if registry:
+        shared = registry
+
+        def pull() -> str | None:
+            return "pulled" if pull_bundle(shared, name, digest, target) else None
+
+        def build() -> str:
+            _build_bundle(name, digest, target, progress)
+            progress(f"{name}: pushing to {shared}")
+            push_bundle(shared, name, digest, target)
+            return "built"
+
+        if built_once(f"bundle:{name}:{digest}", pull, build, wait_s=BUILD_WAIT_S) == "pulled":
+            progress(f"{name}: pulled from {registry}")
     else:
         _build_bundle(name, digest, target, progress)
-        if registry:
-            progress(f"{name}: pushing to {registry}")
-            push_bundle(registry, name, digest, target)
     built = _built(name, digest)
     assert built is not None
     return built

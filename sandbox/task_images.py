@@ -4,10 +4,11 @@ A task in the field's formats brings its environment as a build context (Harbor'
 ``environment/``). `ensure_task_image` builds it with the docker SDK, tagged by the
 digest of the context's bytes and of the Dockerfile as mapped, so a second trial of the
 same task on the node finds it built (and two workers building it at once wait for one
-another). An image map rewrites ``FROM`` references (and a task's ``docker_image``) for
-mirrored or offline registries. A build is not a trial: it may use the network the
-machine has (``RUN apt-get install`` of a real task reaches the machine's Debian mirror);
-its log is kept for the evidence.
+another; on a cluster, nodes wait for the one building it: `hangar.sandbox.build_once`).
+An image map rewrites ``FROM`` references (and a task's ``docker_image``) for mirrored
+or offline registries. A build is not a trial: it may use the network the machine has
+(``RUN apt-get install`` of a real task reaches the machine's Debian mirror); its log is
+kept for the evidence.
 
 `stock_image` is the variant of the base image that images like ``debian:*`` or
 ``python:*`` are mapped onto offline: root by default, ``/`` as its working directory,
@@ -31,6 +32,7 @@ import docker.errors
 from hangar.errors import ImageBuildError, ImageNotFound
 from hangar.files import tree_digest
 from hangar.paths import cache_dir
+from hangar.sandbox.build_once import built_once
 from hangar.sandbox.docker import docker_client
 from hangar.sandbox.images import DEFAULT_BASE_TAG, ImageBuildOutcome
 from hangar.sandbox.legacy_dockerfile import for_legacy_builder
@@ -140,16 +142,30 @@ def ensure_task_image(
     locks.mkdir(parents=True, exist_ok=True)
     with (locks / f"{tag.replace('/', '_').replace(':', '_')}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build per tag on the node at a time
-        existing = find_image(tag) or (_pull(registry, tag) if registry else None)
+        existing = find_image(tag)
         if existing is not None:
             return ImageBuildOutcome(tag=tag, image_id=existing, built=False, seconds=0.0)
-        try:
-            built = _build(tag, _tar_context(context, dockerfile, text), dockerfile, timeout_s, log)
-        except ImageBuildError as exc:
-            raise ImageBuildError(f"{exc}{_unpulled_hint(str(exc), text)}") from exc
-        if registry:
-            _push(registry, tag)
-        return built
+
+        def build() -> ImageBuildOutcome:
+            fileobj = _tar_context(context, dockerfile, text)
+            try:
+                built = _build(tag, fileobj, dockerfile, timeout_s, log)
+            except ImageBuildError as exc:
+                raise ImageBuildError(f"{exc}{_unpulled_hint(str(exc), text)}") from exc
+            if registry:
+                _push(registry, tag)
+            return built
+
+        if not registry:
+            return build()
+
+        def pull() -> ImageBuildOutcome | None:
+            pulled = _pull(registry, tag)
+            if pulled is None:
+                return None
+            return ImageBuildOutcome(tag=tag, image_id=pulled, built=False, seconds=0.0)
+
+        return built_once(f"image:{tag}", pull, build, wait_s=timeout_s)
 
 
 #: How a build says it could not fetch an image it starts FROM.

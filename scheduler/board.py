@@ -7,7 +7,8 @@ never starts: only those already running finish. The driver reads
 the board every few seconds and keeps the entries of the trials still in flight, so a
 finished trial, or one killed with its node, leaves the display at once: no second call
 per trial. The `Snapshot` is what the progress display shows: per-node slot use and the
-longest-running trials.
+longest-running trials. The board also says which node builds which image on a cold
+cluster (`hangar.scheduler.builds`).
 """
 
 from __future__ import annotations
@@ -63,8 +64,11 @@ class Board:
     """The Ray actor (one per sweep run); see the module docstring."""
 
     def __init__(self) -> None:
+        from hangar.scheduler.builds import Claims, alive_nodes
+
         self._running: dict[str, Running] = {}
         self._stopping = False
+        self._builds = Claims(alive_nodes)
 
     def start(self, trial_key: str, label: str, node: str) -> bool:
         """Whether the trial may start now (not after `stop`); noted as running if so."""
@@ -89,6 +93,14 @@ class Board:
         keep = set(in_flight)
         self._running = {k: r for k, r in self._running.items() if k in keep}
         return sorted(self._running.values(), key=lambda r: r.started)
+
+    def claim_build(self, tag: str, node: str) -> str:
+        """Whether `node` builds image `tag` now (`hangar.scheduler.builds`)."""
+        return self._builds.claim(tag, node)
+
+    def build_finished(self, tag: str, node: str, ok: bool) -> None:
+        """`node`'s build of `tag` ended (pushed to the sweep's registry when `ok`)."""
+        self._builds.finished(tag, node, ok)
 
 
 def open_board(ray: Any, name: str) -> Any:

@@ -27,7 +27,9 @@ import time
 from typing import Any
 
 from hangar.results import TrialResult
+from hangar.sandbox.build_once import use_coordinator
 from hangar.scheduler.board import Running, this_node, trial_label
+from hangar.scheduler.builds import BoardCoordinator
 from hangar.scheduler.task import localiser
 from hangar.trials import TrialSpec, run_trial
 
@@ -51,6 +53,7 @@ class TrialPool:
         self._started: list[Running] = []
         self._node = this_node()
         if self._board is not None:
+            use_coordinator(BoardCoordinator(self._board, self._node))
             threading.Thread(target=self._note_loop, daemon=True).start()
 
     def run(self, spec: TrialSpec, shipped: Any = None) -> TrialResult | None:

@@ -19,7 +19,9 @@ from typing import Any, cast
 
 from hangar.paths import cache_dir
 from hangar.results import TrialResult
+from hangar.sandbox.build_once import use_coordinator
 from hangar.scheduler.board import this_node, trial_label
+from hangar.scheduler.builds import BoardCoordinator
 from hangar.scheduler.metrics import metric
 from hangar.trials import TrialSpec, run_trial
 from hangar.trials.kind import kind_of
@@ -52,7 +54,8 @@ def run_trial_task(spec: TrialSpec, shipped: Any = None, board: Any = None) -> T
     `shipped` is what the task's kind sent beside the spec (its `shipper`); the trial
     runs from the kind's copy of the task on this node (`localise`), never from the
     driver's paths. `board` (the sweep's `scheduler.board.Board` actor) is told where the
-    trial runs; None when the board refuses it (the sweep is stopping: it never started).
+    trial runs, and says which node builds an image the trial needs; None when the board
+    refuses it (the sweep is stopping: it never started).
     """
 
     gauge = metric("sandboxes")
@@ -62,6 +65,7 @@ def run_trial_task(spec: TrialSpec, shipped: Any = None, board: Any = None) -> T
     if not admitted(board, spec, where):
         gauge.set(0, tags={"node": node})
         return None
+    use_coordinator(BoardCoordinator(board, where) if board is not None else None)
     try:
         spec = spec.model_copy(update={"node": where})
         return run_trial(spec, wait_teardown=False, localise=localiser(shipped))
