@@ -7,7 +7,8 @@ it); `check_node` looks at what a trial there will use: the sandbox engine answe
 the sweep's backend settings: a docker runtime, a Kubernetes namespace), the sweep's
 images are there, the evidence store takes a write and gives it back, the models' key
 variables are set (the model relay runs on the node), and each endpoint the sweep's models
-name (``base_url``) takes a connection from there (a warning naming the node when one does
+name (``base_url``) and each service of the node the tasks' allowlists may reach
+(``network: host_services``) takes a connection from there (a warning naming the node when one does
 not: only the trials that call that model meet it). Any problem but an image stops
 the sweep before any trial with one error that names each node and what to fix. An image
 missing on a node blocks only the scenarios that use it (`missing_images`: the driver
@@ -53,6 +54,8 @@ class Needs(BaseModel):
     endpoints: list[str] = []
     """The models' own endpoints (``base_url``): they must answer from the node, where
     the relay and the chat loop call them."""
+    host_services: list[str] = []
+    """Services of the node itself (``ADDRESS:PORT``) the tasks' allowlists may reach."""
 
 
 class NodeReport(BaseModel):
@@ -81,6 +84,9 @@ def needs_of(sweep: Sweep, evidence_url: str) -> Needs:
         evidence_url=evidence_url,
         key_envs=sorted({m.key_env for m in config.models if m.provider != "none"}),
         endpoints=sorted({m.base_url for m in config.models if m.base_url}),
+        host_services=sorted(
+            {s for task in sweep.tasks for s in kind_of(task.kind).host_services(task)}
+        ),
     )
 
 
@@ -112,6 +118,7 @@ def check_node(needs: Needs, node: str) -> NodeReport:
                 "workers' Secret) and restart the node"
             )
     warnings = [p for url in needs.endpoints if (p := _endpoint_problem(url))]
+    warnings += [p for service in needs.host_services if (p := _host_service_problem(service))]
     return NodeReport(node=node, problems=problems, images=images, warnings=warnings)
 
 
@@ -133,6 +140,21 @@ def _endpoint_problem(url: str) -> str | None:
             else "check the address, and that this node's network reaches it"
         )
         return f"the model endpoint {url} does not answer from this node ({exc}): {hint}"
+
+
+def _host_service_problem(service: str) -> str | None:
+    """Whether a service of the node itself (the sweep's `network: host_services`) takes
+    a connection here; what is wrong, or None."""
+    host, _, port = service.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=ENDPOINT_TIMEOUT_S):
+            return None
+    except OSError as exc:
+        return (
+            f"the host service {service} (the sweep's `network: host_services`) does not "
+            f"answer on this node ({exc}): it is each node's own, so run it on every node "
+            "that runs image tasks (only the trials whose allowlist reaches it meet this)"
+        )
 
 
 def _evidence_problem(url: str, node: str) -> str | None:

@@ -271,6 +271,11 @@ class Kind(ABC):
         """The sandbox image `task`'s trials start (None: no sandbox)."""
         return None
 
+    def host_services(self, task: Task) -> tuple[str, ...]:
+        """Services of the worker itself (``ADDRESS:PORT``) `task`'s trials may reach, for
+        the preflight to ask each node about."""
+        return ()
+
     def token_guess(self, spec: TrialSpec) -> tuple[int, int] | None:
         """(input, output) tokens of a trial's model calls when the task alone tells them (a
         prompt trial's prompt and an answer's allowance), for the estimate of a model's

@@ -208,3 +208,34 @@ def test_a_model_endpoint_must_answer_from_the_node(tmp_path: Path) -> None:
     assert report.problems == [] and len(warnings) == 1
     assert warnings[0].startswith(f"the model endpoint {down} does not")
     assert "127.0.0.1 is each node's own loopback" in warnings[0]
+
+
+def test_a_host_service_of_the_sweep_must_answer_on_each_node(tmp_path: Path) -> None:
+    """The services of the node itself an image task's allowlist may reach (the sweep's
+    `network: host_services`) are asked on each node: one that is not there is a warning
+    saying it is each node's own."""
+    import shutil
+    import socket
+
+    from hangar.scheduler.preflight import needs_of
+    from hangar.scheduler.sweep import load_sweep
+
+    examples = Path(__file__).resolve().parents[2] / "examples" / "harbor"
+    shutil.copytree(examples / "dataset", tmp_path / "dataset")
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        up = f"127.0.0.1:{listening.getsockname()[1]}"
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            down = f"127.0.0.1:{probe.getsockname()[1]}"  # bound, not listening
+        sweep_file = tmp_path / "sweep.yaml"
+        sweep_file.write_text(
+            "id: services\nscenarios: [dataset/fix-median]\n"
+            f"network: {{host_services: ['{up}', '{down}']}}\n"
+            "agents: {oracle: {kind: reference, role: oracle}}\n"
+        )
+        needs = needs_of(load_sweep(sweep_file), (tmp_path / "ev").as_uri())
+        assert needs.host_services == sorted([up, down])
+        report = check_node(needs, "here/abc")
+    assert report.problems == [] and len(report.warnings) == 1, report
+    assert report.warnings[0].startswith(f"the host service {down} (the sweep's")
+    assert "each node's own" in report.warnings[0]

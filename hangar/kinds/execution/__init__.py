@@ -235,6 +235,11 @@ class ExecutionKind(Kind):
         assert isinstance(task, LoadedScenario)
         return task.scenario.image
 
+    def host_services(self, task: Task) -> tuple[str, ...]:
+        """The sweep's `network: host_services`, for an image task (its allowlist's way to
+        the worker's own services)."""
+        return task.host_services if isinstance(task, ImageTask) else ()
+
     def shipper(self, put: Put) -> Any:
         """Each scenario's files and local repository, once."""
         from hangar.kinds.execution.shipping import Shipper
