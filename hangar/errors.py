@@ -58,6 +58,11 @@ class ImageBuildError(ImageError):
     """Building an image (debootstrap + import, or a Dockerfile) failed."""
 
 
+class RegistryError(ImageBuildError):
+    """The sweep's registry could not be asked (a pull or a push failed): the node's
+    problem, not the task's."""
+
+
 class SandboxError(HangarError):
     """A sandbox operation failed."""
 

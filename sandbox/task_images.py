@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import docker.errors
 
-from hangar.errors import ImageBuildError, ImageNotFound
+from hangar.errors import ImageBuildError, ImageNotFound, RegistryError
 from hangar.files import tree_digest
 from hangar.paths import cache_dir
 from hangar.sandbox.build_once import built_once
@@ -209,7 +209,7 @@ def pull_ref(remote: str) -> Image | None:
     except docker.errors.APIError as exc:
         if "not found" in str(exc).lower() or "unknown" in str(exc).lower():
             return None
-        raise ImageBuildError(f"cannot pull {remote}: {exc}") from exc
+        raise RegistryError(f"cannot pull {remote}: {exc}{_registry_hint(str(exc))}") from exc
 
 
 def _push(registry: str, tag: str) -> None:
@@ -225,9 +225,20 @@ def push_ref(remote: str) -> None:
     try:
         for event in docker_client().api.push(repository, tag=version, stream=True, decode=True):
             if "error" in event:
-                raise ImageBuildError(f"cannot push {remote}: {event['error']}")
+                hint = _registry_hint(str(event["error"]))
+                raise RegistryError(f"cannot push {remote}: {event['error']}{hint}")
     except docker.errors.APIError as exc:
-        raise ImageBuildError(f"cannot push {remote}: {exc}") from exc
+        raise RegistryError(f"cannot push {remote}: {exc}{_registry_hint(str(exc))}") from exc
+
+
+def _registry_hint(error: str) -> str:
+    """What to do when the engine would not talk to a registry over plain HTTP."""
+    if "http response to https client" not in error.lower():
+        return ""
+    return (
+        "\nThe registry speaks plain HTTP: give it TLS, or add its address to "
+        "`insecure-registries` in /etc/docker/daemon.json on every node and restart the engine."
+    )
 
 
 def _build(

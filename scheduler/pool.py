@@ -150,12 +150,12 @@ class Pools:
 
 def pool_places(nodes: list[dict[str, Any]], window: int) -> list[str]:
     """The node of each pool to open: about one per core of each alive node, no more than
-    the window holds at `SHARE` trials each, spread over the nodes in turn."""
-    cores = [
-        (n["NodeID"], max(1, int(n["Resources"].get("CPU", 1))))
-        for n in nodes
-        if n.get("Alive", True)
-    ]
+    the window holds at `SHARE` trials each, spread over the nodes in turn. A node without
+    CPUs (a driver that joined only to drive, `hangar.cluster.nodes.join_as_driver`) gets
+    none."""
+    alive = [n for n in nodes if n.get("Alive", True)]
+    cores = [(n["NodeID"], int(n["Resources"].get("CPU", 0))) for n in alive]
+    cores = [(node, c) for node, c in cores if c >= 1] or [(n["NodeID"], 1) for n in alive]
     wanted = max(1, min(sum(c for _, c in cores), -(-window // SHARE)))
     places: list[str] = []
     while len(places) < wanted:

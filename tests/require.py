@@ -4,7 +4,8 @@ Infrastructure tests skip with a reason when their service is missing, except fo
 the services named in ``HANGAR_REQUIRE`` (comma-separated: docker, ray, postgres, s3,
 prometheus, chromium, helm, k8s, disk: trial disks can be mounted, registry: Debian's
 docker-registry, netns: network namespaces can be made, harbor: Harbor's package in
-``.venv-harbor``, `make harbor`), where the same condition
+``.venv-harbor``, `make harbor`, machines: the multi-machine harness's image and wheels,
+tests/machines.py), where the same condition
 fails the test. CI sets it, so CI can never pass by skipping.
 """
 

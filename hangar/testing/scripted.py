@@ -560,8 +560,8 @@ class ScriptedServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, script: Script, port: int = 0) -> None:
-        super().__init__(("127.0.0.1", port), _Handler)
+    def __init__(self, script: Script, port: int = 0, host: str = "127.0.0.1") -> None:
+        super().__init__((host, port), _Handler)
         self.script = script
         self.requests: list[dict[str, Any]] = []
         """Every request but the model checks, as received."""

@@ -29,7 +29,13 @@ from hangar.agents import (
     run_command_agent,
 )
 from hangar.agents.mcp import Installed, McpTools
-from hangar.errors import ConfigError, ImageBuildError, ImageNotFound, MissingPython
+from hangar.errors import (
+    ConfigError,
+    ImageBuildError,
+    ImageNotFound,
+    MissingPython,
+    RegistryError,
+)
 from hangar.models.relay import ModelRelay
 from hangar.models.tunnel import RelayTunnel
 from hangar.models.usage import add as add_usage
@@ -236,6 +242,8 @@ class SandboxedTrial(TrialRun):
         name, _, wanted = agent.bundle.partition("@")
         try:
             bundle = ensure_bundle(name, registry=self.spec.registry)
+        except RegistryError as exc:  # the node's, not the agent's: run again
+            raise Outcome(Verdict.INFRA_ERROR, f"agent {name}'s bundle: {exc}") from exc
         except (ImageBuildError, OSError) as exc:
             raise Outcome(Verdict.BLOCKED_SETUP, f"agent {name}'s bundle: {exc}") from exc
         if not bundle.digest.startswith(wanted):

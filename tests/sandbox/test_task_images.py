@@ -61,3 +61,28 @@ def test_a_base_image_that_cannot_be_fetched_says_to_map_it(
     said = str(caught.value)
     assert "could not fetch the image it starts FROM (hangar-test/absent:1)" in said, said
     assert "--image-map 'hangar-test/absent:1=IMAGE'" in said
+
+
+def test_a_registry_that_does_not_answer_is_the_nodes_problem_not_the_tasks(
+    docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """A pull from a registry that cannot be asked is a `RegistryError` (the trial is an
+    infra_error, run again; a task is never judged broken for it), and an engine that
+    will not speak plain HTTP to it is told how to trust it."""
+    import socket
+
+    from hangar.errors import RegistryError
+    from hangar.sandbox.task_images import _registry_hint
+
+    stock_image()
+    context = tmp_path / "environment"
+    shutil.copytree(DATASET / "hello-file" / "environment", context)
+    (context / "marker").write_text(str(time.time()))  # a context no node has built
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}/h"  # bound, not listening
+        with pytest.raises(RegistryError, match=f"cannot pull {dead}/hangar-task/unreached"):
+            ensure_task_image("unreached", context, registry=dead)
+    seen = 'Get "https://services:5000/v2/": http: server gave HTTP response to HTTPS client'
+    assert "`insecure-registries` in /etc/docker/daemon.json on every node" in _registry_hint(seen)
+    assert _registry_hint("connection refused") == ""

@@ -37,6 +37,7 @@ from hangar.errors import (
     ImageBuildError,
     ImageNotFound,
     MissingPython,
+    RegistryError,
     SandboxError,
     SandboxIsADirectory,
     SandboxUnavailable,
@@ -347,6 +348,8 @@ class ImageTaskTrial(SandboxedTrial):
                 log=self.artifacts / what / "build.log",
                 registry=self.task.registry,
             )
+        except RegistryError as exc:  # the node's, not the task's: run again
+            raise Outcome(Verdict.INFRA_ERROR, f"{what}: {exc}") from exc
         except ImageBuildError as exc:
             raise Outcome(Verdict.BLOCKED_SETUP, f"{what}: {exc}") from exc
         self.write(f"{what}/image.json", outcome.model_dump())
