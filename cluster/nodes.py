@@ -41,6 +41,18 @@ def _ray() -> str:
     return exe
 
 
+#: The resource a node offers trial pools (`hangar.scheduler.pool`): as much as any node
+#: needs. A driver that joins only to drive (`join_as_driver`) has none, so Ray never
+#: places a pool there, even when its scheduling falls back from the pool's node.
+POOL_RESOURCE = "hangar_pools"
+POOL_CAPACITY = 1000
+
+
+def node_resources(sandbox_slots: int) -> dict[str, int]:
+    """The custom resources of a node hangar starts: its sandbox slots and room for pools."""
+    return {"hangar_sandbox": sandbox_slots, POOL_RESOURCE: POOL_CAPACITY}
+
+
 def start_argv(
     *,
     head: bool,
@@ -56,7 +68,7 @@ def start_argv(
         _ray(),
         "start",
         "--disable-usage-stats",
-        f"--resources={json.dumps({'hangar_sandbox': sandbox_slots})}",
+        f"--resources={json.dumps(node_resources(sandbox_slots))}",
         f"--metrics-export-port={metrics_port}",
     ]
     if head:

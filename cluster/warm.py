@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from hangar.cluster.nodes import _marker, _ray, local_head, ray_env
+from hangar.cluster.nodes import _marker, _ray, local_head, node_resources, ray_env
 from hangar.errors import ClusterError
 from hangar.paths import cache_dir
 
@@ -216,7 +216,7 @@ def keep(port: int, slots: int, idle_s: float, poll_s: float = 2.0) -> int:
     argv = [_ray(), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
             "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
             "--no-monitor", "--include-log-monitor=false",
-            f"--resources={json.dumps({'hangar_sandbox': slots})}"]  # fmt: skip
+            f"--resources={json.dumps(node_resources(slots))}"]  # fmt: skip
     child = subprocess.Popen(argv, env=ray_env())
     stopping = False
 

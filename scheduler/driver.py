@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from hangar.cluster.nodes import join_as_driver
+from hangar.cluster.nodes import join_as_driver, node_resources
 from hangar.cluster.reaper import ensure_reapers
 from hangar.errors import ClusterError, ConfigError, RayUnavailable
 from hangar.logs import event
@@ -202,7 +202,7 @@ def _start_embedded(ray: Any, slots: int) -> None:
     # Listen on loopback only; a laptop's sweep is nobody else's business.
     ray.init(
         address="local",  # a new node, even when this machine runs another Ray
-        resources={SANDBOX_RESOURCE: slots},
+        resources=node_resources(slots),
         include_dashboard=False,
         logging_level=logging.WARNING,
         log_to_driver=False,

@@ -26,6 +26,7 @@ import threading
 import time
 from typing import Any
 
+from hangar.cluster.nodes import POOL_RESOURCE
 from hangar.results import TrialResult
 from hangar.sandbox.build_once import use_coordinator
 from hangar.scheduler.board import Running, this_node, trial_label
@@ -132,8 +133,11 @@ class Pools:
     def _open(self) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        places = pool_places(self._ray.nodes(), self._window)
+        nodes = self._ray.nodes()
+        places = pool_places(nodes, self._window)
         actor = self._ray.remote(TrialPool)
+        offered = any(n["Resources"].get(POOL_RESOURCE) for n in nodes if n.get("Alive"))
+        needs = {"resources": {POOL_RESOURCE: 1}} if offered else {}
         for node_id in places:
             here = NodeAffinitySchedulingStrategy(node_id, soft=True)
             self._pools.append(
@@ -143,6 +147,7 @@ class Pools:
                     max_restarts=-1,
                     max_task_retries=self._retries,
                     scheduling_strategy=here,
+                    **needs,
                 ).remote(self._board)
             )
             self._load.append(0)
@@ -154,6 +159,8 @@ def pool_places(nodes: list[dict[str, Any]], window: int) -> list[str]:
     CPUs (a driver that joined only to drive, `hangar.cluster.nodes.join_as_driver`) gets
     none."""
     alive = [n for n in nodes if n.get("Alive", True)]
+    offering = [n for n in alive if n["Resources"].get(POOL_RESOURCE)]
+    alive = offering or alive  # a cluster not started by hangar offers none
     cores = [(n["NodeID"], int(n["Resources"].get("CPU", 0))) for n in alive]
     cores = [(node, c) for node, c in cores if c >= 1] or [(n["NodeID"], 1) for n in alive]
     wanted = max(1, min(sum(c for _, c in cores), -(-window // SHARE)))

@@ -474,25 +474,35 @@ evidence: s3://hangar/sweeps
 evidence_endpoint: http://services:{s3}
 """
 
-#: Checks the driver runs after a sweep (with hangar's interpreter): every trial's final
-#: attempt, its verdict and node, and whether the evidence object at its URI has the
-#: sha256 the store recorded.
+#: Checks the driver runs after sweeps (with hangar's interpreter; arguments: the store,
+#: the sweep ids comma-separated, the S3 endpoint): per sweep, every trial's final attempt,
+#: its verdict and node, and whether the evidence object at its URI has the sha256 the
+#: store recorded; and every task image a trial used, by tag: [node, built, image id].
 CHECK = """
-import hashlib, json, sys
+import hashlib, io, json, sys, tarfile
+from urllib.parse import urlparse
 import boto3
 from hangar.store import ResultsStore
-from urllib.parse import urlparse
 store = ResultsStore(sys.argv[1], create=False)
 s3 = boto3.client("s3", endpoint_url=sys.argv[3])
-out = {"final": {}, "attempts": 0, "mismatched": []}
-for r in store.results(sys.argv[2]):
-    out["final"][r.trial_key] = {"verdict": str(r.verdict.value), "node": r.node,
-        "reason": r.reason[:300], "scenario": r.scenario_id, "agent": r.agent}
-    where = urlparse(r.evidence_uri)
-    body = s3.get_object(Bucket=where.netloc, Key=where.path.lstrip("/"))["Body"].read()
-    if hashlib.sha256(body).hexdigest() != (r.evidence_sha256 or "").removeprefix("sha256:"):
-        out["mismatched"].append(r.trial_key)
-out["attempts"] = sum(1 for _ in store.results(sys.argv[2], all_attempts=True))
+out = {"sweeps": {}, "builds": {}}
+for sweep in sys.argv[2].split(","):
+    mine = out["sweeps"][sweep] = {"final": {}, "mismatched": []}
+    for r in store.results(sweep):
+        mine["final"][r.trial_key] = {"verdict": str(r.verdict.value), "node": r.node,
+            "reason": r.reason[:300], "scenario": r.scenario_id, "agent": r.agent, "arm": r.arm}
+        where = urlparse(r.evidence_uri)
+        body = s3.get_object(Bucket=where.netloc, Key=where.path.lstrip("/"))["Body"].read()
+        if hashlib.sha256(body).hexdigest() != (r.evidence_sha256 or "").removeprefix("sha256:"):
+            mine["mismatched"].append(r.trial_key)
+        with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+            for m in tar.getmembers():
+                if m.isfile() and m.name.endswith("image.json"):
+                    image = json.load(tar.extractfile(m))
+                    if str(image.get("tag", "")).startswith("hangar-task/"):
+                        out["builds"].setdefault(image["tag"], []).append(
+                            [r.node.split("/")[0], image["built"], image["image_id"]])
+    mine["attempts"] = sum(1 for _ in store.results(sweep, all_attempts=True))
 print(json.dumps(out))
 """
 

@@ -167,7 +167,7 @@ def ray_local() -> Iterator[None]:
         skip_or_fail("ray", "ray is not installed")
     if not ray.is_initialized():
         ray.init(
-            resources={"hangar_sandbox": 2},
+            resources={"hangar_sandbox": 2, "hangar_pools": 1000},
             include_dashboard=False,
             log_to_driver=False,
             num_cpus=2,

@@ -68,14 +68,15 @@ def test_the_guide_runs_verbatim_and_a_driver_off_the_cluster_runs_a_mixed_sweep
             continue
         out = driver.sh(f"cd work && {cluster.filled(step.command, driver)}", check=False)
         assert "Traceback" not in out, out
-    final = json.loads(
+    checked = json.loads(
         driver.sh(
-            f"cd work && ~/.hangar/bin/python -c {shlex.quote(CHECK)} {STORE} machines "
-            f"http://services:{S3_PORT}"
+            f"cd work && ~/.hangar/bin/python -c {shlex.quote(CHECK)} {STORE} "
+            f"machines,validate-machines http://services:{S3_PORT}"
         )
         .strip()
         .splitlines()[-1]
     )
+    final = checked["sweeps"]["machines"]
     results = final["final"]
     verdicts = Counter(
         (r["scenario"].split(":")[0], r["agent"], r["verdict"]) for r in results.values()
@@ -94,9 +95,11 @@ def test_the_guide_runs_verbatim_and_a_driver_off_the_cluster_runs_a_mixed_sweep
     nodes = Counter(r["node"].split("/")[0] for r in results.values())
     assert set(nodes) == {"head", "worker"}, nodes
     assert cluster.sandboxes() == {"head": [], "worker": []}
-    # Each Harbor task image was built once: the same image id on both nodes.
-    ids = {
-        m.name: set(m.sh("docker images -q --no-trunc 'hangar-task/fix-median'").split())
-        for m in cluster.having("node")
-    }
-    assert ids["head"] and ids["head"] == ids["worker"], ids
+    # Each Harbor task image was built once (validation and sweep): one image id on every
+    # node that ran it, pulled by the others from the registry.
+    builds = checked["builds"]
+    assert len(builds) == 2, builds  # fix-median and count-lines
+    for tag, uses in builds.items():
+        assert sum(1 for _, built, _ in uses if built) == 1, (tag, uses)
+        assert len({image for _, _, image in uses}) == 1, (tag, uses)
+    assert not checked["sweeps"]["validate-machines"]["mismatched"]

@@ -38,9 +38,12 @@ def test_pools_are_about_one_per_core_and_each_holds_a_share_of_the_window() -> 
     assert pool_places(nodes, 32) == ["a", "b", "a", "b"]  # spread over the nodes in turn
     assert pool_places(nodes, 1000) == ["a", "b", "a", "b", "b", "b"]  # a core each at most
     assert pool_places([{"NodeID": "c", "Resources": {}}], 64) == ["c"]  # no CPU said: one
-    # A driver that joined without CPUs to drive (not a node) runs no pool.
+    # A driver that joined without CPUs to drive (not a node) runs no pool; nor does a node
+    # that offers no room for pools when others do (hangar's nodes do).
     driver = {"NodeID": "driver", "Alive": True, "Resources": {"CPU": 0.0}}
     assert "driver" not in pool_places([driver, *nodes], 1000)
+    mine = {"NodeID": "mine", "Alive": True, "Resources": {"CPU": 1.0, "hangar_pools": 1000}}
+    assert pool_places([mine, *nodes], 1000) == ["mine"]
 
 
 @pytest.fixture
