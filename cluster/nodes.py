@@ -198,7 +198,6 @@ def join_as_driver(address: str) -> tuple[str, Callable[[], None]] | None:
     if ip in local_raylets(gcs):
         return None
     need_token()
-    manager_port = _free_port()
     run_ray(
         [
             _ray(),
@@ -208,11 +207,10 @@ def join_as_driver(address: str) -> tuple[str, Callable[[], None]] | None:
             "--num-cpus=0",
             "--resources={}",
             f"--node-ip-address={ip}",
-            f"--node-manager-port={manager_port}",
             f"--metrics-export-port={_free_port()}",
         ]
     )
-    return ip, lambda: _end_processes(f"--node_manager_port={manager_port}")
+    return ip, lambda: _end_processes(_of_node(gcs, ip))
 
 
 def source_ip(host: str) -> str:
@@ -242,15 +240,23 @@ def _command_lines() -> dict[int, list[str]]:
     return lines
 
 
-def _end_processes(marker: str) -> None:
-    """SIGTERM the processes whose command line holds `marker`, and their children."""
+def _of_node(gcs: str, ip: str) -> Callable[[list[str]], bool]:
+    """Whether a command line is a Ray process of the node at `ip` of the cluster whose
+    GCS is `gcs` (its raylet, log monitor, agents: each names both)."""
+    wanted_gcs = {f"--gcs-address={gcs}", f"--gcs_address={gcs}"}
+    wanted_ip = {f"--node-ip-address={ip}", f"--node_ip_address={ip}"}
+    return lambda args: bool(wanted_gcs & set(args)) and bool(wanted_ip & set(args))
+
+
+def _end_processes(ours: Callable[[list[str]], bool]) -> None:
+    """SIGTERM the processes whose command line is `ours`, and their children."""
     lines = _command_lines()
     parents: dict[int, int] = {}
     for pid in lines:
         with contextlib.suppress(OSError, ValueError, IndexError):
             stat = Path(f"/proc/{pid}/stat").read_text()
             parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
-    doomed = {pid for pid, args in lines.items() if marker in args}
+    doomed = {pid for pid, args in lines.items() if ours(args)}
     grew = True
     while grew:
         more = {pid for pid, ppid in parents.items() if ppid in doomed} - doomed

@@ -165,7 +165,9 @@ class Machine:
 
     def background(self, command: str, log: str) -> None:
         """Start `command` in the background, its output in `log` (in the machine)."""
-        docker("exec", "-d", "-w", "/root", self.container, "bash", "-c", f"{command} >{log} 2>&1")
+        docker(
+            "exec", "-d", "-w", "/root", self.container, "bash", "-c", f"({command}) >{log} 2>&1"
+        )
 
     def put(self, source: Path, target: str) -> None:
         """Copy the host's `source` (a file or a folder) to `target` in the machine."""

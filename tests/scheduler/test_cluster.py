@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import psutil
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -502,6 +503,13 @@ def test_a_driver_on_a_machine_that_is_no_node_attaches(tmp_path: Path) -> None:
                 30,
                 "the driver's node to leave",
             )
+            # all of it: its log monitor and agents too, not only its raylet
+            wait_for(
+                lambda: not [p for p in psutil.process_iter(["cmdline"])
+                             if f"--node-ip-address={there}" in (p.info["cmdline"] or [])],
+                30,
+                "every process of the driver's node to end",
+            )  # fmt: skip
         finally:
             kill_processes(ray_tmp)
             kill_processes(f"--gcs-address={here}:{port}")
