@@ -32,8 +32,6 @@ sys.path.insert(0, str(ROOT))
 
 from tests.machines import (  # noqa: E402
     CHECK,
-    EXAMPLES,
-    MODEL_PORT,
     S3_PORT,
     Machines,
     guide_steps,
@@ -125,12 +123,6 @@ def main() -> None:
         started = time.monotonic()
         cluster.follow_guide(until="the driver")
         print(f"the guide's set-up on 5 machines: {time.monotonic() - started:.0f} s", flush=True)
-        services = cluster.having("services")[0]
-        services.put(EXAMPLES / "decision", "/root/decision")
-        services.background(
-            f"hangar model serve decision/scripted-model.yaml --host 0.0.0.0 --port {MODEL_PORT}",
-            "/var/log/model.log",
-        )
         times = {}
         for sweep_id, fault, target in (
             ("clean", None, ""),

@@ -41,6 +41,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "guides" / "clusters.md"
+EXAMPLES = ROOT / "examples"
 
 MACHINE_DOCKERFILE = """\
 FROM {base}
@@ -307,7 +308,8 @@ class Machines:
         self._wait(m, "docker info >/dev/null 2>&1", "its docker engine")
 
     def _services(self, m: Machine) -> None:
-        """PostgreSQL, S3 (moto's server) and a registry, on the services machine."""
+        """PostgreSQL, S3 (moto's server), a registry and the scripted model, on the
+        services machine."""
         m.sh(
             "cfg=$(ls -d /etc/postgresql/*/main) && "
             "echo \"listen_addresses = '*'\" >> $cfg/postgresql.conf && "
@@ -318,6 +320,18 @@ class Machines:
         )
         m.sh("python3 -m venv /opt/moto && /opt/moto/bin/pip install -q 'moto[server]>=5,<6'")
         m.background(f"/opt/moto/bin/moto_server -H 0.0.0.0 -p {S3_PORT}", "/var/log/moto.log")
+        # The scripted model (hangar's, from the clone, in a virtualenv of its own), for
+        # the decision suite's prompt trials: the models' endpoint on another machine.
+        m.put(EXAMPLES / "decision", "/srv/model/decision")
+        m.sh(
+            "git clone -q /srv/hangar.git /srv/model/hangar && python3 -m venv /opt/model && "
+            "/opt/model/bin/pip install -q /srv/model/hangar"
+        )
+        m.background(
+            "cd /srv/model && /opt/model/bin/hangar model serve decision/scripted-model.yaml "
+            f"--host 0.0.0.0 --port {MODEL_PORT}",
+            "/var/log/model.log",
+        )
         m.sh(
             "mkdir -p /etc/docker/registry && printf 'version: 0.1\\nstorage:\\n  filesystem:\\n"
             "    rootdirectory: /var/lib/registry\\nhttp:\\n  addr: 0.0.0.0:%s\\n' "
@@ -449,8 +463,6 @@ def machines(names: dict[str, set[str]], work: Path, wheels: Path) -> Any:
     finally:
         harness.down()
 
-
-EXAMPLES = ROOT / "examples"
 
 SWEEP = """\
 # The harness's sweep: execution scenarios (a repository bundle, a local git folder),

@@ -12,8 +12,6 @@ import pytest
 
 from tests.machines import (
     CHECK,
-    EXAMPLES,
-    MODEL_PORT,
     S3_PORT,
     Machines,
     guide_steps,
@@ -50,12 +48,6 @@ def test_the_guide_runs_verbatim_and_a_driver_off_the_cluster_runs_a_mixed_sweep
     assert "token: /root/.ray/auth_token" in said
     assert f"hangar cluster join {head}:6379" in said
     assert f"joined {head}:6379 with 4 sandbox slots" in said
-    services = cluster.having("services")[0]
-    services.put(EXAMPLES / "decision", "/root/decision")
-    services.background(
-        f"hangar model serve decision/scripted-model.yaml --host 0.0.0.0 --port {MODEL_PORT}",
-        "/var/log/model.log",
-    )
     sweep = write_sweep(tmp_path / "work", "machines")
     driver = cluster.driver
     driver.put(sweep.parent, "/root/work")
