@@ -42,10 +42,14 @@ _DEFAULT_KEY = {
     "openai": "OPENAI_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
     "google": "GEMINI_API_KEY",
+    "azure": "AZURE_OPENAI_API_KEY",
 }
 _DEFAULT_API = {"openai": "chat", "anthropic": "messages", "google": "gemini"}
 #: Where the providers' own tools look for a base URL, besides ``<PROVIDER>_BASE_URL``.
-_BASE_ENV = {"google": ("GOOGLE_GEMINI_BASE_URL", "GEMINI_BASE_URL")}
+_BASE_ENV = {
+    "google": ("GOOGLE_GEMINI_BASE_URL", "GEMINI_BASE_URL"),
+    "azure": ("AZURE_OPENAI_ENDPOINT",),
+}
 
 
 class ModelSpec(BaseModel):
@@ -55,9 +59,10 @@ class ModelSpec(BaseModel):
 
     id: str
     """Model id as the provider knows it (``none``: no model)."""
-    provider: Literal["openai", "anthropic", "google", "none"] = "openai"
+    provider: Literal["openai", "anthropic", "google", "azure", "none"] = "openai"
     """API family; ``openai`` covers every OpenAI-compatible endpoint; ``google`` is the
-    Gemini API (``models/{model}:generateContent``)."""
+    Gemini API (``models/{model}:generateContent``); ``azure`` is Azure OpenAI (OpenAI's
+    API at a deployment: `deployment`, `api_version`, `hangar.models.dialects`)."""
     base_url: str | None = None
     """Endpoint (default: the provider's public API)."""
     api_key_env: str | None = None
@@ -66,6 +71,11 @@ class ModelSpec(BaseModel):
     api: Literal["chat", "responses", "messages", "gemini"] | None = None
     """The API chat agents use (default: chat for openai, messages for anthropic, gemini
     for google)."""
+    deployment: str | None = None
+    """Azure OpenAI: the deployment serving the model (default: the model id)."""
+    api_version: str | None = None
+    """Azure OpenAI: the ``api-version`` of the deployments API (``2024-10-21``); without
+    one, Azure's v1 API (``/openai/v1``)."""
     price: Price | None = None
     """USD per 1M tokens; default: the genai-prices table."""
     price_provider: str | None = None
@@ -129,7 +139,14 @@ class ModelSpec(BaseModel):
 
 
 def check_keys(models: list[ModelSpec]) -> None:
-    """Every model that calls a provider has its key here (before any trial starts)."""
+    """Every model that calls a provider has its key here, and an endpoint where the
+    provider has no public one (before any trial starts)."""
     for model in models:
         if model.provider != "none":
             model.api_key()
+        if model.provider == "azure" and not model.endpoint:
+            raise ConfigError(
+                f"model {model.id!r} (Azure OpenAI) needs its resource's endpoint: "
+                "`base_url: https://RESOURCE.openai.azure.com` in the sweep, or "
+                "AZURE_OPENAI_ENDPOINT in the environment"
+            )

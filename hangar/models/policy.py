@@ -329,6 +329,24 @@ class PolicyTransport:
         self.policy, self.http, self.on_refused = policy, http, on_refused
         self.inner = http.HTTPTransport(verify=ssl_context(http.__name__))
 
+    def _dialect(self, request: Any, path: str, body: dict[str, Any] | None) -> Any:
+        """`request` as the model's provider dialect wants it (`hangar.models.dialects`):
+        its URL, its key's header, its body."""
+        from hangar.models.dialects import upstream
+
+        model = self.policy.model
+        raw = request.url.query
+        query = raw.decode() if isinstance(raw, bytes) else str(raw)
+        call = upstream(model, model.api_key(), path, query, body)
+        dropped = {"content-length", "authorization", "api-key", "x-api-key", "host"}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in dropped}
+        headers.update(call.headers)
+        content = json.dumps(call.body).encode() if call.body is not None else b""
+        return self.http.Request(
+            request.method, call.url, headers=headers, content=content,
+            extensions=request.extensions,
+        )  # fmt: skip
+
     def handle_request(self, request: Any) -> Any:
         """Judge the request; forward it (rewritten) or answer it here."""
         http, endpoint = self.http, self.policy.model.endpoint
@@ -347,7 +365,9 @@ class PolicyTransport:
             self.on_refused(path, decision.reason)
             error = {"error": {"type": "hangar_relay", "message": f"hangar: {decision.reason}"}}
             return http.Response(403, json=error, request=request)
-        if decision.body is not None and decision.body != body:
+        if self.policy.model.provider == "azure":  # OpenAI's API at Azure's paths
+            request = self._dialect(request, path, decision.body)
+        elif decision.body is not None and decision.body != body:
             headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
             request = http.Request(
                 request.method,

@@ -40,6 +40,7 @@ from urllib.parse import parse_qsl, urlencode
 import httpx
 
 from hangar.models import ModelSpec
+from hangar.models.dialects import Upstream, upstream
 from hangar.models.errors import classify
 from hangar.models.policy import RelayPolicy
 from hangar.models.pricing import cost_of
@@ -225,8 +226,8 @@ class ModelRelay:
                 **(payload.get("stream_options") or {}),
                 "include_usage": True,
             }
-        url = f"{self.model.endpoint}{api_path}" + (f"?{raw_query}" if raw_query else "")
-        self._forward(h, h.command, path, api_path, url, json.dumps(payload).encode(), stream)
+        call = upstream(self.model, self._key, api_path, raw_query, payload)
+        self._forward(h, path, api_path, call, stream)
 
     def provider_error(self) -> ProviderError | None:
         """The provider's failure that is not the agent's: a refused key, or a failure
@@ -246,22 +247,14 @@ class ModelRelay:
         h.end_headers()
         h.wfile.write(raw)
 
-    def _forward(
-        self,
-        h: _Handler,
-        method: str,
-        path: str,
-        api_path: str,
-        url: str,
-        body: bytes,
-        stream: bool,
-    ) -> None:
+    def _forward(self, h: _Handler, path: str, api_path: str, call: Upstream, stream: bool) -> None:
+        method = h.command
         started = time.monotonic()
         seen = bytearray()
         sent: list[int] = []  # the status, once it went back to the agent
         error, agent_gone = "", False
         try:
-            self._stream_back(h, method, url, body, seen, sent)
+            self._stream_back(h, call, seen, sent)
         except httpx.TimeoutException as exc:
             error = f"upstream timed out after {self.timeout_s:g} s ({type(exc).__name__})"
             if not sent:
@@ -295,21 +288,16 @@ class ModelRelay:
             usage=usage.model_dump() if usage is not None else None,
         )
 
-    def _stream_back(
-        self, h: _Handler, method: str, url: str, body: bytes, seen: bytearray, sent: list[int]
-    ) -> None:
-        """Send the call upstream with the real key and stream the answer back to the
-        agent as it comes (the first 10 MiB kept in `seen` for metering); its status goes
-        into `sent` as soon as it is sent back (after that, no error reply can be)."""
+    def _stream_back(self, h: _Handler, call: Upstream, seen: bytearray, sent: list[int]) -> None:
+        """Send the call upstream with the real key (`call`: the dialect's URL, key and
+        body) and stream the answer back to the agent as it comes (the first 10 MiB kept
+        in `seen` for metering); its status goes into `sent` as soon as it is sent back
+        (after that, no error reply can be)."""
         headers = {k: v for k, v in h.headers.items() if k.lower() in _FORWARD}
         headers["Accept-Encoding"] = "identity"
-        if self.model.provider == "anthropic":
-            headers["x-api-key"] = self._key
-        elif self.model.provider == "google":
-            headers["x-goog-api-key"] = self._key
-        else:
-            headers["Authorization"] = f"Bearer {self._key}"
-        with self._client.stream(method, url, content=body, headers=headers) as up:
+        headers.update(call.headers)
+        body = json.dumps(call.body).encode() if call.body is not None else b""
+        with self._client.stream(h.command, call.url, content=body, headers=headers) as up:
             sent.append(up.status_code)
             h.send_response(up.status_code)
             for name in _BACK:

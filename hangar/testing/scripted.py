@@ -3,7 +3,9 @@
 It speaks OpenAI Chat Completions (``/v1/chat/completions``), OpenAI Responses
 (``/v1/responses``), Anthropic Messages (``/v1/messages``) and the Gemini API
 (``/v1beta/models/{model}:generateContent``, ``:streamGenerateContent`` as SSE,
-``:countTokens``), streaming and not, and answers from a script file:
+``:countTokens``), and Azure OpenAI's paths for OpenAI's API (``/openai/deployments/
+{deployment}/chat/completions?api-version=...``, ``/openai/v1/...``: the deployment is the
+model), streaming and not, and answers from a script file:
 
 ```yaml
 conversations:
@@ -155,6 +157,8 @@ def _text(content: Any) -> str:
 
 
 #: A Gemini API call's path: its model and method.
+#: Azure OpenAI's deployments API (the model is the deployment in the path).
+AZURE_DEPLOYMENT_PATH = re.compile(r"^/openai/deployments/(?P<deployment>[^/]+)/")
 GEMINI_PATH = re.compile(
     r"^/v1(?:beta|alpha)?/models/(?P<model>[^/:]+):(?P<verb>generateContent|streamGenerateContent|countTokens)$"
 )
@@ -489,7 +493,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         path = self.path.split("?")[0].rstrip("/")
         gemini = GEMINI_PATH.match(path)
+        azure = AZURE_DEPLOYMENT_PATH.match(path)
         model = gemini["model"] if gemini else str(body.get("model", ""))
+        model = azure["deployment"] if azure else model
         first, turn = _conversation(path, body)
         self._record(body, turn, check=turn == 0 and first.strip() == CHECK_USER)
         known = self.server.script.models
