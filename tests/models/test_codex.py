@@ -117,3 +117,29 @@ def test_codex_calls_a_pinned_mcp_server_in_its_sandbox(
         lambda model: ask_with_the_server(codex_image, "codex", model, tmp_path),
     )  # fmt: skip
     check_the_server_answered(result, requests)
+
+
+def test_codex_reaches_an_azure_deployment_through_the_relay(
+    codex_image: str,
+    scripted_server: ScriptedServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Codex speaks OpenAI's Responses API to the relay; the relay calls the Azure
+    deployment (Azure's Responses path, its api-version, the key in ``api-key``)."""
+    monkeypatch.setenv("HANGAR_TEST_AZURE_KEY", "azure-codex-test")
+    model = ModelSpec(
+        id="scripted-codex",
+        provider="azure",
+        base_url=scripted_server.url,
+        api_version="2025-04-01-preview",
+        api_key_env="HANGAR_TEST_AZURE_KEY",
+        price=Price(input=1.25, output=10.0, cached_input=0.125),
+    )
+    result = fix_the_example(codex_image, "codex", model, tmp_path)
+    assert result.verdict is Verdict.PASS, result.reason
+    calls = scripted_server.requests
+    assert [r["path"] for r in calls] == ["/openai/responses"] * 3
+    assert all(r["query"] == "api-version=2025-04-01-preview" for r in calls)
+    assert all(r["headers"].get("api-key") == "azure-codex-test" for r in calls)
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (4500, 190)
