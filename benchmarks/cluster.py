@@ -77,6 +77,7 @@ def run_sweep(cluster: Machines, fault: str | None = None, target: str = "") -> 
             if "validate" in step:
                 driver.sh(f"cd work && {step}", check=False)
             continue
+        driver.sh("rm -f /root/run.rc /root/run.log")
         started = time.monotonic()
         driver.background(f"cd work && {step}; echo $? > /root/run.rc", "/root/run.log")
         at: dict[str, float] = {}

@@ -400,7 +400,7 @@ class SweepRunner:
                 self.tally.verdicts[verdict] += n
             return self.tally
         self._check_models(final)
-        needs = tuple(sorted({m.key_env for m in config.models if m.provider != "none"}))
+        needs = tuple(sorted({m.key_env for m in config.models if m.key_env}))
         slots = connect(self.address, config.concurrency.sandbox_slots, needs)
         import ray  # after connect(), which sets Ray's environment first
 

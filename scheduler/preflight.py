@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel
 
 from hangar.errors import HangarError, PreflightFailed
+from hangar.models import ModelSpec
 from hangar.sandbox import sandbox_class
 from hangar.sandbox.config import BackendConfig
 from hangar.scheduler.sweep import Sweep
@@ -56,6 +57,8 @@ class Needs(BaseModel):
     the relay and the chat loop call them."""
     host_services: list[str] = []
     """Services of the node itself (``ADDRESS:PORT``) the tasks' allowlists may reach."""
+    signed: list[ModelSpec] = []
+    """Models whose calls the node signs with its own cloud credentials (Bedrock)."""
 
 
 class NodeReport(BaseModel):
@@ -82,7 +85,8 @@ def needs_of(sweep: Sweep, evidence_url: str) -> Needs:
         backend=config.backend if sandboxed else None,
         images=images if sandboxed else [],
         evidence_url=evidence_url,
-        key_envs=sorted({m.key_env for m in config.models if m.provider != "none"}),
+        key_envs=sorted({m.key_env for m in config.models if m.key_env}),
+        signed=[m for m in config.models if m.provider == "bedrock"],
         endpoints=sorted({m.base_url for m in config.models if m.base_url}),
         host_services=sorted(
             {s for task in sweep.tasks for s in kind_of(task.kind).host_services(task)}
@@ -117,6 +121,11 @@ def check_node(needs: Needs, node: str) -> NodeReport:
                 "environment of `hangar cluster start` / `hangar cluster join` (or the "
                 "workers' Secret) and restart the node"
             )
+    for model in needs.signed:
+        try:
+            model.api_key()  # the node's credentials and region, as the relay will sign
+        except HangarError as exc:
+            problems.append(str(exc))
     warnings = [p for url in needs.endpoints if (p := _endpoint_problem(url))]
     warnings += [p for service in needs.host_services if (p := _host_service_problem(service))]
     return NodeReport(node=node, problems=problems, images=images, warnings=warnings)

@@ -455,7 +455,7 @@ def run_chat_agent(
     except Exception as exc:  # a missing SDK or key: the run cannot start
         trace.event("agent_end", error=str(exc))
         return AgentRun(reason=f"the chat agent could not start: {exc}"), usage
-    provider = model.price_provider or model.provider
+    provider = model.price_table
     for turn in range(1, agent.max_turns + 1):
         left = deadline - time.monotonic()
         if left <= 0:

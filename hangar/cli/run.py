@@ -290,7 +290,7 @@ def _warn_unpriced(models: list[Any]) -> None:
     from hangar.models.pricing import has_price
 
     for m in models:
-        if m.provider != "none" and not has_price(m.id, m.price_provider or m.provider, m.price):
+        if m.provider != "none" and not has_price(m.id, m.price_table, m.price):
             err_console.print(
                 f"[yellow]no price for model {escape(m.id)}:[/] its cost is recorded as 0 "
                 "(set `price: {input: USD, output: USD}` per 1M tokens in the sweep)",

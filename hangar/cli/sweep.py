@@ -97,7 +97,7 @@ def _unpriced(models: list[Any]) -> dict[str, str]:
 
     found: dict[str, str] = {}
     for model in models:
-        provider = model.price_provider or model.provider
+        provider = model.price_table
         if model.provider == "none" or has_price(model.id, provider, model.price):
             continue
         near = nearest_priced(model.id, provider)

@@ -44,7 +44,14 @@ _DEFAULT_KEY = {
     "google": "GEMINI_API_KEY",
     "azure": "AZURE_OPENAI_API_KEY",
 }
-_DEFAULT_API = {"openai": "chat", "anthropic": "messages", "google": "gemini"}
+_DEFAULT_API = {
+    "openai": "chat",
+    "anthropic": "messages",
+    "google": "gemini",
+    "bedrock": "messages",
+}
+_FAMILY = {"anthropic": "anthropic", "bedrock": "anthropic", "google": "google"}
+_PRICES = {"bedrock": "aws"}
 #: Where the providers' own tools look for a base URL, besides ``<PROVIDER>_BASE_URL``.
 _BASE_ENV = {
     "google": ("GOOGLE_GEMINI_BASE_URL", "GEMINI_BASE_URL"),
@@ -59,10 +66,12 @@ class ModelSpec(BaseModel):
 
     id: str
     """Model id as the provider knows it (``none``: no model)."""
-    provider: Literal["openai", "anthropic", "google", "azure", "none"] = "openai"
+    provider: Literal["openai", "anthropic", "google", "azure", "bedrock", "none"] = "openai"
     """API family; ``openai`` covers every OpenAI-compatible endpoint; ``google`` is the
     Gemini API (``models/{model}:generateContent``); ``azure`` is Azure OpenAI (OpenAI's
-    API at a deployment: `deployment`, `api_version`, `hangar.models.dialects`)."""
+    API at a deployment: `deployment`, `api_version`); ``bedrock`` is Anthropic's models
+    on Amazon Bedrock (the Messages API, signed with the node's AWS credentials: `region`).
+    See `hangar.models.dialects`."""
     base_url: str | None = None
     """Endpoint (default: the provider's public API)."""
     api_key_env: str | None = None
@@ -76,6 +85,8 @@ class ModelSpec(BaseModel):
     api_version: str | None = None
     """Azure OpenAI: the ``api-version`` of the deployments API (``2024-10-21``); without
     one, Azure's v1 API (``/openai/v1``)."""
+    region: str | None = None
+    """Amazon Bedrock: the AWS region (default: ``AWS_REGION``, else ``AWS_DEFAULT_REGION``)."""
     price: Price | None = None
     """USD per 1M tokens; default: the genai-prices table."""
     price_provider: str | None = None
@@ -105,10 +116,36 @@ class ModelSpec(BaseModel):
     @property
     def endpoint(self) -> str:
         """The base URL requests go to: `base_url`, else the host's ``OPENAI_BASE_URL`` /
-        ``ANTHROPIC_BASE_URL`` (as the providers' SDKs read them), else the public API."""
+        ``ANTHROPIC_BASE_URL`` (as the providers' SDKs read them), else the public API (for
+        Bedrock, the region's runtime endpoint)."""
         names = (f"{self.provider.upper()}_BASE_URL", *_BASE_ENV.get(self.provider, ()))
         from_env = next((os.environ[n] for n in names if os.environ.get(n)), "")
-        return (self.base_url or from_env or _DEFAULT_BASE.get(self.provider, "")).rstrip("/")
+        public = _DEFAULT_BASE.get(self.provider, "")
+        if self.provider == "bedrock" and self.aws_region:
+            public = f"https://bedrock-runtime.{self.aws_region}.amazonaws.com"
+        return (self.base_url or from_env or public).rstrip("/")
+
+    @property
+    def family(self) -> str:
+        """The API its callers speak: ``openai``, ``anthropic`` or ``google`` (Azure
+        OpenAI speaks OpenAI's, Bedrock Anthropic's)."""
+        return _FAMILY.get(self.provider, "openai")
+
+    @property
+    def price_table(self) -> str:
+        """The provider id of its prices: `price_provider`, else the provider's (a cloud's
+        own: Bedrock's are ``aws``)."""
+        return self.price_provider or _PRICES.get(self.provider, self.provider)
+
+    @property
+    def aws_region(self) -> str:
+        """Bedrock's region: `region`, else the environment's."""
+        return (
+            self.region
+            or os.environ.get("AWS_REGION")
+            or os.environ.get("AWS_DEFAULT_REGION")
+            or ""
+        )
 
     @property
     def key_env(self) -> str:
@@ -127,7 +164,13 @@ class ModelSpec(BaseModel):
         return self.api or _DEFAULT_API.get(self.provider, "chat")
 
     def api_key(self) -> str:
-        """The key, from this host's environment; a clear error when it is not set."""
+        """The key, from this host's environment; a clear error when it is not set.
+        Bedrock has none: the node's AWS credentials sign each call (checked here)."""
+        if self.provider == "bedrock":
+            from hangar.models.dialects import aws_credentials
+
+            aws_credentials(self)
+            return ""
         key = os.environ.get(self.key_env, "")
         if not key:
             raise ConfigError(

@@ -153,7 +153,7 @@ def complete(
             trace.event("model_error", error=error)
         upstream = None if refusals else provider_error_of(exc, model)
         return Completion(error=error, provider_error=upstream, refused=refusals)
-    usage = cost_of(usage, model.id, model.price_provider or model.provider, model.price)
+    usage = cost_of(usage, model.id, model.price_table, model.price)
     if trace is not None:
         trace.event("model_response", text=text, usage=usage.model_dump())
     return Completion(text=text, usage=usage)

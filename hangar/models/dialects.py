@@ -14,12 +14,20 @@ never sees it, nor the real endpoint.
   completions?api-version=...``; Responses at ``/openai/responses``), else to Azure's v1
   API (``/openai/v1/...``); the body's model becomes the deployment; the key goes in
   ``api-key``.
+- ``bedrock`` (Amazon Bedrock): the agent speaks Anthropic's Messages API. The call goes
+  to ``/model/{id}/invoke`` (``invoke-with-response-stream`` when streamed), the body
+  without ``model`` and ``stream`` and with Bedrock's ``anthropic_version``, signed with
+  SigV4 from the node's AWS credentials (boto3's chain: the environment, a profile, an
+  instance role; refreshed by boto3). A streamed answer comes back in AWS's event-stream
+  framing; `EventStreamToSse` turns it into the SSE the agent's SDK reads.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any, NamedTuple
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from hangar.models import ModelSpec
 
@@ -32,9 +40,11 @@ class Upstream(NamedTuple):
 
     url: str
     headers: dict[str, str]
-    """Authentication (added to the caller's other headers)."""
-    body: dict[str, Any] | None
-    """The JSON body, rewritten where the dialect needs it (None: no body)."""
+    """Authentication (added to the caller's other headers; a signature covers these)."""
+    content: bytes
+    """The body as sent (a signature covers these bytes)."""
+    events: bool = False
+    """The answer streams in AWS's event-stream framing (`EventStreamToSse` reads it)."""
 
 
 def upstream(
@@ -44,8 +54,14 @@ def upstream(
     provider (see the module docstring)."""
     if model.provider == "azure":
         return _azure(model, key, api_path, query, body)
+    if model.provider == "bedrock":
+        return _bedrock(model, api_path, body)
     url = f"{model.endpoint}{api_path}" + (f"?{query}" if query else "")
-    return Upstream(url, auth_headers(model, key), body)
+    return Upstream(url, auth_headers(model, key), _json(body))
+
+
+def _json(body: dict[str, Any] | None) -> bytes:
+    return json.dumps(body).encode() if body is not None else b""
 
 
 def auth_headers(model: ModelSpec, key: str) -> dict[str, str]:
@@ -75,4 +91,86 @@ def _azure(
     if body is not None and "model" in body:
         body = {**body, "model": deployment}
     url = f"{model.endpoint}{path}" + (f"?{urlencode(params)}" if params else "")
-    return Upstream(url, auth_headers(model, key), body)
+    return Upstream(url, auth_headers(model, key), _json(body))
+
+
+#: What Bedrock wants for Anthropic's models in place of the model field.
+BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"
+
+
+def _bedrock(model: ModelSpec, api_path: str, body: dict[str, Any] | None) -> Upstream:
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    if api_path != "/v1/messages" or body is None:
+        raise ValueError(f"Bedrock serves only POST /v1/messages here, not {api_path}")
+    stream = bool(body.get("stream"))
+    sent = {k: v for k, v in body.items() if k not in ("model", "stream")}
+    sent.setdefault("anthropic_version", BEDROCK_ANTHROPIC_VERSION)
+    verb = "invoke-with-response-stream" if stream else "invoke"
+    url = f"{model.endpoint}/model/{quote(model.id, safe='')}/{verb}"
+    content = json.dumps(sent).encode()
+    accept = "application/vnd.amazon.eventstream" if stream else "application/json"
+    request = AWSRequest(
+        method="POST", url=url, data=content,
+        headers={"content-type": "application/json", "accept": accept},
+    )  # fmt: skip
+    SigV4Auth(aws_credentials(model), "bedrock", model.aws_region).add_auth(request)
+    return Upstream(url, dict(request.headers.items()), content, events=stream)
+
+
+def aws_credentials(model: ModelSpec) -> Any:
+    """The node's AWS credentials as of now (boto3's chain; refreshed by boto3 when they
+    expire); a clear error naming the fix when there are none or no region."""
+    from hangar.errors import ConfigError
+
+    if not model.aws_region:
+        raise ConfigError(
+            f"model {model.id!r} (Amazon Bedrock) needs a region: `region:` in the sweep, or "
+            "AWS_REGION in the environment of every node"
+        )
+    credentials = _aws_session().get_credentials()
+    if credentials is None:
+        raise ConfigError(
+            f"model {model.id!r} (Amazon Bedrock) needs AWS credentials on this node: "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE or an instance role, in "
+            "the environment of `hangar cluster start` / `hangar cluster join`"
+        )
+    return credentials.get_frozen_credentials()
+
+
+@functools.cache
+def _aws_session() -> Any:
+    import boto3
+
+    return boto3.Session()
+
+
+class EventStreamToSse:
+    """AWS event-stream frames (Bedrock's streamed answer) in, the SSE of Anthropic's
+    Messages API out: each ``chunk`` event's ``bytes`` is one Anthropic event; an
+    exception event becomes Anthropic's ``error`` event."""
+
+    def __init__(self) -> None:
+        from botocore.eventstream import EventStreamBuffer
+
+        self._buffer = EventStreamBuffer()
+
+    def feed(self, data: bytes) -> bytes:
+        """The SSE for the frames `data` completes."""
+        import base64
+
+        self._buffer.add_data(data)
+        out = bytearray()
+        for message in self._buffer:
+            headers = message.headers
+            payload = json.loads(message.payload or b"{}")
+            if headers.get(":message-type") == "event" and "bytes" in payload:
+                event = json.loads(base64.b64decode(payload["bytes"]))
+            else:
+                kind = headers.get(":exception-type") or headers.get(":error-code") or "error"
+                text = payload.get("message") or headers.get(":error-message") or kind
+                event = {"type": "error", "error": {"type": str(kind), "message": str(text)}}
+            name = event.get("type", "message")
+            out += f"event: {name}\ndata: {json.dumps(event)}\n\n".encode()
+        return bytes(out)

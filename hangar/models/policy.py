@@ -120,7 +120,7 @@ class RelayPolicy:
 
     def __init__(self, model: ModelSpec) -> None:
         self.model = model
-        self.family = model.provider if model.provider in ("anthropic", "google") else "openai"
+        self.family = model.family
         self.responses: set[str] = set()
         """Ids of the responses this trial created (``previous_response_id`` may name them)."""
 
@@ -339,11 +339,11 @@ class PolicyTransport:
         query = raw.decode() if isinstance(raw, bytes) else str(raw)
         call = upstream(model, model.api_key(), path, query, body)
         dropped = {"content-length", "authorization", "api-key", "x-api-key", "host"}
+        dropped |= {k.lower() for k in call.headers}  # the dialect's (signed) headers win
         headers = {k: v for k, v in request.headers.items() if k.lower() not in dropped}
         headers.update(call.headers)
-        content = json.dumps(call.body).encode() if call.body is not None else b""
         return self.http.Request(
-            request.method, call.url, headers=headers, content=content,
+            request.method, call.url, headers=headers, content=call.content,
             extensions=request.extensions,
         )  # fmt: skip
 
@@ -365,7 +365,7 @@ class PolicyTransport:
             self.on_refused(path, decision.reason)
             error = {"error": {"type": "hangar_relay", "message": f"hangar: {decision.reason}"}}
             return http.Response(403, json=error, request=request)
-        if self.policy.model.provider == "azure":  # OpenAI's API at Azure's paths
+        if self.policy.model.provider in ("azure", "bedrock"):  # a cloud's own paths, auth
             request = self._dialect(request, path, decision.body)
         elif decision.body is not None and decision.body != body:
             headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}

@@ -40,7 +40,7 @@ from urllib.parse import parse_qsl, urlencode
 import httpx
 
 from hangar.models import ModelSpec
-from hangar.models.dialects import Upstream, upstream
+from hangar.models.dialects import EventStreamToSse, Upstream, upstream
 from hangar.models.errors import classify
 from hangar.models.policy import RelayPolicy
 from hangar.models.pricing import cost_of
@@ -181,7 +181,7 @@ class ModelRelay:
     def _api_path(self, path: str) -> str:
         """The request path relative to the provider's endpoint (the agent's base URL for
         OpenAI-compatible models ends in ``/v1``; Anthropic's is the host itself)."""
-        if self.model.provider in ("anthropic", "google") or not path.startswith("/v1/"):
+        if self.model.family in ("anthropic", "google") or not path.startswith("/v1/"):
             return path
         return path[len("/v1") :]
 
@@ -293,20 +293,26 @@ class ModelRelay:
         body) and stream the answer back to the agent as it comes (the first 10 MiB kept
         in `seen` for metering); its status goes into `sent` as soon as it is sent back
         (after that, no error reply can be)."""
-        headers = {k: v for k, v in h.headers.items() if k.lower() in _FORWARD}
+        own = {k.lower() for k in call.headers}  # the dialect's (signed) headers win
+        headers = {
+            k: v for k, v in h.headers.items() if k.lower() in _FORWARD and k.lower() not in own
+        }
         headers["Accept-Encoding"] = "identity"
         headers.update(call.headers)
-        body = json.dumps(call.body).encode() if call.body is not None else b""
-        with self._client.stream(h.command, call.url, content=body, headers=headers) as up:
+        with self._client.stream(h.command, call.url, content=call.content, headers=headers) as up:
             sent.append(up.status_code)
+            framed = EventStreamToSse() if call.events and up.status_code == 200 else None
             h.send_response(up.status_code)
             for name in _BACK:
-                if name in up.headers:
+                if name in up.headers and not (framed and name == "content-type"):
                     h.send_header(name, up.headers[name])
+            if framed is not None:  # Bedrock's event-stream frames, as the agent's SSE
+                h.send_header("content-type", "text/event-stream")
             h.send_header("Connection", "close")
             h.end_headers()
             h.close_connection = True
-            for chunk in up.iter_raw():
+            for raw in up.iter_raw():
+                chunk = framed.feed(raw) if framed is not None else raw
                 h.wfile.write(chunk)
                 h.wfile.flush()
                 if len(seen) < 10 * MiB:
@@ -323,7 +329,7 @@ class ModelRelay:
             self.policy.note_response(api_path, content_type, seen)
         if usage is None:
             return None
-        provider = self.model.price_provider or self.model.provider
+        provider = self.model.price_table
         return cost_of(usage, self.model.id, provider, self.model.price)
 
     def _classify(self, status: int, error: str, head: bytes, *, generates: bool) -> None:

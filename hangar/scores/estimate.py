@@ -98,7 +98,7 @@ def _priced(spec: Trial, tokens_in: int, tokens_out: int) -> float | None:
     model = spec.model_spec
     if model is None:
         return None
-    provider = model.price_provider or model.provider
+    provider = model.price_table
     if not has_price(model.id, provider, model.price):
         return None
     usage = Usage(input_tokens=tokens_in, output_tokens=tokens_out)
@@ -112,7 +112,7 @@ def _unpriced(spec: Trial) -> bool:
     model = spec.model_spec
     if model is None or model.provider == "none":
         return False
-    return not has_price(model.id, model.price_provider or model.provider, model.price)
+    return not has_price(model.id, model.price_table, model.price)
 
 
 class _Group:

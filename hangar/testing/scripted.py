@@ -30,16 +30,20 @@ The server is stateless: which reply comes next is read off the request's own hi
 
 from __future__ import annotations
 
+import base64
 import functools
+import hmac
 import json
 import re
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -157,6 +161,64 @@ def _text(content: Any) -> str:
 
 
 #: A Gemini API call's path: its model and method.
+#: Amazon Bedrock's runtime API for Anthropic's models.
+BEDROCK_PATH = re.compile(r"^/model/(?P<model>[^/]+)/(?P<verb>invoke|invoke-with-response-stream)$")
+_SIGV4 = re.compile(
+    r"AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/"
+    r"(?P<service>[^/]+)/aws4_request, SignedHeaders=(?P<signed>[^,]+), "
+    r"Signature=(?P<sig>[0-9a-f]+)"
+)
+
+
+def sigv4_problem(
+    h: BaseHTTPRequestHandler, raw: bytes, aws: tuple[str, str, str] | None
+) -> str | None:
+    """What is wrong with a request's SigV4 signature for service ``bedrock`` (None: it
+    is the one `aws`'s keys make for these bytes, as AWS checks it)."""
+    if aws is None:
+        return None
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    key, secret, region = aws
+    found = _SIGV4.fullmatch(h.headers.get("Authorization", ""))
+    if found is None:
+        return "the request is not signed with SigV4"
+    if (found["key"], found["region"], found["service"]) != (key, region, "bedrock"):
+        return f"signed for {found['key']}/{found['region']}/{found['service']}"
+    names = found["signed"].split(";")
+    if "host" not in names or "x-amz-date" not in names:
+        return "the signature must cover host and x-amz-date"
+    request = AWSRequest(
+        method=h.command, url=f"http://{h.headers['host']}{h.path}", data=raw,
+        headers={name: h.headers.get(name, "") for name in names},
+    )  # fmt: skip
+    request.context["timestamp"] = h.headers["x-amz-date"]
+    signer = SigV4Auth(
+        Credentials(key, secret, h.headers.get("x-amz-security-token")), "bedrock", region
+    )
+    expected = signer.signature(
+        signer.string_to_sign(request, signer.canonical_request(request)), request
+    )
+    return None if hmac.compare_digest(expected, found["sig"]) else "the signature does not match"
+
+
+def event_frame(event: dict[str, Any]) -> bytes:
+    """One frame of AWS's event-stream encoding carrying `event` as Bedrock does (a
+    ``chunk`` whose ``bytes`` are the event's JSON, base64)."""
+    payload = json.dumps({"bytes": base64.b64encode(json.dumps(event).encode()).decode()})
+    fields = {":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"}
+    head = b"".join(
+        bytes([len(k)]) + k.encode() + b"\x07" + len(v).to_bytes(2, "big") + v.encode()
+        for k, v in fields.items()
+    )
+    total = 12 + len(head) + len(payload) + 4
+    prelude = total.to_bytes(4, "big") + len(head).to_bytes(4, "big")
+    message = prelude + zlib.crc32(prelude).to_bytes(4, "big") + head + payload.encode()
+    return message + zlib.crc32(message).to_bytes(4, "big")
+
+
 #: Azure OpenAI's deployments API (the model is the deployment in the path).
 AZURE_DEPLOYMENT_PATH = re.compile(r"^/openai/deployments/(?P<deployment>[^/]+)/")
 GEMINI_PATH = re.compile(
@@ -490,12 +552,21 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(404, {"error": {"message": f"no route {self.path}"}})
 
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.loads(raw or b"{}")
         path = self.path.split("?")[0].rstrip("/")
         gemini = GEMINI_PATH.match(path)
         azure = AZURE_DEPLOYMENT_PATH.match(path)
+        bedrock = BEDROCK_PATH.match(path)
         model = gemini["model"] if gemini else str(body.get("model", ""))
         model = azure["deployment"] if azure else model
+        if bedrock:
+            model = unquote(bedrock["model"])
+            problem = sigv4_problem(self, raw, self.server.aws)
+            if problem is not None:
+                self._record(body)
+                self._json(403, {"message": problem})
+                return
         first, turn = _conversation(path, body)
         self._record(body, turn, check=turn == 0 and first.strip() == CHECK_USER)
         known = self.server.script.models
@@ -522,6 +593,9 @@ class _Handler(BaseHTTPRequestHandler):
         if gemini:
             render, stream = _gemini, _gemini_stream
             streaming = gemini["verb"] == "streamGenerateContent"
+        elif bedrock:
+            render, stream = _anthropic, _anthropic_stream
+            streaming = bedrock["verb"] == "invoke-with-response-stream"
         elif path.endswith("/messages"):
             render, stream = _anthropic, _anthropic_stream
         elif path.endswith("/responses"):
@@ -535,11 +609,20 @@ class _Handler(BaseHTTPRequestHandler):
         if not streaming:
             self._json(200, render(reply, model))
             return
+        events = list(stream(reply, model))
+        if bedrock:  # AWS's event-stream framing, one frame per Anthropic event
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.amazon.eventstream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for event in events:
+                self.wfile.write(event_frame(event))
+            self.close_connection = True
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
-        events = list(stream(reply, model))
         for i, event in enumerate(events):
             if reply.drop and i >= len(events) // 2:
                 self.wfile.flush()
@@ -566,9 +649,18 @@ class ScriptedServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, script: Script, port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        script: Script,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        aws: tuple[str, str, str] | None = None,
+    ) -> None:
+        """`aws`: (access key id, secret key, region) that Bedrock calls must be signed
+        with (SigV4, checked as AWS would; None: Bedrock's paths take any call)."""
         super().__init__((host, port), _Handler)
         self.script = script
+        self.aws = aws
         self.requests: list[dict[str, Any]] = []
         """Every request but the model checks, as received."""
         self.checks: list[dict[str, Any]] = []
