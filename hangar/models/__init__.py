@@ -66,12 +66,16 @@ class ModelSpec(BaseModel):
 
     id: str
     """Model id as the provider knows it (``none``: no model)."""
-    provider: Literal["openai", "anthropic", "google", "azure", "bedrock", "none"] = "openai"
+    provider: Literal["openai", "anthropic", "google", "azure", "bedrock", "vertex", "none"] = (
+        "openai"
+    )
     """API family; ``openai`` covers every OpenAI-compatible endpoint; ``google`` is the
     Gemini API (``models/{model}:generateContent``); ``azure`` is Azure OpenAI (OpenAI's
     API at a deployment: `deployment`, `api_version`); ``bedrock`` is Anthropic's models
-    on Amazon Bedrock (the Messages API, signed with the node's AWS credentials: `region`).
-    See `hangar.models.dialects`."""
+    on Amazon Bedrock (the Messages API, signed with the node's AWS credentials: `region`);
+    ``vertex`` is Google Vertex AI (Claude models by Anthropic's API, Gemini models by
+    Gemini's, with the node's Google credentials: `project`, `region`). See
+    `hangar.models.dialects`."""
     base_url: str | None = None
     """Endpoint (default: the provider's public API)."""
     api_key_env: str | None = None
@@ -86,7 +90,11 @@ class ModelSpec(BaseModel):
     """Azure OpenAI: the ``api-version`` of the deployments API (``2024-10-21``); without
     one, Azure's v1 API (``/openai/v1``)."""
     region: str | None = None
-    """Amazon Bedrock: the AWS region (default: ``AWS_REGION``, else ``AWS_DEFAULT_REGION``)."""
+    """Amazon Bedrock: the AWS region (default: ``AWS_REGION``, else ``AWS_DEFAULT_REGION``);
+    Vertex AI: the location (default: ``CLOUD_ML_REGION``, else ``us-east5``; ``global``)."""
+    project: str | None = None
+    """Vertex AI: the Google Cloud project (default: ``GOOGLE_CLOUD_PROJECT``, else
+    ``ANTHROPIC_VERTEX_PROJECT_ID``)."""
     price: Price | None = None
     """USD per 1M tokens; default: the genai-prices table."""
     price_provider: str | None = None
@@ -123,29 +131,49 @@ class ModelSpec(BaseModel):
         public = _DEFAULT_BASE.get(self.provider, "")
         if self.provider == "bedrock" and self.aws_region:
             public = f"https://bedrock-runtime.{self.aws_region}.amazonaws.com"
+        if self.provider == "vertex":
+            where = self.vertex_location
+            host = "aiplatform" if where == "global" else f"{where}-aiplatform"
+            public = f"https://{host}.googleapis.com"
         return (self.base_url or from_env or public).rstrip("/")
 
     @property
     def family(self) -> str:
         """The API its callers speak: ``openai``, ``anthropic`` or ``google`` (Azure
-        OpenAI speaks OpenAI's, Bedrock Anthropic's)."""
+        OpenAI speaks OpenAI's, Bedrock Anthropic's, Vertex AI its model's maker's)."""
+        if self.provider == "vertex":  # `api` says, else the id (claude-sonnet-4-5@2025...)
+            if self.api in ("messages", "gemini"):
+                return "anthropic" if self.api == "messages" else "google"
+            return "anthropic" if "claude" in self.id else "google"
         return _FAMILY.get(self.provider, "openai")
 
     @property
     def price_table(self) -> str:
         """The provider id of its prices: `price_provider`, else the provider's (a cloud's
-        own: Bedrock's are ``aws``)."""
-        return self.price_provider or _PRICES.get(self.provider, self.provider)
+        own: Bedrock's are ``aws``; Vertex AI's, its model's maker's)."""
+        if self.price_provider:
+            return self.price_provider
+        if self.provider == "vertex":
+            return self.family
+        return _PRICES.get(self.provider, self.provider)
 
     @property
     def aws_region(self) -> str:
         """Bedrock's region: `region`, else the environment's."""
-        return (
-            self.region
-            or os.environ.get("AWS_REGION")
-            or os.environ.get("AWS_DEFAULT_REGION")
-            or ""
-        )
+        env = os.environ
+        return self.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or ""
+
+    @property
+    def vertex_location(self) -> str:
+        """Vertex AI's location: `region`, else ``CLOUD_ML_REGION``, else ``us-east5``."""
+        return self.region or os.environ.get("CLOUD_ML_REGION") or "us-east5"
+
+    @property
+    def vertex_project(self) -> str:
+        """Vertex AI's project: `project`, else the environment's ('' when none)."""
+        env = os.environ
+        found = env.get("GOOGLE_CLOUD_PROJECT") or env.get("ANTHROPIC_VERTEX_PROJECT_ID")
+        return self.project or found or ""
 
     @property
     def key_env(self) -> str:
@@ -161,7 +189,7 @@ class ModelSpec(BaseModel):
     @property
     def chat_api(self) -> str:
         """The API a chat agent uses."""
-        return self.api or _DEFAULT_API.get(self.provider, "chat")
+        return self.api or _DEFAULT_API.get(self.family, "chat")
 
     def api_key(self) -> str:
         """The key, from this host's environment; a clear error when it is not set.
@@ -170,6 +198,11 @@ class ModelSpec(BaseModel):
             from hangar.models.dialects import aws_credentials
 
             aws_credentials(self)
+            return ""
+        if self.provider == "vertex":
+            from hangar.models.dialects import google_token
+
+            google_token(self)
             return ""
         key = os.environ.get(self.key_env, "")
         if not key:

@@ -54,7 +54,7 @@ def sdk_client(model: ModelSpec, refusals: list[str], trace: TraceWriter | None)
             trace.event("model_refused", path=path, reason=reason)
 
     policy = RelayPolicy(model)
-    key, base = model.api_key(), model.endpoint
+    key, base = model.api_key() or "hangar-cloud", model.endpoint  # a cloud: credentials
     if model.chat_api == "gemini":
         return gemini_client(model, policy, refused)
     if model.chat_api == "messages":
@@ -83,7 +83,8 @@ def gemini_client(model: ModelSpec, policy: RelayPolicy, refused: Any) -> Any:
         httpx_client=http,
         retry_options=types.HttpRetryOptions(attempts=5),
     )
-    return genai.Client(api_key=model.api_key(), http_options=options)
+    # A cloud's model has no key (the transport adds its credentials): the SDK wants one.
+    return genai.Client(api_key=model.api_key() or "hangar-cloud", http_options=options)
 
 
 def gemini_config(system: str, max_output_tokens: int, timeout: float, **more: Any) -> Any:

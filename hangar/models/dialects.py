@@ -20,12 +20,21 @@ never sees it, nor the real endpoint.
   SigV4 from the node's AWS credentials (boto3's chain: the environment, a profile, an
   instance role; refreshed by boto3). A streamed answer comes back in AWS's event-stream
   framing; `EventStreamToSse` turns it into the SSE the agent's SDK reads.
+- ``vertex`` (Google Vertex AI): a Claude model is called by Anthropic's Messages API at
+  ``.../publishers/anthropic/models/{id}:rawPredict`` (``streamRawPredict``; SSE as
+  Anthropic's), the body with Vertex's ``anthropic_version`` for its model field; a
+  Gemini model by Gemini's API at ``.../publishers/google/models/{id}:generateContent``
+  (and the other verbs). Each call carries an OAuth token from the node's Google
+  credentials (a service account file or application default credentials, through
+  google-auth), refreshed on the host before it expires.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
+import threading
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, quote, urlencode
 
@@ -56,6 +65,8 @@ def upstream(
         return _azure(model, key, api_path, query, body)
     if model.provider == "bedrock":
         return _bedrock(model, api_path, body)
+    if model.provider == "vertex":
+        return _vertex(model, api_path, query, body)
     url = f"{model.endpoint}{api_path}" + (f"?{query}" if query else "")
     return Upstream(url, auth_headers(model, key), _json(body))
 
@@ -174,3 +185,66 @@ class EventStreamToSse:
             name = event.get("type", "message")
             out += f"event: {name}\ndata: {json.dumps(event)}\n\n".encode()
         return bytes(out)
+
+
+#: What Vertex AI wants for Anthropic's models in place of the model field.
+VERTEX_ANTHROPIC_VERSION = "vertex-2023-10-16"
+_GEMINI_CALL = re.compile(r"^/v1(?:beta|alpha)?/models/(?P<model>[^/:]+):(?P<verb>\w+)$")
+_CLOUD_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+
+def _vertex(model: ModelSpec, api_path: str, query: str, body: dict[str, Any] | None) -> Upstream:
+    where = f"projects/{model.vertex_project}/locations/{model.vertex_location}/publishers"
+    base = f"{model.endpoint}/v1/{where}"
+    headers = {"Authorization": f"Bearer {google_token(model)}"}
+    if model.family == "anthropic":
+        if api_path != "/v1/messages" or body is None:
+            raise ValueError(f"Vertex AI serves Claude only at POST /v1/messages, not {api_path}")
+        sent = {k: v for k, v in body.items() if k != "model"}
+        sent.setdefault("anthropic_version", VERTEX_ANTHROPIC_VERSION)
+        verb = "streamRawPredict" if body.get("stream") else "rawPredict"
+        return Upstream(f"{base}/anthropic/models/{model.id}:{verb}", headers, _json(sent))
+    found = _GEMINI_CALL.match(api_path)
+    if found is None:
+        raise ValueError(f"Vertex AI serves Gemini's model calls, not {api_path}")
+    url = f"{base}/google/models/{found['model']}:{found['verb']}" + (f"?{query}" if query else "")
+    return Upstream(url, headers, _json(body))
+
+
+_GOOGLE_LOCK = threading.Lock()
+
+
+def google_token(model: ModelSpec) -> str:
+    """An OAuth access token from the node's Google credentials, refreshed when it has
+    expired; a clear error naming the fix when there are none, or no project."""
+    from hangar.errors import ConfigError
+
+    if not model.vertex_project:
+        raise ConfigError(
+            f"model {model.id!r} (Vertex AI) needs a Google Cloud project: `project:` in the "
+            "sweep, or GOOGLE_CLOUD_PROJECT in the environment of every node"
+        )
+    import google.auth.exceptions
+    from google.auth.transport.requests import Request
+
+    with _GOOGLE_LOCK:
+        try:
+            credentials = _google_credentials()
+            if not credentials.valid:
+                credentials.refresh(Request())
+        except google.auth.exceptions.GoogleAuthError as exc:
+            raise ConfigError(
+                f"model {model.id!r} (Vertex AI) needs Google credentials on this node ({exc}): "
+                "GOOGLE_APPLICATION_CREDENTIALS naming a service account file, or application "
+                "default credentials, in the environment of `hangar cluster start` / "
+                "`hangar cluster join`"
+            ) from exc
+        return str(credentials.token)
+
+
+@functools.cache
+def _google_credentials() -> Any:
+    import google.auth
+
+    credentials, _ = google.auth.default(scopes=[_CLOUD_SCOPE])
+    return credentials

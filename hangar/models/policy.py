@@ -338,7 +338,8 @@ class PolicyTransport:
         raw = request.url.query
         query = raw.decode() if isinstance(raw, bytes) else str(raw)
         call = upstream(model, model.api_key(), path, query, body)
-        dropped = {"content-length", "authorization", "api-key", "x-api-key", "host"}
+        dropped = {"content-length", "authorization", "api-key", "x-api-key", "x-goog-api-key"}
+        dropped.add("host")
         dropped |= {k.lower() for k in call.headers}  # the dialect's (signed) headers win
         headers = {k: v for k, v in request.headers.items() if k.lower() not in dropped}
         headers.update(call.headers)
@@ -365,7 +366,7 @@ class PolicyTransport:
             self.on_refused(path, decision.reason)
             error = {"error": {"type": "hangar_relay", "message": f"hangar: {decision.reason}"}}
             return http.Response(403, json=error, request=request)
-        if self.policy.model.provider in ("azure", "bedrock"):  # a cloud's own paths, auth
+        if self.policy.model.provider in ("azure", "bedrock", "vertex"):  # a cloud's paths, auth
             request = self._dialect(request, path, decision.body)
         elif decision.body is not None and decision.body != body:
             headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}

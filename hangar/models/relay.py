@@ -39,6 +39,7 @@ from urllib.parse import parse_qsl, urlencode
 
 import httpx
 
+from hangar.errors import HangarError
 from hangar.models import ModelSpec
 from hangar.models.dialects import EventStreamToSse, Upstream, upstream
 from hangar.models.errors import classify
@@ -226,7 +227,15 @@ class ModelRelay:
                 **(payload.get("stream_options") or {}),
                 "include_usage": True,
             }
-        call = upstream(self.model, self._key, api_path, raw_query, payload)
+        try:
+            call = upstream(self.model, self._key, api_path, raw_query, payload)
+        except (HangarError, ValueError) as exc:  # the node's credentials, or a route
+            with self._lock:
+                self.calls += 1
+                self.errors.append(str(exc))
+            self._event("model_call", model=self.model.id, path=path, status=502, error=str(exc))
+            self._reply(h, 502, f"hangar relay: {exc}")
+            return
         self._forward(h, path, api_path, call, stream)
 
     def provider_error(self) -> ProviderError | None:

@@ -219,6 +219,13 @@ def event_frame(event: dict[str, Any]) -> bytes:
     return message + zlib.crc32(message).to_bytes(4, "big")
 
 
+#: Vertex AI's model calls (Anthropic's models by rawPredict, Google's by Gemini's verbs).
+VERTEX_PATH = re.compile(
+    r"^/v1/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/publishers/"
+    r"(?P<publisher>anthropic|google)/models/(?P<model>[^/:]+):(?P<verb>\w+)$"
+)
+
+
 #: Azure OpenAI's deployments API (the model is the deployment in the path).
 AZURE_DEPLOYMENT_PATH = re.compile(r"^/openai/deployments/(?P<deployment>[^/]+)/")
 GEMINI_PATH = re.compile(
@@ -242,7 +249,8 @@ def _gemini_conversation(body: dict[str, Any]) -> tuple[str, int]:
 
 def _conversation(path: str, body: dict[str, Any]) -> tuple[str, int]:
     """(all user text, number of earlier assistant turns) of a request."""
-    if GEMINI_PATH.match(path):
+    vertex = VERTEX_PATH.match(path)
+    if GEMINI_PATH.match(path) or (vertex and vertex["publisher"] == "google"):
         return _gemini_conversation(body)
     if path.endswith("/responses"):
         items = body.get("input")
@@ -553,19 +561,30 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        body = json.loads(raw or b"{}")
         path = self.path.split("?")[0].rstrip("/")
+        if path == "/token":  # a form, not JSON
+            self._token(raw)
+            return
+        body = json.loads(raw or b"{}")
         gemini = GEMINI_PATH.match(path)
         azure = AZURE_DEPLOYMENT_PATH.match(path)
         bedrock = BEDROCK_PATH.match(path)
         model = gemini["model"] if gemini else str(body.get("model", ""))
         model = azure["deployment"] if azure else model
+        vertex = VERTEX_PATH.match(path)
         if bedrock:
             model = unquote(bedrock["model"])
             problem = sigv4_problem(self, raw, self.server.aws)
             if problem is not None:
                 self._record(body)
                 self._json(403, {"message": problem})
+                return
+        if vertex:
+            model = vertex["model"]
+            wanted = self.server.google
+            if wanted is not None and self.headers.get("Authorization") != f"Bearer {wanted[1]}":
+                self._record(body)
+                self._json(401, {"error": {"code": 401, "status": "UNAUTHENTICATED"}})
                 return
         first, turn = _conversation(path, body)
         self._record(body, turn, check=turn == 0 and first.strip() == CHECK_USER)
@@ -596,6 +615,12 @@ class _Handler(BaseHTTPRequestHandler):
         elif bedrock:
             render, stream = _anthropic, _anthropic_stream
             streaming = bedrock["verb"] == "invoke-with-response-stream"
+        elif vertex and vertex["publisher"] == "anthropic":
+            render, stream = _anthropic, _anthropic_stream
+            streaming = vertex["verb"] == "streamRawPredict"
+        elif vertex:
+            render, stream = _gemini, _gemini_stream
+            streaming = vertex["verb"] == "streamGenerateContent"
         elif path.endswith("/messages"):
             render, stream = _anthropic, _anthropic_stream
         elif path.endswith("/responses"):
@@ -635,6 +660,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"data: [DONE]\n\n")
         self.close_connection = True
 
+    def _token(self, raw: bytes) -> None:
+        """Google's token endpoint: an access token for a signed assertion."""
+        from urllib.parse import parse_qs
+
+        from google.auth import jwt
+
+        google = self.server.google
+        form = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
+        if google is None:
+            self._json(404, {"error": "no token endpoint here"})
+            return
+        try:
+            # google-auth addresses its assertion to Google's token endpoint, as Google checks
+            audience = "https://oauth2.googleapis.com/token"
+            assertion = form.get("assertion", "")
+            claims = jwt.decode(assertion, certs=google[0], audience=audience)  # type: ignore[no-untyped-call]
+        except ValueError as exc:
+            self._json(400, {"error": "invalid_grant", "error_description": str(exc)})
+            return
+        self.server.tokens.append(dict(claims))
+        self._json(200, {"access_token": google[1], "expires_in": 3600, "token_type": "Bearer"})
+
     def _json(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
@@ -655,12 +702,20 @@ class ScriptedServer(ThreadingHTTPServer):
         port: int = 0,
         host: str = "127.0.0.1",
         aws: tuple[str, str, str] | None = None,
+        google: tuple[str, str] | None = None,
     ) -> None:
         """`aws`: (access key id, secret key, region) that Bedrock calls must be signed
-        with (SigV4, checked as AWS would; None: Bedrock's paths take any call)."""
+        with (SigV4, checked as AWS would; None: Bedrock's paths take any call).
+        `google`: (a service account's public key, PEM; the access token to issue): its
+        ``/token`` grants the token for an assertion that key verifies (OAuth's JWT
+        bearer grant, as Google's token endpoint), and Vertex AI's paths take only that
+        token (None: any call)."""
         super().__init__((host, port), _Handler)
         self.script = script
         self.aws = aws
+        self.google = google
+        self.tokens: list[dict[str, Any]] = []
+        """The claims of each assertion `/token` granted a token for."""
         self.requests: list[dict[str, Any]] = []
         """Every request but the model checks, as received."""
         self.checks: list[dict[str, Any]] = []
