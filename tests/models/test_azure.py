@@ -3,6 +3,7 @@ relay calls the deployment at Azure's paths with the key in ``api-key``."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import docker
@@ -47,7 +48,8 @@ def test_azure_paths_for_each_api() -> None:
         "https://r.openai.azure.com/openai/deployments/prod-4o/chat/completions"
         "?api-version=2024-10-21"
     )
-    assert chat.headers == {"api-key": "k"} and chat.body == {"model": "prod-4o", "messages": []}
+    assert chat.headers == {"api-key": "k"}
+    assert json.loads(chat.content) == {"model": "prod-4o", "messages": []}
     responses = upstream(model, "k", "/responses", "api-version=evil", {"model": "gpt-4o"})
     assert responses.url == "https://r.openai.azure.com/openai/responses?api-version=2024-10-21"
     v1 = upstream(model.model_copy(update={"api_version": None}), "k", "/responses", "", None)
