@@ -50,15 +50,18 @@ def _key() -> tuple[str, str]:
     return private, public
 
 
-def serve(tmp_path: Path, script: Path | None = None, public: str | None = None) -> ScriptedServer:
+def serve(
+    tmp_path: Path, script: Path | Script | None = None, public: str | None = None
+) -> ScriptedServer:
     """The scripted server with Vertex's token endpoint; the node's service account file
     (GOOGLE_APPLICATION_CREDENTIALS) names it as its token URI. `public`: the key the
     server trusts (default: the account's own)."""
     if script is None:
         script = tmp_path / "vertex.yaml"
         script.write_text(SCRIPT)
+    loaded = script if isinstance(script, Script) else Script.load(script)
     private, own = _key()
-    srv = ScriptedServer(Script.load(script), google=(public or own, TOKEN)).start()
+    srv = ScriptedServer(loaded, google=(public or own, TOKEN)).start()
     account = {
         "type": "service_account",
         "project_id": PROJECT,
@@ -181,3 +184,41 @@ def test_claude_code_works_on_vertex_through_the_relay(
         f"{BASE}/anthropic/models/scripted-claude"
     }
     assert len(calls) >= 3 and result.usage.output_tokens >= 190
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_gemini_cli_works_on_vertex_through_the_relay(
+    docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """Gemini CLI speaks Gemini's API to the relay (streamGenerateContent, SSE); the relay
+    calls Vertex's publisher path with the node's token."""
+    from hangar.testing.scripted import Conversation, Reply, ScriptedUsage, ToolCall
+    from tests.models.cli_agents import FIX, cli_image, fix_the_example
+
+    def shell(command: str) -> list[ToolCall]:
+        return [ToolCall(name="run_shell_command", arguments={"command": command})]
+
+    replies = [
+        Reply(tool_calls=shell("sed -n 13,20p statkit/stats.py"),
+              usage=ScriptedUsage(input=1200, output=40)),
+        Reply(tool_calls=shell(FIX), usage=ScriptedUsage(input=1500, output=120)),
+        Reply(content="Fixed.", usage=ScriptedUsage(input=1800, output=30)),
+    ]  # fmt: skip
+    script = Script(
+        conversations=[Conversation(match="statkit", model="gemini-2.5-flash", replies=replies)]
+    )
+    srv = serve(tmp_path, script=script)
+    try:
+        spec = ModelSpec(
+            id="gemini-2.5-flash", provider="vertex", base_url=srv.url, region=LOCATION,
+            price=Price(input=0.3, output=2.5),
+        )  # fmt: skip
+        result = fix_the_example(cli_image("gemini"), "gemini", spec, tmp_path / "trial")
+    finally:
+        srv.shutdown()
+    calls = [c for c in srv.requests if "/publishers/google/models/gemini-2.5-flash:" in c["path"]]
+    assert result.verdict is Verdict.PASS, (result.reason, [c["path"] for c in srv.requests])
+    assert len(calls) >= 3
+    assert all(c["headers"]["Authorization"] == f"Bearer {TOKEN}" for c in calls)
+    assert result.usage.input_tokens >= 4500
