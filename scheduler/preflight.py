@@ -58,7 +58,7 @@ class Needs(BaseModel):
     host_services: list[str] = []
     """Services of the node itself (``ADDRESS:PORT``) the tasks' allowlists may reach."""
     signed: list[ModelSpec] = []
-    """Models whose calls the node signs with its own cloud credentials (Bedrock)."""
+    """Models whose calls carry the node's own cloud credentials (Bedrock, Vertex AI)."""
 
 
 class NodeReport(BaseModel):
@@ -86,7 +86,7 @@ def needs_of(sweep: Sweep, evidence_url: str) -> Needs:
         images=images if sandboxed else [],
         evidence_url=evidence_url,
         key_envs=sorted({m.key_env for m in config.models if m.key_env}),
-        signed=[m for m in config.models if m.provider == "bedrock"],
+        signed=[m for m in config.models if m.provider in ("bedrock", "vertex")],
         endpoints=sorted({m.base_url for m in config.models if m.base_url}),
         host_services=sorted(
             {s for task in sweep.tasks for s in kind_of(task.kind).host_services(task)}

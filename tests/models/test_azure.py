@@ -19,8 +19,8 @@ from tests.models.test_relay import (
     SECRET,
     TOOLLOOP,
     TRESPASS,
-    bundle_text,
     events,
+    everything,
     key,
     run,
     server,
@@ -80,7 +80,7 @@ def test_a_command_agent_reaches_an_azure_deployment_through_the_relay(
     assert all(c["query"] == "api-version=2024-10-21" for c in calls)
     assert all(c["headers"].get("api-key") == key for c in calls)
     assert not [c for c in calls if "Authorization" in c["headers"]]
-    assert SECRET not in bundle_text(result, "trace.jsonl")
+    assert SECRET not in everything(result)  # the result and every file of the bundle
 
 
 @pytest.mark.docker

@@ -80,6 +80,18 @@ def bundle_text(result: TrialResult, name: str) -> str:
         return member.read().decode()
 
 
+def everything(result: TrialResult) -> str:
+    """The result and every file of its bundle, as text: what a secret must never be in."""
+    assert result.evidence_uri is not None
+    texts = [result.model_dump_json()]
+    with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
+        for member in tar.getmembers():
+            found = tar.extractfile(member) if member.isfile() else None
+            if found is not None:
+                texts.append(found.read().decode(errors="replace"))
+    return "\n".join(texts)
+
+
 def events(result: TrialResult, kind: str) -> list[dict[str, Any]]:
     lines = bundle_text(result, "trace.jsonl").splitlines()
     return [e for e in map(json.loads, lines) if e["kind"] == kind]

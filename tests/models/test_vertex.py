@@ -18,7 +18,7 @@ from hangar.models.complete import complete
 from hangar.models.pricing import Price
 from hangar.results import Verdict
 from hangar.testing.scripted import Script, ScriptedServer
-from tests.models.test_relay import EXAMPLES, bundle_text, events, run
+from tests.models.test_relay import EXAMPLES, events, everything, run
 
 PRICE = Price(input=3.0, output=15.0, cached_input=0.3)
 TOKEN = "ya29.hangar-vertex-token-0123456789"
@@ -157,9 +157,9 @@ def test_a_streamed_claude_call_from_a_sandbox(
     (call,) = vertex.requests
     assert call["path"] == f"{BASE}/anthropic/models/claude-scripted@20250929:streamRawPredict"
     assert result.usage.input_tokens == 900 and result.usage.cost_usd > 0
-    assert TOKEN not in bundle_text(result, "trace.jsonl")
+    found = everything(result)  # the result and every file of the bundle
     key = json.loads((tmp_path / "account.json").read_text())["private_key"]
-    assert key.splitlines()[1] not in bundle_text(result, "trace.jsonl")
+    assert TOKEN not in found and key.splitlines()[1] not in found
 
 
 @pytest.mark.docker
@@ -222,3 +222,21 @@ def test_gemini_cli_works_on_vertex_through_the_relay(
     assert len(calls) >= 3
     assert all(c["headers"]["Authorization"] == f"Bearer {TOKEN}" for c in calls)
     assert result.usage.input_tokens >= 4500
+
+
+def test_the_preflight_asks_each_node_for_its_google_credentials(
+    vertex: ScriptedServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from hangar.models import dialects
+    from hangar.scheduler.preflight import Needs, check_node
+
+    needs = Needs(evidence_url=(tmp_path / "ev").as_uri(), signed=[model(vertex)])
+    assert check_node(needs, "here/abc").problems == []
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")
+    (problem,) = check_node(needs, "here/abc").problems
+    assert "needs a Google Cloud project" in problem
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "absent.json"))
+    dialects._google_credentials.cache_clear()
+    (problem,) = check_node(needs, "here/abc").problems
+    assert "needs Google credentials on this node" in problem and "hangar cluster join" in problem
