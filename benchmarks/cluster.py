@@ -6,7 +6,8 @@ docker engines) are a services machine (PostgreSQL, S3, a registry, the scripted
 a head, two workers and a driver that is not a node. hangar is installed on each from a
 clone, and the guide's commands run as written (`docs/guides/clusters.md`). The sweep
 mixes execution scenarios (a repository bundle, a local git folder), Harbor tasks built by
-the nodes and shared through the registry, and a decision suite. Three runs of it, each a
+the nodes and shared through the registry, and a decision suite, three repeats each
+(72 trials). Three runs of it, each a
 sweep of its own: unfaulted; worker2 killed (`docker kill`) once a sandbox runs there;
 worker1 frozen (`docker pause`) once a sandbox runs there, thawed 60 s after the sweep
 ends. Printed: each run's wall time, the freeze's delay against the unfaulted run and
@@ -42,6 +43,8 @@ from tests.machines import (  # noqa: E402
 )
 
 STORE = "postgresql+psycopg://hangar:hangar@services/hangar"
+#: Each trial of the sweep this many times (18 sandbox trials: every node gets some).
+REPEATS = 3
 NAMES = {
     "services": {"services"},
     "head": {"head", "node"},
@@ -62,7 +65,7 @@ def driver_steps(cluster: Machines) -> list[str]:
 
 def put_sweep(cluster: Machines, work: Path, sweep_id: str) -> None:
     folder = work / sweep_id
-    write_sweep(folder, sweep_id)
+    write_sweep(folder, sweep_id, repeats=REPEATS)
     cluster.driver.sh("rm -rf work")
     cluster.driver.put(folder, "/root/work")
 

@@ -521,8 +521,9 @@ print(json.dumps(out))
 """
 
 
-def write_sweep(folder: Path, sweep_id: str, agents: str = "gold") -> Path:
-    """The harness's sweep in `folder` (the driver's working folder), as ``sweep.yaml``."""
+def write_sweep(folder: Path, sweep_id: str, agents: str = "gold", repeats: int = 1) -> Path:
+    """The harness's sweep in `folder` (the driver's working folder), as ``sweep.yaml``,
+    each trial `repeats` times."""
     import shutil
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -545,6 +546,7 @@ def write_sweep(folder: Path, sweep_id: str, agents: str = "gold") -> Path:
     (folder / "agents.yaml").write_text(chosen)
     (folder / "sweep.yaml").write_text(
         SWEEP.format(sweep_id=sweep_id, registry=REGISTRY_PORT, model=MODEL_PORT, s3=S3_PORT)
+        + f"repeats: {repeats}\n"
     )
     return folder / "sweep.yaml"
 
