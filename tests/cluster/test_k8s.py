@@ -115,7 +115,8 @@ def test_chart_objects_validate(helm: Path, override: dict[str, Any]) -> None:
             for group in obj["spec"]["workerGroupSpecs"]:
                 k8s_validate(as_pod(group["template"], group["groupName"]))
                 slots = json.loads(group["rayStartParams"]["resources"])
-                assert slots == {"hangar_sandbox": values["ray"]["worker"]["sandboxSlots"]}
+                wanted = values["ray"]["worker"]["sandboxSlots"]
+                assert slots == {"hangar_sandbox": wanted, "hangar_pools": 1000}  # pools too
         elif obj["kind"] == "RayJob":
             jsonschema.validate(obj, rayjob)
             k8s_validate(as_pod(obj["spec"]["submitterPodTemplate"], "submit"))
