@@ -83,6 +83,12 @@ class Board:
         """Trials a pool started (`scheduler.pool`: told in batches, not asked)."""
         self._running.update((r.trial_key, r) for r in entries)
 
+    def forget(self, trial_keys: list[str]) -> None:
+        """Drop the entries of trials the driver gave up or sent again (their next start
+        says where they run now; a stale entry would name a dead node)."""
+        for key in trial_keys:
+            self._running.pop(key, None)
+
     def stop(self) -> None:
         """No trial starts from now on (the first Ctrl-C)."""
         self._stopping = True

@@ -698,15 +698,20 @@ class SweepRunner:
         assert self._pools is not None
         if self._dead_seen is None:  # dead before this sweep: nothing of it queued there
             self._dead_seen = dead
-        if dead - self._dead_seen:  # trials queued there, not started: sent again now
-            self._dead_seen |= dead
-            self._resend_queued(ray, in_flight, set(where))
         lost = [
             ref
             for ref, (spec, _) in in_flight.items()
             if where.get(spec.trial_key, "").rsplit("/", 1)[-1] in dead
             and not self._pools.owns(ref)  # a pool's trials fail with their actor
         ]
+        resend = bool(dead - self._dead_seen)  # trials queued there, not started: sent again
+        queued = self._queued(in_flight, set(where)) if resend else []
+        # The board forgets them: their old entries (a dead node) must not make the watch
+        # give up the attempts that replace them (the lost ones once recorded, naming it).
+        self._forget([in_flight[ref][0].trial_key for ref in queued])
+        if resend:
+            self._dead_seen |= dead
+            self._resend(ray, in_flight, queued)
         given = {}
         for ref in lost:
             spec, submitted = in_flight[ref]
@@ -720,7 +725,9 @@ class SweepRunner:
             )
             log.warning("trial %s: %s", spec.trial_key[:16], given[ref].reason)
         if lost:
+            keys = [in_flight[ref][0].trial_key for ref in lost]
             self._finish(dispatch, [(ref, *in_flight.pop(ref)) for ref in lost], given)
+            self._forget(keys)
 
     def _cancel(self, ray: Any, in_flight: dict[Any, tuple[TrialSpec, float]]) -> None:
         """The second Ctrl-C: cancel the running trials, each recorded as interrupted (an
@@ -782,19 +789,36 @@ class SweepRunner:
     def _gauge(self, model: str) -> None:
         metric("in_flight").set(self.dispatch.per_model[model], tags={"model": model})
 
-    def _resend_queued(
-        self, ray: Any, in_flight: dict[Any, tuple[TrialSpec, float]], started: set[str]
+    def _queued(
+        self, in_flight: dict[Any, tuple[TrialSpec, float]], started: set[str]
+    ) -> list[Any]:
+        """The trials in flight the board has not seen start (pools' aside)."""
+        assert self._pools is not None
+        return [
+            ref
+            for ref, (spec, _) in in_flight.items()
+            if spec.trial_key not in started and not self._pools.owns(ref)
+        ]
+
+    def _forget(self, trial_keys: list[str]) -> None:
+        """The board's entries of these trials dropped, here and in the board (a read of
+        the board already asked for is ignored: it may hold them)."""
+        if not trial_keys:
+            return
+        self._board.forget.remote(trial_keys)
+        self._board_read = None
+        gone = set(trial_keys)
+        running = [r for r in self.tally.board.running if r.trial_key not in gone]
+        self.tally.board = self.tally.board.model_copy(update={"running": running})
+
+    def _resend(
+        self, ray: Any, in_flight: dict[Any, tuple[TrialSpec, float]], queued: list[Any]
     ) -> None:
         """When a node dies, the trials that have not started anywhere yet may be queued
         on it, where they would wait for Ray's own retry: each is cancelled and sent
         again (the same attempt: it never ran; one queued on a live node only loses its
         place in the queue)."""
-        assert self._pools is not None and self._submit is not None
-        queued = [
-            ref
-            for ref, (spec, _) in in_flight.items()
-            if spec.trial_key not in started and not self._pools.owns(ref)
-        ]
+        assert self._submit is not None
         for ref in queued:
             spec, submitted = in_flight.pop(ref)
             with contextlib.suppress(Exception):
