@@ -57,6 +57,18 @@ def bedrock(tmp_path: Path) -> Iterator[ScriptedServer]:
     srv.shutdown()
 
 
+def no_aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node where boto3's chain finds no credentials (no variables, files or role)."""
+    from hangar.models import dialects
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    dialects._aws_session.cache_clear()
+
+
 def model(server: ScriptedServer) -> ModelSpec:
     return ModelSpec(
         id=MODEL, provider="bedrock", base_url=server.url, region="eu-west-3", price=PRICE
@@ -87,18 +99,12 @@ def test_a_wrong_secret_is_refused_by_the_server(tmp_path: Path) -> None:
 
 def test_no_region_or_no_credentials_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     from hangar.errors import ConfigError
-    from hangar.models import dialects
 
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ConfigError, match="needs a region"):
         ModelSpec(id=MODEL, provider="bedrock").api_key()
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    dialects._aws_session.cache_clear()
+    no_aws_credentials(monkeypatch)
     with pytest.raises(ConfigError, match="needs AWS credentials on this node"):
         ModelSpec(id=MODEL, provider="bedrock", region="eu-west-3").api_key()
 
@@ -171,17 +177,11 @@ def test_the_preflight_asks_each_node_for_its_aws_credentials(
 ) -> None:
     """A node that cannot sign Bedrock's calls stops the sweep before any trial, naming
     the fix; no key variable is asked for (Bedrock has none)."""
-    from hangar.models import dialects
     from hangar.scheduler.preflight import Needs, check_node
 
     spec = ModelSpec(id=MODEL, provider="bedrock", region="eu-west-3")
     needs = Needs(evidence_url=(tmp_path / "ev").as_uri(), signed=[spec])
     assert check_node(needs, "here/abc").problems == []
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    dialects._aws_session.cache_clear()
+    no_aws_credentials(monkeypatch)
     (problem,) = check_node(needs, "here/abc").problems
     assert "needs AWS credentials on this node" in problem and "hangar cluster join" in problem

@@ -18,6 +18,7 @@ from hangar.models.complete import complete
 from hangar.models.pricing import Price
 from hangar.results import Verdict
 from hangar.testing.scripted import Script, ScriptedServer
+from tests.models.test_bedrock import STREAM  # the agent's streamed Messages call
 from tests.models.test_relay import EXAMPLES, events, everything, run
 
 PRICE = Price(input=3.0, output=15.0, cached_input=0.3)
@@ -133,18 +134,6 @@ def test_credentials_the_token_endpoint_refuses_are_a_clear_error(tmp_path: Path
         srv.shutdown()
     assert "needs Google credentials on this node" in done.error, done
     assert srv.requests == [] and srv.tokens == []
-
-
-STREAM = r"""python3 - <<'PY'
-import json, os, urllib.request
-r = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages",
-    data=json.dumps({"model": os.environ["HANGAR_MODEL"], "max_tokens": 64, "stream": True,
-                     "messages": [{"role": "user", "content": "statkit median"}]}).encode(),
-    headers={"content-type": "application/json", "x-api-key": os.environ["ANTHROPIC_API_KEY"],
-             "anthropic-version": "2023-06-01"})
-with urllib.request.urlopen(r, timeout=60) as answer:
-    print(answer.read().decode())
-PY"""
 
 
 @pytest.mark.docker
