@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -80,11 +81,7 @@ def test_nodes_asking_the_board_at_once_build_an_image_once(
             coordinator=BoardCoordinator(board, f"{name}/{here}"),
         )
 
-    threads = [threading.Thread(target=node, args=(f"n{i}",)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    run_as_nodes(node, 4)
     assert len(builds) == 1, builds
     assert set(got.values()) == {f"id-from-{builds[0]}"}, got
 
@@ -113,10 +110,15 @@ def test_nodes_asking_the_board_at_once_build_an_image_once(
                 coordinator=BoardCoordinator(board, f"{name}/{here}"),
             )
 
-    threads = [threading.Thread(target=failing, args=(f"n{i}",)) for i in range(3)]
+    run_as_nodes(failing, 3)
+    assert sorted(tries) == ["n0", "n1", "n2"] and at_once[1] == 1, (tries, at_once)
+    ray.kill(board)
+
+
+def run_as_nodes(node: Callable[[str], None], count: int) -> None:
+    """`node` run by `count` threads at once ("n0", "n1", ...), each a node of its own."""
+    threads = [threading.Thread(target=node, args=(f"n{i}",)) for i in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
-    assert sorted(tries) == ["n0", "n1", "n2"] and at_once[1] == 1, (tries, at_once)
-    ray.kill(board)
