@@ -5,7 +5,7 @@ PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 HANGAR  := $(VENV)/bin/hangar
 BASE_IMAGE ?= hangar/base:bookworm
-EXTRAS  ?= dev,s3,postgres,k8s,swebench
+EXTRAS  ?= dev,s3,postgres,k8s,swebench,clouds
 
 .PHONY: demo test check docs fmt venv bytecode docker services base-image helm harbor clean
 

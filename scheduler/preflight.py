@@ -58,7 +58,8 @@ class Needs(BaseModel):
     host_services: list[str] = []
     """Services of the node itself (``ADDRESS:PORT``) the tasks' allowlists may reach."""
     signed: list[ModelSpec] = []
-    """Models whose calls carry the node's own cloud credentials (Bedrock, Vertex AI)."""
+    """Models whose calls carry the node's own cloud credentials (Bedrock, Vertex AI;
+    Azure OpenAI: its key, else an Entra ID token)."""
 
 
 class NodeReport(BaseModel):
@@ -81,12 +82,13 @@ def needs_of(sweep: Sweep, evidence_url: str) -> Needs:
     found = {kind_of(task.kind).image(task) for task in sweep.tasks}
     images = sorted(image for image in found if image is not None)
     sandboxed = bool(images)
+    clouds = [m for m in config.models if m.provider in ("bedrock", "vertex", "azure")]
     return Needs(
         backend=config.backend if sandboxed else None,
         images=images if sandboxed else [],
         evidence_url=evidence_url,
-        key_envs=sorted({m.key_env for m in config.models if m.key_env}),
-        signed=[m for m in config.models if m.provider in ("bedrock", "vertex")],
+        key_envs=sorted({m.key_env for m in config.models if m.key_env and m not in clouds}),
+        signed=clouds,
         endpoints=sorted({m.base_url for m in config.models if m.base_url}),
         host_services=sorted(
             {s for task in sweep.tasks for s in kind_of(task.kind).host_services(task)}

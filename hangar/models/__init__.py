@@ -48,9 +48,8 @@ _DEFAULT_API = {
     "openai": "chat",
     "anthropic": "messages",
     "google": "gemini",
-    "bedrock": "messages",
 }
-_FAMILY = {"anthropic": "anthropic", "bedrock": "anthropic", "google": "google"}
+_FAMILY = {"anthropic": "anthropic", "google": "google"}
 _PRICES = {"bedrock": "aws"}
 #: Where the providers' own tools look for a base URL, besides ``<PROVIDER>_BASE_URL``.
 _BASE_ENV = {
@@ -71,8 +70,9 @@ class ModelSpec(BaseModel):
     )
     """API family; ``openai`` covers every OpenAI-compatible endpoint; ``google`` is the
     Gemini API (``models/{model}:generateContent``); ``azure`` is Azure OpenAI (OpenAI's
-    API at a deployment: `deployment`, `api_version`); ``bedrock`` is Anthropic's models
-    on Amazon Bedrock (the Messages API, signed with the node's AWS credentials: `region`);
+    API at a deployment: `deployment`, `api_version`); ``bedrock`` is Amazon Bedrock
+    (Claude by the Messages API, the other models by Chat Completions translated to
+    Converse; signed with the node's AWS credentials: `region`);
     ``vertex`` is Google Vertex AI (Claude models by Anthropic's API, Gemini models by
     Gemini's, with the node's Google credentials: `project`, `region`). See
     `hangar.models.dialects`."""
@@ -140,11 +140,16 @@ class ModelSpec(BaseModel):
     @property
     def family(self) -> str:
         """The API its callers speak: ``openai``, ``anthropic`` or ``google`` (Azure
-        OpenAI speaks OpenAI's, Bedrock Anthropic's, Vertex AI its model's maker's)."""
+        OpenAI speaks OpenAI's; Bedrock Anthropic's for Claude, OpenAI's Chat Completions
+        for the others (Converse behind it); Vertex AI its model's maker's)."""
         if self.provider == "vertex":  # `api` says, else the id (claude-sonnet-4-5@2025...)
             if self.api in ("messages", "gemini"):
                 return "anthropic" if self.api == "messages" else "google"
             return "anthropic" if "claude" in self.id else "google"
+        if self.provider == "bedrock":  # Claude by the Messages API, the rest by Converse
+            if self.api is not None:
+                return "anthropic" if self.api == "messages" else "openai"
+            return "anthropic" if "anthropic." in self.id or "claude" in self.id else "openai"
         return _FAMILY.get(self.provider, "openai")
 
     @property
@@ -193,7 +198,9 @@ class ModelSpec(BaseModel):
 
     def api_key(self) -> str:
         """The key, from this host's environment; a clear error when it is not set.
-        Bedrock has none: the node's AWS credentials sign each call (checked here)."""
+        Bedrock and Vertex AI have none: the node's cloud credentials sign each call, or
+        give its token (checked here); nor Azure OpenAI without one (an Entra ID token).
+        '' stands for the credentials."""
         if self.provider == "bedrock":
             from hangar.models.dialects import aws_credentials
 
@@ -203,6 +210,11 @@ class ModelSpec(BaseModel):
             from hangar.models.dialects import google_token
 
             google_token(self)
+            return ""
+        if self.provider == "azure" and not os.environ.get(self.key_env):
+            from hangar.models.dialects import azure_token
+
+            azure_token(self)  # no key: an Entra ID token
             return ""
         key = os.environ.get(self.key_env, "")
         if not key:

@@ -33,15 +33,31 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import random
 import re
 import threading
-from typing import Any, NamedTuple
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import parse_qsl, quote, urlencode
 
 from hangar.models import ModelSpec
 
 #: Azure's paths that name the deployment in the URL (the deployments API).
 _AZURE_DEPLOYMENT_PATHS = ("/chat/completions", "/completions", "/embeddings")
+
+
+class Reframe(Protocol):
+    """A provider's successful answer, turned into the API its caller speaks as it
+    arrives: `feed` each piece, `close` at the end; what they return goes to the caller."""
+
+    content_type: str
+    """The answer's content type, as the caller gets it."""
+
+    def feed(self, data: bytes) -> bytes: ...
+
+    def close(self) -> bytes: ...
 
 
 class Upstream(NamedTuple):
@@ -52,8 +68,8 @@ class Upstream(NamedTuple):
     """Authentication (added to the caller's other headers; a signature covers these)."""
     content: bytes
     """The body as sent (a signature covers these bytes)."""
-    events: bool = False
-    """The answer streams in AWS's event-stream framing (`EventStreamToSse` reads it)."""
+    reframe: Callable[[], Reframe] | None = None
+    """What turns a successful answer into the caller's API (None: it is that already)."""
 
 
 def upstream(
@@ -71,19 +87,102 @@ def upstream(
     return Upstream(url, auth_headers(model, key), _json(body))
 
 
+#: How many times a call a cloud throttled is sent again, at most.
+THROTTLE_RETRIES = 6
+
+
+def throttle_wait(
+    model: ModelSpec, status: int, headers: Mapping[str, str], retries: int
+) -> float | None:
+    """How long to wait before sending again a call the provider throttled, after
+    `retries` such waits, by the provider's own back-off (None: not throttled, or no
+    retry left). Only the clouds' dialects: a first-party API's 429 goes back to the
+    agent, whose SDK waits as that API says.
+
+    - Azure OpenAI: its ``retry-after-ms`` / ``retry-after``, else 1, 2, 4... s;
+    - Amazon Bedrock (``ThrottlingException``; a 503 ``ServiceUnavailableException``):
+      botocore's standard mode, a random wait up to 1, 2, 4... s, at most 20 s;
+    - Vertex AI (429 ``RESOURCE_EXHAUSTED``): Google's, a random wait up to 2, 4... s,
+      at most 60 s.
+    """
+    if model.provider not in ("azure", "bedrock", "vertex") or retries >= THROTTLE_RETRIES:
+        return None
+    kind = headers.get("x-amzn-errortype", "")
+    unavailable = model.provider == "bedrock" and status == 503 and "ServiceUnavailable" in kind
+    if status != 429 and not unavailable:
+        return None
+    if model.provider == "azure":
+        told = _seconds(headers.get("retry-after-ms"), 1000) or _seconds(headers.get("retry-after"))
+        return min(told or 2.0**retries, 60.0)
+    if model.provider == "bedrock":
+        return random.random() * min(20.0, 2.0**retries)  # noqa: S311 (a back-off's jitter)
+    return random.uniform(0.0, min(60.0, 2.0 ** (retries + 1)))  # noqa: S311
+
+
+def _seconds(value: str | None, per_second: float = 1.0) -> float | None:
+    try:
+        return max(0.0, float(value) / per_second) if value else None
+    except ValueError:  # an HTTP date: Azure sends seconds
+        return None
+
+
 def _json(body: dict[str, Any] | None) -> bytes:
     return json.dumps(body).encode() if body is not None else b""
 
 
 def auth_headers(model: ModelSpec, key: str) -> dict[str, str]:
-    """How `model`'s provider takes its key."""
+    """How `model`'s provider takes its key (Azure without one: an Entra ID token)."""
     if model.provider == "anthropic":
         return {"x-api-key": key}
     if model.provider == "google":
         return {"x-goog-api-key": key}
     if model.provider == "azure":
-        return {"api-key": key}
+        return {"api-key": key} if key else {"Authorization": f"Bearer {azure_token(model)}"}
     return {"Authorization": f"Bearer {key}"}
+
+
+#: The scope of an Entra ID token for Azure OpenAI (Azure AI services).
+AZURE_SCOPE = "https://cognitiveservices.azure.com/.default"
+_AZURE_LOCK = threading.Lock()
+_azure_tokens: dict[str, Any] = {}  # scope: the token, until five minutes before it expires
+
+
+def azure_token(model: ModelSpec) -> str:
+    """An Entra ID token from the node's Azure credentials (azure-identity's default
+    chain: a service principal's variables, workload identity, a managed identity, the
+    Azure CLI's login), fetched again five minutes before it expires; a clear error naming
+    the fix when there are none."""
+    from hangar.errors import ConfigError
+
+    with _AZURE_LOCK:
+        held = _azure_tokens.get(AZURE_SCOPE)
+        if held is not None and held.expires_on - time.time() > 300:
+            return str(held.token)
+        fix = (
+            "a service principal (AZURE_TENANT_ID, AZURE_CLIENT_ID, AZURE_CLIENT_SECRET), a "
+            "managed identity or `az login`"
+        )
+        try:
+            from azure.core.exceptions import ClientAuthenticationError
+            from azure.identity import DefaultAzureCredential
+        except ImportError as exc:
+            raise ConfigError(
+                f"model {model.id!r} (Azure OpenAI) has no key in {model.key_env}, and an Entra "
+                "ID token needs azure-identity: `pip install 'hangar[clouds]'`"
+            ) from exc
+        # the chain logs each credential it tried at WARNING: the error below says it
+        logging.getLogger("azure.identity").setLevel(logging.ERROR)
+        try:
+            chain = DefaultAzureCredential(exclude_interactive_browser_credential=True)
+            held = chain.get_token(AZURE_SCOPE)
+        except ClientAuthenticationError as exc:
+            raise ConfigError(
+                f"model {model.id!r} (Azure OpenAI) needs its key in {model.key_env} or Azure "
+                f"credentials for an Entra ID token on this node: {fix} "
+                f"({str(exc).splitlines()[0][:300]})"
+            ) from exc
+        _azure_tokens[AZURE_SCOPE] = held
+        return str(held.token)
 
 
 def _azure(
@@ -113,12 +212,25 @@ def _bedrock(model: ModelSpec, api_path: str, body: dict[str, Any] | None) -> Up
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
 
-    if api_path != "/v1/messages" or body is None:
-        raise ValueError(f"Bedrock serves only POST /v1/messages here, not {api_path}")
+    if body is None or api_path not in ("/v1/messages", "/chat/completions"):
+        raise ValueError(f"Bedrock serves only its models' calls here, not {api_path}")
     stream = bool(body.get("stream"))
-    sent = {k: v for k, v in body.items() if k not in ("model", "stream")}
-    sent.setdefault("anthropic_version", BEDROCK_ANTHROPIC_VERSION)
-    verb = "invoke-with-response-stream" if stream else "invoke"
+    reframe: Callable[[], Reframe] | None = None
+    if model.family == "anthropic":
+        sent = {k: v for k, v in body.items() if k not in ("model", "stream")}
+        sent.setdefault("anthropic_version", BEDROCK_ANTHROPIC_VERSION)
+        verb = "invoke-with-response-stream" if stream else "invoke"
+        reframe = EventStreamToSse if stream else None
+    else:  # every other model, by the Converse API
+        from hangar.models import converse
+
+        sent = converse.request(body)
+        verb = "converse-stream" if stream else "converse"
+        usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if stream:
+            reframe = functools.partial(converse.ConverseStreamToChat, model.id, usage)
+        else:
+            reframe = functools.partial(converse.ConverseToChat, model.id)
     url = f"{model.endpoint}/model/{quote(model.id, safe='')}/{verb}"
     content = json.dumps(sent).encode()
     accept = "application/vnd.amazon.eventstream" if stream else "application/json"
@@ -127,7 +239,7 @@ def _bedrock(model: ModelSpec, api_path: str, body: dict[str, Any] | None) -> Up
         headers={"content-type": "application/json", "accept": accept},
     )  # fmt: skip
     SigV4Auth(aws_credentials(model), "bedrock", model.aws_region).add_auth(request)
-    return Upstream(url, dict(request.headers.items()), content, events=stream)
+    return Upstream(url, dict(request.headers.items()), content, reframe)
 
 
 def aws_credentials(model: ModelSpec) -> Any:
@@ -162,6 +274,8 @@ class EventStreamToSse:
     Messages API out: each ``chunk`` event's ``bytes`` is one Anthropic event; an
     exception event becomes Anthropic's ``error`` event."""
 
+    content_type = "text/event-stream"
+
     def __init__(self) -> None:
         from botocore.eventstream import EventStreamBuffer
 
@@ -185,6 +299,9 @@ class EventStreamToSse:
             name = event.get("type", "message")
             out += f"event: {name}\ndata: {json.dumps(event)}\n\n".encode()
         return bytes(out)
+
+    def close(self) -> bytes:
+        return b""
 
 
 #: What Vertex AI wants for Anthropic's models in place of the model field.

@@ -42,14 +42,17 @@ from __future__ import annotations
 
 import functools
 import importlib
+import itertools
 import json
 import re
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from pydantic import BaseModel
 
 from hangar.models import ModelSpec
+from hangar.models.dialects import Upstream, throttle_wait, upstream
 
 #: Request paths per provider family (relative to its endpoint) that reach the model.
 _INFERENCE = {
@@ -329,15 +332,34 @@ class PolicyTransport:
         self.policy, self.http, self.on_refused = policy, http, on_refused
         self.inner = http.HTTPTransport(verify=ssl_context(http.__name__))
 
-    def _dialect(self, request: Any, path: str, body: dict[str, Any] | None) -> Any:
-        """`request` as the model's provider dialect wants it (`hangar.models.dialects`):
-        its URL, its key's header, its body."""
-        from hangar.models.dialects import upstream
-
+    def _cloud(self, request: Any, path: str, body: dict[str, Any] | None) -> Any:
+        """`request` sent as the model's cloud wants it (`hangar.models.dialects`: its URL,
+        credentials, body), again after the provider's back-off while it throttles; the
+        answer in the API the SDK speaks."""
         model = self.policy.model
         raw = request.url.query
         query = raw.decode() if isinstance(raw, bytes) else str(raw)
-        call = upstream(model, model.api_key(), path, query, body)
+        waited = 0.0
+        for retries in itertools.count():
+            call = upstream(model, model.api_key(), path, query, body)
+            response = self.inner.handle_request(self._rewritten(request, call))
+            wait = throttle_wait(model, response.status_code, response.headers, retries)
+            if wait is None or waited + wait >= model.timeout_s:
+                break
+            response.close()
+            waited += wait
+            time.sleep(wait)
+        if call.reframe is None or response.status_code != 200:
+            return response
+        framed = call.reframe()
+        content = framed.feed(response.read()) + framed.close()
+        response.close()
+        skip = {"content-type", "content-length", "content-encoding", "transfer-encoding"}
+        headers = {k: v for k, v in response.headers.items() if k.lower() not in skip}
+        headers["content-type"] = framed.content_type
+        return self.http.Response(200, headers=headers, content=content, request=request)
+
+    def _rewritten(self, request: Any, call: Upstream) -> Any:
         dropped = {"content-length", "authorization", "api-key", "x-api-key", "x-goog-api-key"}
         dropped.add("host")
         dropped |= {k.lower() for k in call.headers}  # the dialect's (signed) headers win
@@ -367,17 +389,18 @@ class PolicyTransport:
             error = {"error": {"type": "hangar_relay", "message": f"hangar: {decision.reason}"}}
             return http.Response(403, json=error, request=request)
         if self.policy.model.provider in ("azure", "bedrock", "vertex"):  # a cloud's paths, auth
-            request = self._dialect(request, path, decision.body)
-        elif decision.body is not None and decision.body != body:
-            headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
-            request = http.Request(
-                request.method,
-                request.url,
-                headers=headers,
-                content=json.dumps(decision.body).encode(),
-                extensions=request.extensions,
-            )
-        response = self.inner.handle_request(request)
+            response = self._cloud(request, path, decision.body)
+        else:
+            if decision.body is not None and decision.body != body:
+                headers = request.headers.items()
+                request = http.Request(
+                    request.method,
+                    request.url,
+                    headers={k: v for k, v in headers if k.lower() != "content-length"},
+                    content=json.dumps(decision.body).encode(),
+                    extensions=request.extensions,
+                )
+            response = self.inner.handle_request(request)
         if path == "/responses" and response.status_code == 200:
             response.read()
             kind = response.headers.get("content-type", "")

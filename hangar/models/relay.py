@@ -27,11 +27,13 @@ The sandbox never sees the real key: not in its environment, its files, or the s
 from __future__ import annotations
 
 import hmac
+import itertools
 import json
 import secrets
 import socketserver
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,7 @@ import httpx
 
 from hangar.errors import HangarError
 from hangar.models import ModelSpec
-from hangar.models.dialects import EventStreamToSse, Upstream, upstream
+from hangar.models.dialects import Upstream, throttle_wait, upstream
 from hangar.models.errors import classify
 from hangar.models.policy import RelayPolicy
 from hangar.models.pricing import cost_of
@@ -227,8 +229,12 @@ class ModelRelay:
                 **(payload.get("stream_options") or {}),
                 "include_usage": True,
             }
+
+        def call() -> Upstream:  # made again for each try: a signature is of its time
+            return upstream(self.model, self._key, api_path, raw_query, payload)
+
         try:
-            call = upstream(self.model, self._key, api_path, raw_query, payload)
+            call()
         except (HangarError, ValueError) as exc:  # the node's credentials, or a route
             with self._lock:
                 self.calls += 1
@@ -256,7 +262,9 @@ class ModelRelay:
         h.end_headers()
         h.wfile.write(raw)
 
-    def _forward(self, h: _Handler, path: str, api_path: str, call: Upstream, stream: bool) -> None:
+    def _forward(
+        self, h: _Handler, path: str, api_path: str, call: Callable[[], Upstream], stream: bool
+    ) -> None:
         method = h.command
         started = time.monotonic()
         seen = bytearray()
@@ -297,35 +305,61 @@ class ModelRelay:
             usage=usage.model_dump() if usage is not None else None,
         )
 
-    def _stream_back(self, h: _Handler, call: Upstream, seen: bytearray, sent: list[int]) -> None:
+    def _stream_back(
+        self, h: _Handler, call: Callable[[], Upstream], seen: bytearray, sent: list[int]
+    ) -> None:
         """Send the call upstream with the real key (`call`: the dialect's URL, key and
         body) and stream the answer back to the agent as it comes (the first 10 MiB kept
         in `seen` for metering); its status goes into `sent` as soon as it is sent back
-        (after that, no error reply can be)."""
-        own = {k.lower() for k in call.headers}  # the dialect's (signed) headers win
-        headers = {
-            k: v for k, v in h.headers.items() if k.lower() in _FORWARD and k.lower() not in own
-        }
-        headers["Accept-Encoding"] = "identity"
-        headers.update(call.headers)
-        with self._client.stream(h.command, call.url, content=call.content, headers=headers) as up:
-            sent.append(up.status_code)
-            framed = EventStreamToSse() if call.events and up.status_code == 200 else None
-            h.send_response(up.status_code)
-            for name in _BACK:
-                if name in up.headers and not (framed and name == "content-type"):
-                    h.send_header(name, up.headers[name])
-            if framed is not None:  # Bedrock's event-stream frames, as the agent's SSE
-                h.send_header("content-type", "text/event-stream")
-            h.send_header("Connection", "close")
-            h.end_headers()
-            h.close_connection = True
-            for raw in up.iter_raw():
-                chunk = framed.feed(raw) if framed is not None else raw
-                h.wfile.write(chunk)
-                h.wfile.flush()
-                if len(seen) < 10 * MiB:
-                    seen += chunk
+        (after that, no error reply can be). A cloud's throttling answer is not sent back:
+        the call goes again after the provider's back-off (`throttle_wait`), while the
+        relay's timeout allows."""
+        waited = 0.0
+        for retries in itertools.count():
+            made = call()
+            own = {k.lower() for k in made.headers}  # the dialect's (signed) headers win
+            headers = {
+                k: v for k, v in h.headers.items() if k.lower() in _FORWARD and k.lower() not in own
+            }
+            headers["Accept-Encoding"] = "identity"
+            headers.update(made.headers)
+            answer = self._client.stream(h.command, made.url, content=made.content, headers=headers)
+            with answer as up:
+                wait = throttle_wait(self.model, up.status_code, up.headers, retries)
+                if wait is not None and waited + wait < self.timeout_s:
+                    up.read()
+                    self._event("model_throttled", status=up.status_code, wait_s=round(wait, 3))
+                    waited += wait
+                    time.sleep(wait)
+                    continue
+                self._send_back(h, up, made, seen, sent)
+                return
+
+    def _send_back(
+        self, h: _Handler, up: httpx.Response, made: Upstream, seen: bytearray, sent: list[int]
+    ) -> None:
+        sent.append(up.status_code)
+        framed = made.reframe() if made.reframe and up.status_code == 200 else None
+        h.send_response(up.status_code)
+        for name in _BACK:
+            if name in up.headers and not (framed and name == "content-type"):
+                h.send_header(name, up.headers[name])
+        if framed is not None:  # the provider's answer, in the caller's API
+            h.send_header("content-type", framed.content_type)
+        h.send_header("Connection", "close")
+        h.end_headers()
+        h.close_connection = True
+        for raw in itertools.chain(up.iter_raw(), [None]):  # None: the answer's end
+            if framed is not None:
+                chunk = framed.close() if raw is None else framed.feed(raw)
+            else:
+                chunk = raw or b""
+            if not chunk:
+                continue
+            h.wfile.write(chunk)
+            h.wfile.flush()
+            if len(seen) < 10 * MiB:
+                seen += chunk
 
     def _meter(
         self, path: str, api_path: str, status: int, error: str, seen: bytes, stream: bool

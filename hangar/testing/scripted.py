@@ -3,9 +3,13 @@
 It speaks OpenAI Chat Completions (``/v1/chat/completions``), OpenAI Responses
 (``/v1/responses``), Anthropic Messages (``/v1/messages``) and the Gemini API
 (``/v1beta/models/{model}:generateContent``, ``:streamGenerateContent`` as SSE,
-``:countTokens``), and Azure OpenAI's paths for OpenAI's API (``/openai/deployments/
-{deployment}/chat/completions?api-version=...``, ``/openai/v1/...``: the deployment is the
-model), streaming and not, and answers from a script file:
+``:countTokens``), and the clouds' dialects: Azure OpenAI's paths for OpenAI's API
+(``/openai/deployments/{deployment}/chat/completions?api-version=...``, ``/openai/v1/...``:
+the deployment is the model; an Entra ID token from a managed identity's endpoint),
+Amazon Bedrock's (``/model/{id}/invoke`` and ``/converse``, their streams in AWS's
+event-stream framing, each call's SigV4 signature checked) and Vertex AI's (Claude by
+``rawPredict``, Gemini by its verbs, with an OAuth token from ``/token``); streaming and
+not, and answers from a script file:
 
 ```yaml
 conversations:
@@ -20,6 +24,8 @@ conversations:
       - delay_s: 5            # or answer slowly
         content: "..."
       - drop: true            # or cut the stream off half way
+      - throttle: 2           # or throttle the first 2 requests for this reply, as the
+        content: "..."        # provider does (Bedrock's ThrottlingException...), then answer
 models: [scripted-gold]     # the models it has (optional): any other is a 404, as a
                             # provider answers a model it does not have
 ```
@@ -97,6 +103,9 @@ class Reply(BaseModel):
     """Wait this long before answering."""
     drop: bool = False
     """Close the connection half way through a streamed answer."""
+    throttle: int = 0
+    """Answer the first N requests for this reply with the provider's throttling answer
+    (`throttled`), then answer them (the server counts them)."""
 
 
 class Conversation(BaseModel):
@@ -160,9 +169,10 @@ def _text(content: Any) -> str:
     return ""
 
 
-#: A Gemini API call's path: its model and method.
-#: Amazon Bedrock's runtime API for Anthropic's models.
-BEDROCK_PATH = re.compile(r"^/model/(?P<model>[^/]+)/(?P<verb>invoke|invoke-with-response-stream)$")
+#: Amazon Bedrock's runtime API: InvokeModel (Anthropic's models) and Converse (any).
+BEDROCK_PATH = re.compile(
+    r"^/model/(?P<model>[^/]+)/(?P<verb>invoke|invoke-with-response-stream|converse|converse-stream)$"
+)
 _SIGV4 = re.compile(
     r"AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/"
     r"(?P<service>[^/]+)/aws4_request, SignedHeaders=(?P<signed>[^,]+), "
@@ -204,18 +214,24 @@ def sigv4_problem(
     return None if hmac.compare_digest(expected, found["sig"]) else "the signature does not match"
 
 
-def event_frame(event: dict[str, Any]) -> bytes:
-    """One frame of AWS's event-stream encoding carrying `event` as Bedrock does (a
-    ``chunk`` whose ``bytes`` are the event's JSON, base64)."""
-    payload = json.dumps({"bytes": base64.b64encode(json.dumps(event).encode()).decode()})
-    fields = {":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"}
+def event_frame(event: dict[str, Any], kind: str = "chunk") -> bytes:
+    """One frame of AWS's event-stream encoding as Bedrock sends it: InvokeModel's
+    ``chunk`` carries `event` (Anthropic's) as base64 ``bytes``; Converse's events (`kind`:
+    ``messageStart``, ``contentBlockDelta``...) carry their own JSON."""
+    inner = json.dumps(event).encode()
+    payload = (
+        json.dumps({"bytes": base64.b64encode(inner).decode()}).encode()
+        if kind == "chunk"
+        else inner
+    )
+    fields = {":event-type": kind, ":content-type": "application/json", ":message-type": "event"}
     head = b"".join(
         bytes([len(k)]) + k.encode() + b"\x07" + len(v).to_bytes(2, "big") + v.encode()
         for k, v in fields.items()
     )
     total = 12 + len(head) + len(payload) + 4
     prelude = total.to_bytes(4, "big") + len(head).to_bytes(4, "big")
-    message = prelude + zlib.crc32(prelude).to_bytes(4, "big") + head + payload.encode()
+    message = prelude + zlib.crc32(prelude).to_bytes(4, "big") + head + payload
     return message + zlib.crc32(message).to_bytes(4, "big")
 
 
@@ -516,6 +532,61 @@ def _anthropic_stream(reply: Reply, model: str) -> Iterator[dict[str, Any]]:
     yield {"type": "message_stop"}
 
 
+def _converse(reply: Reply, model: str) -> dict[str, Any]:
+    """Bedrock's Converse answer."""
+    u = reply.usage
+    content: list[dict[str, Any]] = [{"text": reply.content}] if reply.content else []
+    for t in reply.tool_calls:
+        use = {"toolUseId": f"tooluse_{uuid.uuid4().hex[:12]}", "name": t.name}
+        content.append({"toolUse": use | {"input": t.arguments}})
+    return {
+        "output": {"message": {"role": "assistant", "content": content}},
+        "stopReason": "tool_use" if reply.tool_calls else "end_turn",
+        "usage": {
+            "inputTokens": u.input - u.cached,
+            "outputTokens": u.output,
+            "totalTokens": u.input + u.output,
+            "cacheReadInputTokens": u.cached,
+            "cacheWriteInputTokens": 0,
+        },
+        "metrics": {"latencyMs": 1},
+    }
+
+
+def _converse_stream(reply: Reply, model: str) -> Iterator[dict[str, Any]]:
+    """Converse's stream, each event as ``{kind: payload}`` (as boto3 shows them)."""
+    full = _converse(reply, model)
+    yield {"messageStart": {"role": "assistant"}}
+    for index, block in enumerate(full["output"]["message"]["content"]):
+        if "text" in block:
+            for piece in _pieces(block["text"]):
+                yield {"contentBlockDelta": {"contentBlockIndex": index, "delta": {"text": piece}}}
+        else:
+            use = block["toolUse"]
+            start = {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"]}}
+            yield {"contentBlockStart": {"contentBlockIndex": index, "start": start}}
+            delta = {"toolUse": {"input": json.dumps(use["input"])}}
+            yield {"contentBlockDelta": {"contentBlockIndex": index, "delta": delta}}
+        yield {"contentBlockStop": {"contentBlockIndex": index}}
+    yield {"messageStop": {"stopReason": full["stopReason"]}}
+    yield {"metadata": {"usage": full["usage"], "metrics": full["metrics"]}}
+
+
+def throttled(path: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """A provider's throttling answer (headers, body) in the words of `path`'s API:
+    Bedrock's ``ThrottlingException``, Vertex AI's ``RESOURCE_EXHAUSTED``, else a 429 with
+    ``retry-after`` as Azure OpenAI's."""
+    if BEDROCK_PATH.match(path):
+        kind = "ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/"
+        words = "Too many requests, please wait before trying again."
+        return {"x-amzn-ErrorType": kind}, {"message": words}
+    if VERTEX_PATH.match(path):
+        words = "Resource exhausted. Please try again later."
+        return {}, {"error": {"code": 429, "message": words, "status": "RESOURCE_EXHAUSTED"}}
+    words = "Rate limit of the deployment exceeded. Please retry after 1 second."
+    return {"retry-after": "1"}, {"error": {"code": "429", "message": words}}
+
+
 def _pieces(text: str, size: int = 16) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
@@ -550,7 +621,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self._record({})
-        if path.endswith("/models"):
+        if path == "/msi/token":
+            self._identity()
+        elif path.endswith("/models"):
             self._json(200, {"object": "list", "data": [{"id": "every-model-of-the-account"}]})
         else:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
@@ -579,6 +652,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self._record(body)
                 self._json(403, {"message": problem})
                 return
+        entra = self.server.azure
+        bearer = f"Bearer {entra[1]}" if entra is not None else None
+        if bearer and path.startswith("/openai/") and self.headers.get("Authorization") != bearer:
+            self._record(body)
+            self._json(401, {"error": {"code": "401", "message": "invalid Entra ID token"}})
+            return
         if vertex:
             model = vertex["model"]
             wanted = self.server.google
@@ -593,6 +672,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, not_found(path, model))
             return
         reply = self.server.script.reply(model, first, turn)
+        if self.server.throttles(reply):
+            headers, answer = throttled(path)
+            self._json(429, answer, headers)
+            return
         time.sleep(reply.delay_s)
         if reply.status == 404:  # the provider no longer has the model
             self._json(404, not_found(path, model))
@@ -612,6 +695,9 @@ class _Handler(BaseHTTPRequestHandler):
         if gemini:
             render, stream = _gemini, _gemini_stream
             streaming = gemini["verb"] == "streamGenerateContent"
+        elif bedrock and bedrock["verb"].startswith("converse"):
+            render, stream = _converse, _converse_stream
+            streaming = bedrock["verb"] == "converse-stream"
         elif bedrock:
             render, stream = _anthropic, _anthropic_stream
             streaming = bedrock["verb"] == "invoke-with-response-stream"
@@ -641,7 +727,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             self.end_headers()
             for event in events:
-                self.wfile.write(event_frame(event))
+                if bedrock["verb"] == "converse-stream":
+                    ((kind, payload),) = event.items()
+                    self.wfile.write(event_frame(payload, kind))
+                else:
+                    self.wfile.write(event_frame(event))
             self.close_connection = True
             return
         self.send_response(200)
@@ -659,6 +749,22 @@ class _Handler(BaseHTTPRequestHandler):
         if path.endswith("/chat/completions"):
             self.wfile.write(b"data: [DONE]\n\n")
         self.close_connection = True
+
+    def _identity(self) -> None:
+        """A managed identity's token endpoint (App Service's): the token for the
+        resource asked, to a request carrying the identity header's secret."""
+        from urllib.parse import parse_qs
+
+        azure = self.server.azure
+        query = {k: v[0] for k, v in parse_qs(self.path.partition("?")[2]).items()}
+        if azure is None or self.headers.get("X-IDENTITY-HEADER") != azure[0]:
+            self._json(401, {"error": "invalid identity header"})
+            return
+        self.server.tokens.append(query)
+        expires = str(int(time.time()) + 3600)
+        resource = query.get("resource", "")
+        answer = {"access_token": azure[1], "expires_on": expires, "resource": resource}
+        self._json(200, answer | {"token_type": "Bearer"})
 
     def _token(self, raw: bytes) -> None:
         """Google's token endpoint: an access token for a signed assertion."""
@@ -682,9 +788,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.tokens.append(dict(claims))
         self._json(200, {"access_token": google[1], "expires_in": 3600, "token_type": "Bearer"})
 
-    def _json(self, status: int, payload: dict[str, Any]) -> None:
+    def _json(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -703,23 +813,40 @@ class ScriptedServer(ThreadingHTTPServer):
         host: str = "127.0.0.1",
         aws: tuple[str, str, str] | None = None,
         google: tuple[str, str] | None = None,
+        azure: tuple[str, str] | None = None,
     ) -> None:
         """`aws`: (access key id, secret key, region) that Bedrock calls must be signed
         with (SigV4, checked as AWS would; None: Bedrock's paths take any call).
         `google`: (a service account's public key, PEM; the access token to issue): its
         ``/token`` grants the token for an assertion that key verifies (OAuth's JWT
         bearer grant, as Google's token endpoint), and Vertex AI's paths take only that
-        token (None: any call)."""
+        token (None: any call). `azure`: (the identity header's secret; the token to
+        issue): ``GET /msi/token`` is a managed identity's endpoint (App Service's, as
+        ``IDENTITY_ENDPOINT`` names it) granting the token to a request with that secret,
+        and Azure OpenAI's paths take only that token (None: any call)."""
         super().__init__((host, port), _Handler)
         self.script = script
         self.aws = aws
         self.google = google
+        self.azure = azure
+        self._throttled: dict[int, int] = {}
+        self._lock = threading.Lock()
         self.tokens: list[dict[str, Any]] = []
-        """The claims of each assertion `/token` granted a token for."""
+        """The claims of each assertion `/token` granted a token for; the query of each
+        managed identity's token `/msi/token` granted."""
         self.requests: list[dict[str, Any]] = []
         """Every request but the model checks, as received."""
         self.checks: list[dict[str, Any]] = []
         """The sweeps' model checks (one-token calls before the first trial)."""
+
+    def throttles(self, reply: Reply) -> bool:
+        """Whether this request for `reply` is one of the first `Reply.throttle`."""
+        with self._lock:
+            done = self._throttled.get(id(reply), 0)
+            if done >= reply.throttle:
+                return False
+            self._throttled[id(reply)] = done + 1
+            return True
 
     @property
     def url(self) -> str:

@@ -16,7 +16,7 @@ from hangar.models.complete import complete
 from hangar.models.pricing import Price
 from hangar.results import Verdict
 from hangar.testing.scripted import Script, ScriptedServer
-from tests.models.test_relay import events, everything, run
+from tests.models.test_relay import EXAMPLES, TOOLLOOP, events, everything, run
 
 #: A Bedrock model id (its colon is percent-encoded in the path, and signed so).
 MODEL = "anthropic.claude-scripted-v2:0"
@@ -137,6 +137,31 @@ def test_a_streamed_call_from_a_sandbox_comes_back_as_sse(
     (metered,) = events(result, "model_call")
     assert metered["usage"]["input_tokens"] == 1200 and metered["usage"]["output_tokens"] == 40
     assert result.usage.cost_usd > 0
+    found = everything(result)  # the result and every file of the bundle
+    assert SECRET not in found and ACCESS not in found
+
+
+@pytest.mark.docker
+def test_a_command_agent_reaches_a_converse_model_through_the_relay(
+    docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """A model that is not Anthropic's: the agent's Chat Completions tool loop (tool
+    calls, tool results) goes to Bedrock's Converse API, signed; its usage is metered
+    from Converse's own fields."""
+    srv = ScriptedServer(Script.load(EXAMPLES / "scripted-model.yaml"),
+                         aws=(ACCESS, SECRET, "eu-west-3")).start()  # fmt: skip
+    try:
+        spec = ModelSpec(id="scripted-fixer", provider="bedrock", base_url=srv.url,
+                         region="eu-west-3", price=PRICE)  # fmt: skip
+        result = run(tmp_path, TOOLLOOP, spec)
+    finally:
+        srv.shutdown()
+    assert result.verdict is Verdict.PASS, result.reason
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (4500, 190)
+    assert result.usage.cached_input_tokens == 2400 and result.usage.cost_usd > 0
+    assert [c["path"] for c in srv.requests] == ["/model/scripted-fixer/converse"] * 3
+    results = [b for c in srv.requests for m in c["body"]["messages"] for b in m["content"]]
+    assert any("toolResult" in b for b in results)  # the tool's output went back
     found = everything(result)  # the result and every file of the bundle
     assert SECRET not in found and ACCESS not in found
 

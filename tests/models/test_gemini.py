@@ -289,6 +289,16 @@ def test_a_prompt_call_and_a_judge_on_gemini(
     assert hosted.chat_api == "gemini"
 
 
+#: A chat agent's conversation: one tool call (``echo 3``), then the answer.
+COUNT_FILES = Conversation(
+    match="count the files",
+    replies=[
+        Reply(tool_calls=[ToolCall(name="bash", arguments={"command": "echo 3"})]),
+        Reply(content="There are 3."),
+    ],
+)
+
+
 def test_a_chat_agent_on_gemini_calls_its_tools(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -297,17 +307,7 @@ def test_a_chat_agent_on_gemini_calls_its_tools(
     from hangar.sandbox import SandboxSpec
     from hangar.sandbox.local import LocalSandbox
 
-    script = Script(
-        conversations=[
-            Conversation(
-                match="count the files",
-                replies=[
-                    Reply(tool_calls=[ToolCall(name="bash", arguments={"command": "echo 3"})]),
-                    Reply(content="There are 3."),
-                ],
-            )
-        ]
-    )
+    script = Script(conversations=[COUNT_FILES])
     server = ScriptedServer(script).start()
     monkeypatch.setenv("HANGAR_GEMINI_KEY", SECRET)
     spec = ModelSpec(
