@@ -149,7 +149,15 @@ class Script(BaseModel):
 
 
 def not_found(path: str, model: str) -> dict[str, Any]:
-    """A provider's 404 for a model it does not have, in the words of `path`'s API."""
+    """A provider's answer for a model it does not have, in the words of `path`'s API
+    (sent as a 404; Bedrock's as a 400 ``ValidationException``, as Bedrock does)."""
+    if BEDROCK_PATH.match(path):
+        return {"message": "The provided model identifier is invalid."}
+    vertex = VERTEX_PATH.match(path)
+    if vertex:
+        where = path.removeprefix("/v1/").partition(":")[0]
+        message = f"Publisher Model `{where}` was not found or your project has no access to it."
+        return {"error": {"code": 404, "message": message, "status": "NOT_FOUND"}}
     if GEMINI_PATH.match(path):
         message = f"models/{model} is not found for API version v1beta, or is not supported"
         return {"error": {"code": 404, "message": message, "status": "NOT_FOUND"}}
@@ -669,7 +677,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._record(body, turn, check=turn == 0 and first.strip() == CHECK_USER)
         known = self.server.script.models
         if known is not None and model not in known:
-            self._json(404, not_found(path, model))
+            self._json(400 if bedrock else 404, not_found(path, model))
             return
         reply = self.server.script.reply(model, first, turn)
         if self.server.throttles(reply):
@@ -678,7 +686,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         time.sleep(reply.delay_s)
         if reply.status == 404:  # the provider no longer has the model
-            self._json(404, not_found(path, model))
+            self._json(400 if bedrock else 404, not_found(path, model))
             return
         if reply.status != 200:
             self._json(

@@ -301,3 +301,15 @@ def test_the_preflight_asks_each_node_for_a_key_or_an_entra_token(
         cloud.server.shutdown()
     assert "needs its key in AZURE_OPENAI_API_KEY or Azure credentials" in problem
     assert "managed identity" in problem and "a secret the endpoint refuses" not in problem
+
+
+def test_a_model_the_cloud_lacks_stops_before_any_trial(cloud: Cloud) -> None:
+    """The sweep's one-token model check meets the cloud's own answer for a model it does
+    not serve there (Bedrock's 400 ValidationException for a region without it, Vertex
+    AI's 404 for its publisher model, Azure's 404 for a deployment): the model stops."""
+    from hangar.models.exists import check_model
+
+    cloud.server.script = SCRIPT.model_copy(update={"models": ["another-model"]})
+    found = check_model(cloud.model)
+    assert not found.ok and found.error is not None and found.error.stops_model, found
+    assert found.error.kind == "not_found"
