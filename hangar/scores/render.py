@@ -107,17 +107,7 @@ def render_text(report: Report, width: int = 160) -> str:
     console.print(table)
     for line in _uncounted(report):
         console.print(f"[yellow]not counted[/] {plain(line)}", highlight=False)
-    labels = [g.label for g in report.groups]
-    matrix = Table("scenario", *map(plain, labels), title="pass matrix (passes/trials)")
-    for s in report.scenarios:
-        matrix.add_row(
-            plain(s.scenario),
-            *(
-                f"{p}/{n}" if (p, n) != (0, 0) else "-"
-                for p, n in (s.cells.get(x, (0, 0)) for x in labels)
-            ),
-        )
-    console.print(matrix)
+    buf.write(_matrix(report, width))
     if report.requirements:
         req = Table("requirement", "group", "pass rate", title="checklist requirements")
         for r in report.requirements:
@@ -158,6 +148,47 @@ def render_text(report: Report, width: int = 160) -> str:
     for note in report.notes:
         console.print(f"[yellow]note:[/] {plain(note)}")
     return buf.getvalue()
+
+
+def _printable(text: str) -> str:
+    """`text` with no control character (a terminal reads none from a result)."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _matrix(report: Report, width: int) -> str:
+    """The pass matrix as plain text: a scenario a line, a group a column (numbered, its
+    name in a legend above), in as many blocks of columns as `width` needs. Plain text,
+    not a Rich table: a sweep of 500 scenarios and 24 groups is 12,000 cells."""
+    labels = [g.label for g in report.groups]
+    if not labels:
+        return ""
+    names = [f"g{i}" for i in range(1, len(labels) + 1)]
+    rows = [
+        (
+            _printable(s.scenario),
+            [
+                f"{p}/{n}" if (p, n) != (0, 0) else "-"
+                for p, n in (s.cells.get(x, (0, 0)) for x in labels)
+            ],
+        )
+        for s in report.scenarios
+    ]
+    first = max([len("scenario"), *(len(name) for name, _ in rows)])
+    cell = max([3, *(len(n) for n in names), *(len(c) for _, cells in rows for c in cells)])
+    per_block = max(1, (width - first) // (cell + 2))
+    out = ["pass matrix (passes/trials; the groups:)"]
+    out += [
+        f"  {n:>{len(names[-1])}}  {_printable(label)}"
+        for n, label in zip(names, labels, strict=True)
+    ]
+    for start in range(0, len(labels), per_block):
+        block = slice(start, start + per_block)
+        out.append(f"{'scenario':<{first}}" + "".join(f"  {n:>{cell}}" for n in names[block]))
+        out += [
+            f"{name:<{first}}" + "".join(f"  {c:>{cell}}" for c in cells[block])
+            for name, cells in rows
+        ]
+    return "\n".join(out) + "\n"
 
 
 def _metric(m: MetricSummary) -> str:
