@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,9 @@ from starlette.staticfiles import StaticFiles
 from hangar.errors import HangarError
 from hangar.pages import environment
 from hangar.results import Verdict
+from hangar.scores.baseline import Snapshot, snapshot
 from hangar.scores.render import svg_cost, svg_differences, svg_intervals
+from hangar.scores.report import Report
 from hangar.store import ResultsStore
 from hangar.trials.kind import About, KindPage, ViewSettings, kind_of, kinds, registry
 from hangar.viewer.data import (
@@ -50,12 +53,16 @@ from hangar.viewer.data import (
     Catalog,
     Evidence,
     Filters,
+    PerSweep,
     ReportCache,
     TrialFilters,
 )
 from hangar.viewer.transcript import read_agent_sessions, read_transcript
 
 HERE = Path(__file__).parent
+#: How long a page waits for a sweep's first report or snapshot before it says it is
+#: being built (and refreshes by itself): a small sweep's is there at once.
+BUILD_WAIT_S = 0.5
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -100,6 +107,9 @@ class Viewer:
     ) -> None:
         self.catalog = Catalog(store)
         self.reports = ReportCache(self.catalog, margin)
+        self.snapshots: PerSweep[Snapshot] = PerSweep(
+            self.catalog, lambda sweep_id: snapshot(sweep_id, sweep_id, store.results(sweep_id))
+        )
         self.evidence = Evidence(endpoint, evidence)
         self.knowledge = [p.resolve() for p in knowledge or []]
         self.poll_s = poll_s
@@ -145,8 +155,9 @@ class Viewer:
 
     def _sweep_context(self, request: Request, sweep_id: str) -> dict[str, Any]:
         q = request.query_params
-        cached = self.reports.get(sweep_id)
-        report = cached.report
+        cached = self.reports.report(sweep_id, wait=BUILD_WAIT_S)
+        building = cached is None  # its first report: the page now, the report when built
+        report = cached.report if cached is not None else _no_report(sweep_id)
         mpage = max(0, int(q.get("mpage", "0") or 0))
         filters = TrialFilters(**{k: q.get(k, "") for k in TrialFilters.model_fields})
         page = max(0, int(q.get("page", "0") or 0))
@@ -157,7 +168,8 @@ class Viewer:
         return {
             "sweep": sweep_id,
             "report": report,
-            "stale": cached.stale,
+            "stale": building or (cached is not None and cached.stale),
+            "building": building,
             "state": self.catalog.state(sweep_id),
             "labels": labels,
             "matrix": matrix,
@@ -327,7 +339,7 @@ class Viewer:
         )
 
     async def compare(self, request: Request) -> Response:
-        from hangar.scores.baseline import baseline_names, load_baseline, snapshot
+        from hangar.scores.baseline import baseline_names, load_baseline
         from hangar.scores.baseline import compare as find
         from hangar.scores.thresholds import Thresholds
 
@@ -341,13 +353,17 @@ class Viewer:
         if not candidate or not (before_sweep or name):
             return self.page("compare.html", outcome=None, choices=choices, q=dict(q))
         try:
-            if name:
-                before = load_baseline(store, name)
-            else:
-                before = snapshot(before_sweep, before_sweep, store.results(before_sweep))
-            after = snapshot("candidate", candidate, store.results(candidate))
+            for sweep_id in (candidate, *([] if name else [before_sweep])):
+                if not self.catalog.exists(sweep_id):
+                    raise HangarError(f"no sweep {sweep_id!r} in the store")
+            self.snapshots.warm([candidate, *([] if name else [before_sweep])])  # both at once
+            old = load_baseline(store, name) if name else self._snapshot(before_sweep)
+            new = self._snapshot(candidate)
         except HangarError as exc:
             return self.page("error.html", 404, message=str(exc))
+        if old is None or new is None:  # a snapshot is being built: the page says so
+            return self.page("compare.html", outcome=None, choices=choices, q=dict(q), pending=True)
+        before, after = old, new.model_copy(update={"name": "candidate"})
         outcome = find(before, after, Thresholds())
         rows = []
         for label in sorted(set(before.groups) | set(after.groups)):
@@ -375,6 +391,11 @@ class Viewer:
         return self.page(
             "compare.html", outcome=outcome, rows=rows, choices=choices, q=dict(q), before=before
         )
+
+    def _snapshot(self, sweep_id: str) -> Snapshot | None:
+        """A sweep's scores as a snapshot (None while its first is built)."""
+        found = self.snapshots.get(sweep_id, wait=BUILD_WAIT_S)
+        return None if found is None else found[0]
 
     def kind_page(self, page: KindPage) -> Callable[[Request], Awaitable[Response]]:
         """The route handler of a kind's own page."""
@@ -418,6 +439,12 @@ class Viewer:
 
     async def pygments_css(self, request: Request) -> Response:
         return Response(HtmlFormatter().get_style_defs(".diff"), media_type="text/css")
+
+
+def _no_report(sweep_id: str) -> Report:
+    """What a sweep page shows while its first report is built."""
+    return Report(sweep=sweep_id, generated_at=datetime.now(UTC), margin=0.0, groups=[],
+                  scenarios=[], requirements=[], comparisons=[], voided=[])  # fmt: skip
 
 
 def timeline(timings: dict[str, float]) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy import and_, func, or_, select
@@ -42,6 +42,8 @@ from hangar.store import ResultsStore, sweeps, trials
 from hangar.trials.kind import report_sections
 from hangar.verifiers.bundle import BundleCheck, verify_bundle
 from hangar.verifiers.object_store import key_in, open_store, split_uri
+
+T = TypeVar("T")
 
 #: Trials a page lists.
 PAGE = 100
@@ -342,39 +344,24 @@ class CachedReport(BaseModel):
     """The sweep changed since; a newer report is being built."""
 
 
-class ReportCache:
-    """`hangar report`'s report per sweep, rebuilt in the background when it changes."""
+class PerSweep(Generic[T]):
+    """Something built from a sweep's trials (a report, a snapshot), kept per sweep with
+    the sweep's state it was built from and built again, in the background, when the
+    sweep changes: a page never waits for a 100,000-trial sweep's to be built again."""
 
-    def __init__(self, catalog: Catalog, margin: float | None = None) -> None:
+    def __init__(self, catalog: Catalog, build: Callable[[str], T]) -> None:
         self.catalog = catalog
-        self.margin = margin
-        """The margin (a fraction of a metric's range) of every sweep's sentences; None:
-        each sweep's own, as recorded with it (`hangar report`'s, too)."""
-        self._cache: dict[str, CachedReport] = {}
+        self._build_one = build
+        self._cache: dict[str, tuple[T, tuple[int, str]]] = {}
         self._building: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
     def _build(self, sweep_id: str) -> None:
         try:
             state = self.catalog.state(sweep_id)
-            config = self.catalog.store.sweep_config(sweep_id) or {}
-            margin = self.margin if self.margin is not None else sweep_margin(config) / 100
-            roles, ended = sweep_design(config)
-            rows = list(self.catalog.store.results(sweep_id))
-            report = build_report(
-                sweep_id,
-                rows,
-                margin=margin,
-                roles=roles,
-                sequential=ended if self.margin is None else (),
-            )
-            report.left_out = [LeftOut.model_validate(t) for t in config.get("left_out", [])]
-            report.sections = [
-                Section(kind=kind, title=s.title, lines=s.lines)
-                for kind, s in report_sections(rows)
-            ]
+            built = self._build_one(sweep_id)
             with self._lock:
-                self._cache[sweep_id] = CachedReport(report=report, state=state)
+                self._cache[sweep_id] = (built, state)
         finally:
             with self._lock:
                 done = self._building.pop(sweep_id, None)
@@ -389,25 +376,63 @@ class ReportCache:
                 threading.Thread(target=self._build, args=(sweep_id,), daemon=True).start()
             return event
 
-    def get(self, sweep_id: str) -> CachedReport:
-        """The report: the cached one when current; the last one (marked stale) while a
-        new one is built; built now when there is none yet."""
+    def get(self, sweep_id: str, *, wait: float | None = None) -> tuple[T, bool] | None:
+        """(the value, whether the sweep changed since it was built): the cached one when
+        current; the last one while a new one is built; else built now, waited for at most
+        `wait` seconds (None: until built), None when not built by then."""
         state = self.catalog.state(sweep_id)
         with self._lock:
             cached = self._cache.get(sweep_id)
-        if cached is not None and cached.state == state:
-            return cached
+        if cached is not None and cached[1] == state:
+            return cached[0], False
         event = self._start(sweep_id)
         if cached is not None:
-            return cached.model_copy(update={"stale": True})
-        event.wait()
+            return cached[0], True
+        if not event.wait(wait):
+            return None
         with self._lock:
-            return self._cache[sweep_id]
+            found = self._cache.get(sweep_id)
+        return None if found is None else (found[0], False)
 
     def warm(self, sweep_ids: list[str]) -> None:
-        """Build these sweeps' reports in the background."""
+        """Build these sweeps' values in the background, where not current."""
         for sweep_id in sweep_ids:
-            self._start(sweep_id)
+            with self._lock:
+                cached = self._cache.get(sweep_id)
+            if cached is None or cached[1] != self.catalog.state(sweep_id):
+                self._start(sweep_id)
+
+
+class ReportCache(PerSweep[Report]):
+    """`hangar report`'s report per sweep (`PerSweep`)."""
+
+    def __init__(self, catalog: Catalog, margin: float | None = None) -> None:
+        super().__init__(catalog, self._report)
+        self.margin = margin
+        """The margin (a fraction of a metric's range) of every sweep's sentences; None:
+        each sweep's own, as recorded with it (`hangar report`'s, too)."""
+
+    def _report(self, sweep_id: str) -> Report:
+        config = self.catalog.store.sweep_config(sweep_id) or {}
+        margin = self.margin if self.margin is not None else sweep_margin(config) / 100
+        roles, ended = sweep_design(config)
+        rows = list(self.catalog.store.results(sweep_id))
+        report = build_report(
+            sweep_id, rows, margin=margin, roles=roles,
+            sequential=ended if self.margin is None else (),
+        )  # fmt: skip
+        report.left_out = [LeftOut.model_validate(t) for t in config.get("left_out", [])]
+        report.sections = [
+            Section(kind=kind, title=s.title, lines=s.lines) for kind, s in report_sections(rows)
+        ]
+        return report
+
+    def report(self, sweep_id: str, *, wait: float | None = None) -> CachedReport | None:
+        """The sweep's report (None while its first is built, after `wait` seconds)."""
+        found = self.get(sweep_id, wait=wait)
+        if found is None:
+            return None
+        return CachedReport(report=found[0], state=self.catalog.state(sweep_id), stale=found[1])
 
 
 class Bundle(BaseModel):

@@ -461,7 +461,10 @@ def test_the_example_suite_on_ray_with_roles(ray_local: None, tmp_path: Path) ->
     from hangar.store import ResultsStore
     from hangar.viewer.data import Catalog, ReportCache
 
-    cached = ReportCache(Catalog(ResultsStore(f"sqlite:///{tmp_path}/r.db"))).get(outcome["sweep"])
+    cached = ReportCache(Catalog(ResultsStore(f"sqlite:///{tmp_path}/r.db"))).report(
+        outcome["sweep"]
+    )
+    assert cached is not None
     assert cached.report.margin == pytest.approx(0.15)
     strict = runner.invoke(
         app,

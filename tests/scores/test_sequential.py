@@ -196,7 +196,8 @@ def test_a_clear_loss_stops_after_the_first_round(ray_local: None, tmp_path: Pat
     from hangar.store import ResultsStore
     from hangar.viewer.data import Catalog, ReportCache
 
-    viewed = ReportCache(Catalog(ResultsStore(f"sqlite:///{tmp_path}/clear.db"))).get("clear")
+    viewed = ReportCache(Catalog(ResultsStore(f"sqlite:///{tmp_path}/clear.db"))).report("clear")
+    assert viewed is not None
     assert note in viewed.report.notes and viewed.report.roles == ("control", "skill")
 
 
