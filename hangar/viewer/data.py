@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, func, or_, select, tuple_
 
 from hangar.errors import HangarError
 from hangar.results import TrialResult
@@ -319,16 +319,26 @@ class Catalog:
 
     def neighbours(self, sweep_id: str, key: str) -> tuple[str | None, str | None]:
         """The trials before and after `key` in its sweep, ordered by scenario, agent,
-        model, arm and repeat (None at either end)."""
+        model, arm, repeat and key (None at either end): two indexed lookups, never the
+        sweep's keys in memory."""
         latest = self._latest(sweep_id)
         c = latest.c
-        order = (c.scenario_id, c.agent, c.model, c.arm, c.repeat)
+        order = (c.scenario_id, c.agent, c.model, c.arm, c.repeat, c.trial_key)
         with self.store.engine.connect() as conn:
-            keys = [r[0] for r in conn.execute(select(latest.c.trial_key).order_by(*order))]
-        if key not in keys:
-            return None, None
-        i = keys.index(key)
-        return (keys[i - 1] if i > 0 else None), (keys[i + 1] if i + 1 < len(keys) else None)
+            me = conn.execute(select(*order).where(c.trial_key == key)).first()
+            if me is None:
+                return None, None
+            here = tuple_(*order)
+            before = conn.execute(
+                select(c.trial_key)
+                .where(here < tuple_(*me))
+                .order_by(*(o.desc() for o in order))
+                .limit(1)
+            ).first()
+            after = conn.execute(
+                select(c.trial_key).where(here > tuple_(*me)).order_by(*order).limit(1)
+            ).first()
+        return (before[0] if before else None), (after[0] if after else None)
 
     def attempts(self, sweep_id: str, key: str) -> list[int]:
         """Every attempt of a trial."""

@@ -70,3 +70,14 @@ def test_a_comparison_page_says_its_snapshots_are_being_computed(store: ResultsS
         assert 'id="pending"' not in done.text and "compare-metrics" in done.text
         missing = client.get("/compare?a=sw&b=nope")
         assert missing.status_code == 404 and "no sweep &#39;nope&#39;" in missing.text
+
+
+def test_a_trials_neighbours_come_from_the_store_in_order(store: ResultsStore) -> None:
+    from hangar.viewer.data import Catalog
+
+    store.record([result("k3"), result("k0", scenario_id="s0"), result("k2", attempt=2)])
+    catalog = Catalog(store)
+    assert catalog.neighbours("sw", "k0") == (None, "k1")  # scenario s0 comes first
+    assert catalog.neighbours("sw", "k2") == ("k1", "k3")  # then s1's, by key
+    assert catalog.neighbours("sw", "k3") == ("k2", None)
+    assert catalog.neighbours("sw", "nope") == (None, None)
