@@ -56,7 +56,6 @@ import math
 from collections.abc import Sequence
 from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel
 
 Status = Literal["lose", "not_lose", "open"]
@@ -84,6 +83,8 @@ class ConfidenceSequence:
     module docstring."""
 
     def __init__(self, span: float = 1.0, *, alpha: float = 0.05, c: float = 0.75) -> None:
+        import numpy as np  # here, not at import: `hangar status` starts without it
+
         if span <= 0:
             raise ValueError(f"span must be positive, got {span}")
         self.span, self.c = span, c
@@ -95,6 +96,8 @@ class ConfidenceSequence:
 
     def add(self, difference: float) -> None:
         """One more unit's difference (in [-span, span]; clipped to it)."""
+        import numpy as np
+
         span, m = self.span, self.grid
         x = min(1.0, max(0.0, (difference + span) / (2 * span)))
         t = self.units = self.units + 1

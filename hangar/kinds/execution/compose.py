@@ -25,7 +25,7 @@ from pydantic import Field
 from hangar.errors import ConfigError
 from hangar.files import parse_size
 from hangar.kinds.execution.image_task import Condition, ImageSource, Service
-from hangar.sandbox.services import ServiceHealth
+from hangar.sandbox.service_specs import ServiceHealth
 from hangar.verifiers.spec import Strict
 
 COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")

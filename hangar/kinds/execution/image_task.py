@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict, Field
 
 from hangar.files import tree_digest
-from hangar.sandbox.services import ServiceRun
+from hangar.sandbox.service_specs import ServiceRun
 from hangar.trials.limits import ScenarioLimits
 from hangar.trials.spec import Task
 from hangar.verifiers.spec import Strict

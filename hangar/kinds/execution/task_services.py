@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from hangar.errors import ImageNotFound, SandboxError
 from hangar.kinds.execution.image_task import Condition, Service
 from hangar.results import Verdict
-from hangar.sandbox.services import ServiceNetwork, ServiceRun, ServiceSpec
+from hangar.sandbox.service_specs import ServiceRun, ServiceSpec
+from hangar.sandbox.services import ServiceNetwork
 from hangar.trials.boundary import Outcome
 
 if TYPE_CHECKING:
