@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import inspect, update
 
 from hangar.errors import ConfigError, StoreError
 from hangar.results import CheckOutcome, FindingOutcome, Score, TrialResult, Usage, Verdict
@@ -63,6 +63,7 @@ def test_roundtrip(store: ResultsStore) -> None:
     assert store.record([original]) == 1
     (back,) = store.results("sw")
     assert back == original
+    assert back.model_dump_json() == original.model_dump_json()  # the fields in their order
 
 
 def test_scores_kind_and_details_roundtrip(store: ResultsStore) -> None:
@@ -258,3 +259,55 @@ def test_copy_sqlite_into_postgres(tmp_path: Path, postgres_url: str) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "runs/hangar.db -> " in proc.stdout and ": 0 new trials (nothing new)" in proc.stdout
+
+
+def test_the_latest_attempt_whatever_order_results_come_in(store: ResultsStore) -> None:
+    """A node that froze may report an attempt after the one that replaced it: each trial
+    still has one latest attempt, the highest, for every output."""
+    store.record([result("k1", 2, Verdict.PASS)])
+    store.record([result("k1", 1, Verdict.INFRA_ERROR), result("k2", 1, Verdict.INFRA_ERROR)])
+    store.record([result("k2", 2, Verdict.FAIL), result("k2", 3, Verdict.PASS)])
+    assert sorted((r.trial_key, r.attempt) for r in store.results("sw")) == [("k1", 2), ("k2", 3)]
+    assert store.counts("sw") == [("pass", "gold", "m1", "control", 2)]
+    with store.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT trial_key, attempt FROM v_trials").fetchall()
+    assert sorted(rows) == [("k1", 2), ("k2", 3)]
+
+
+def test_a_schema_10_store_learns_its_latest_attempts(tmp_path: Path) -> None:
+    """A store from before the `latest` column gains it, marked from the attempts it
+    holds, and the indexes outputs read it by."""
+    url = f"sqlite:///{tmp_path}/old.db"
+    store = ResultsStore(url)
+    store.record([result("k1", 1, Verdict.INFRA_ERROR), result("k1", 2), result("k2", 1)])
+    with store.engine.begin() as conn:
+        for index in ("ix_trials_latest", "ix_trials_latest_finished", "ix_trials_latest_order"):
+            conn.exec_driver_sql(f"DROP INDEX {index}")
+        conn.exec_driver_sql("DROP VIEW v_daily_model_scores")
+        conn.exec_driver_sql("DROP VIEW v_scores")
+        conn.exec_driver_sql("DROP VIEW v_trials")
+        conn.exec_driver_sql("DROP VIEW v_attempts")
+        conn.exec_driver_sql("ALTER TABLE trials DROP COLUMN latest")
+        conn.exec_driver_sql("UPDATE hangar_meta SET value = '10' WHERE key = 'schema_version'")
+        conn.exec_driver_sql("DELETE FROM hangar_meta WHERE key = 'views_version'")
+    again = ResultsStore(url)
+    assert sorted((r.trial_key, r.attempt) for r in again.results("sw")) == [("k1", 2), ("k2", 1)]
+    with again.engine.connect() as conn:
+        indexes = {i["name"] for i in inspect(conn).get_indexes("trials")}
+        plan = " ".join(
+            str(row[-1])
+            for row in conn.exec_driver_sql(
+                "EXPLAIN QUERY PLAN SELECT verdict, count(*) FROM trials "
+                "WHERE sweep_id = 'sw' AND latest = 1 GROUP BY agent, model, arm, verdict"
+            )
+        )
+    assert {"ix_trials_latest", "ix_trials_latest_finished", "ix_trials_latest_order"} <= indexes
+    assert "COVERING INDEX ix_trials_latest" in plan
+
+
+def test_results_are_read_as_validated_ones() -> None:
+    """Rows become results without validating again (`hangar.store._trusted`): only
+    right for models with no private attributes, post-init or extra fields."""
+    for model in (TrialResult, Usage, Score, CheckOutcome):
+        assert not model.__private_attributes__ and model.__pydantic_post_init__ is None
+        assert model.model_config.get("extra") in (None, "ignore", "forbid")

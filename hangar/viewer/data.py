@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import and_, func, or_, select, tuple_
+from sqlalchemy import func, or_, select, tuple_
 
 from hangar.errors import HangarError
 from hangar.results import TrialResult
@@ -38,7 +38,7 @@ from hangar.scores.report import (
     sweep_design,
     sweep_margin,
 )
-from hangar.store import ResultsStore, sweeps, trials
+from hangar.store import ResultsStore, latest_attempts, sweeps, trials
 from hangar.trials.kind import report_sections
 from hangar.verifiers.bundle import BundleCheck, verify_bundle
 from hangar.verifiers.object_store import key_in, open_store, split_uri
@@ -140,26 +140,7 @@ class Catalog:
         self.store = store
 
     def _latest(self, sweep_id: str | None = None) -> Any:
-        last = select(
-            trials.c.sweep_id,
-            trials.c.trial_key,
-            func.max(trials.c.attempt).label("attempt"),
-        ).group_by(trials.c.sweep_id, trials.c.trial_key)
-        if sweep_id is not None:
-            last = last.where(trials.c.sweep_id == sweep_id)
-        sub = last.subquery()
-        return (
-            select(trials)
-            .join(
-                sub,
-                and_(
-                    trials.c.sweep_id == sub.c.sweep_id,
-                    trials.c.trial_key == sub.c.trial_key,
-                    trials.c.attempt == sub.c.attempt,
-                ),
-            )
-            .subquery()
-        )
+        return latest_attempts(sweep_id)
 
     def sweeps(self, f: Filters, page: int = 0, per_page: int = 50) -> tuple[list[SweepRow], int]:
         """A page of sweeps, newest first, and how many match."""
