@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import sys
 from pathlib import Path
@@ -75,6 +76,7 @@ def report(
     design, ended = sweep_design(recorded)
     roles = roles or design
     rows = list(results.results(sweep_id))
+    gc.freeze()  # a one-off process: the cycle collector need not walk 100,000 rows again
     built = build_report(
         sweep_id,
         rows,

@@ -14,7 +14,7 @@ summarised (`MetricSummary`) and compared (`hangar.scores.comparisons`).
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from statistics import median
@@ -247,15 +247,27 @@ GroupKey3 = tuple[str, str, str]
 
 
 def _group(key: tuple[str, str, str], rows: list[TrialResult], seed: int) -> tuple[Group, Outcomes]:
-    """One group's summary, and its per-scenario outcomes."""
-    counted = [r for r in rows if r.verdict in COUNTED]
+    """One group's summary, and its per-scenario outcomes (one pass over its rows: a
+    group of a 100,000-trial sweep holds thousands)."""
+    counted: list[TrialResult] = []
     per_scenario: Outcomes = defaultdict(list)
-    for r in counted:
-        per_scenario[r.scenario_id].append(r.verdict is Verdict.PASS)
-    passes = sum(r.verdict is Verdict.PASS for r in counted)
+    verdicts: dict[str, int] = {}
+    cost = 0.0
+    tokens = dict.fromkeys(("input", "cached_input", "output", "reasoning"), 0)
+    for r in rows:
+        verdicts[r.verdict.value] = verdicts.get(r.verdict.value, 0) + 1
+        usage = r.usage
+        cost += usage.cost_usd
+        tokens["input"] += usage.input_tokens
+        tokens["cached_input"] += usage.cached_input_tokens
+        tokens["output"] += usage.output_tokens
+        tokens["reasoning"] += usage.reasoning_tokens
+        if r.verdict in COUNTED:
+            counted.append(r)
+            per_scenario[r.scenario_id].append(r.verdict is Verdict.PASS)
+    passes = sum(sum(v) for v in per_scenario.values())
     repeats = max((len(v) for v in per_scenario.values()), default=0)
     ks = range(1, repeats + 1) if repeats > 1 else range(0)
-    cost = sum(r.usage.cost_usd for r in rows)
     durations = [r.duration_s for r in counted]
 
     def over_k(estimator: str) -> dict[int, float]:
@@ -272,16 +284,11 @@ def _group(key: tuple[str, str, str], rows: list[TrialResult], seed: int) -> tup
         clustered_se=stats.clustered_se(per_scenario),
         pass_at_k=over_k("pass@k"),
         pass_hat_k=over_k("pass^k"),
-        verdicts=dict(Counter(r.verdict.value for r in rows)),
+        verdicts=verdicts,
         cost_usd=cost,
         cost_per_trial=cost / len(counted) if counted else None,
         cost_per_pass=cost / passes if passes else None,
-        tokens={
-            "input": sum(r.usage.input_tokens for r in rows),
-            "cached_input": sum(r.usage.cached_input_tokens for r in rows),
-            "output": sum(r.usage.output_tokens for r in rows),
-            "reasoning": sum(r.usage.reasoning_tokens for r in rows),
-        },
+        tokens=tokens,
         duration_p50_s=median(durations) if durations else None,
         duration_p95_s=_percentile(durations, 0.95),
         metrics=_summaries(counted, seed),
