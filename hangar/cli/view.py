@@ -78,4 +78,4 @@ def view(
     try:
         Server(config).run()
     finally:
-        viewer.evidence.close()
+        viewer.close()

@@ -43,19 +43,21 @@ from starlette.staticfiles import StaticFiles
 from hangar.errors import HangarError
 from hangar.pages import environment
 from hangar.results import Verdict
-from hangar.scores.baseline import Snapshot, snapshot
+from hangar.scores.baseline import Snapshot
 from hangar.scores.render import svg_cost, svg_differences, svg_intervals
 from hangar.scores.report import Report
 from hangar.store import ResultsStore
 from hangar.trials.kind import About, KindPage, ViewSettings, kind_of, kinds, registry
 from hangar.viewer.data import (
     PAGE,
+    Builder,
     Catalog,
     Evidence,
     Filters,
     PerSweep,
     ReportCache,
     TrialFilters,
+    snapshots,
 )
 from hangar.viewer.transcript import read_agent_sessions, read_transcript
 
@@ -106,10 +108,9 @@ class Viewer:
         poll_s: float = 3.0,
     ) -> None:
         self.catalog = Catalog(store)
-        self.reports = ReportCache(self.catalog, margin)
-        self.snapshots: PerSweep[Snapshot] = PerSweep(
-            self.catalog, lambda sweep_id: snapshot(sweep_id, sweep_id, store.results(sweep_id))
-        )
+        self.builder = Builder()
+        self.reports = ReportCache(self.catalog, margin, self.builder)
+        self.snapshots: PerSweep[Snapshot] = snapshots(self.catalog, self.builder)
         self.evidence = Evidence(endpoint, evidence)
         self.knowledge = [p.resolve() for p in knowledge or []]
         self.poll_s = poll_s
@@ -120,6 +121,11 @@ class Viewer:
         self.env.globals["verdicts"] = [v.value for v in Verdict]
         # The newest sweeps' reports are built while the first page loads.
         self.reports.warm([r.id for r in self.catalog.sweeps(Filters(), 0, 5)[0]])
+
+    def close(self) -> None:
+        """End the builder's process and remove every fetched bundle."""
+        self.builder.close()
+        self.evidence.close()
 
     def page(self, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         """A template rendered."""

@@ -5,7 +5,8 @@
 - `ReportCache`: `hangar report`'s `Report` of a sweep, the same object the CLI prints,
   kept per sweep and rebuilt in the background when the sweep's trials change (a page
   never waits for a 20,000-trial report twice; while a sweep runs it shows the last one
-  built and says it is updating).
+  built and says it is updating). A large sweep's is built in a process of its own
+  (`Builder`), so that building never holds up the pages' interpreter.
 - `Catalog.trials`: one page of a sweep's trials (latest attempts), filtered.
 - `Evidence`: a trial's bundle fetched from its store (file or S3) once, its hashes
   verified (`verify_bundle`: the archive's sha256 against the result's, every file against
@@ -15,6 +16,8 @@
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
 import shutil
 import tempfile
 import threading
@@ -30,6 +33,7 @@ from sqlalchemy import func, or_, select, tuple_
 from hangar.errors import HangarError
 from hangar.results import TrialResult
 from hangar.sandbox.archive import extract_untrusted
+from hangar.scores.baseline import Snapshot, snapshot
 from hangar.scores.report import (
     LeftOut,
     Report,
@@ -138,9 +142,25 @@ class Catalog:
 
     def __init__(self, store: ResultsStore) -> None:
         self.store = store
+        self._known: dict[tuple[str, str | None], tuple[tuple[int, str], Any]] = {}
+        self._known_lock = threading.Lock()
 
     def _latest(self, sweep_id: str | None = None) -> Any:
         return latest_attempts(sweep_id)
+
+    def _current(self, what: str, sweep_id: str | None, compute: Callable[[], T]) -> T:
+        """`compute()`, kept until the sweep's trials change (any trial: `sweep_id` None);
+        what every page asks of a 100,000-trial sweep is asked of the store once."""
+        state = self.state(sweep_id)
+        with self._known_lock:
+            known = self._known.get((what, sweep_id))
+        if known is not None and known[0] == state:
+            found: T = known[1]
+            return found
+        value = compute()
+        with self._known_lock:
+            self._known[(what, sweep_id)] = (state, value)
+        return value
 
     def sweeps(self, f: Filters, page: int = 0, per_page: int = 50) -> tuple[list[SweepRow], int]:
         """A page of sweeps, newest first, and how many match."""
@@ -150,7 +170,7 @@ class Catalog:
             rows = conn.execute(
                 query.order_by(sweeps.c.updated_at.desc()).limit(per_page).offset(page * per_page)
             ).all()
-            mixes = self._mixes(conn, [r.id for r in rows])
+        mixes = {r.id: self._current("mix", r.id, functools.partial(self._mix, r.id)) for r in rows}
         return [
             SweepRow(
                 id=r.id,
@@ -169,40 +189,36 @@ class Catalog:
             for r in rows
         ], total
 
-    def _mixes(self, conn: Any, ids: list[str]) -> dict[str, _Mix]:
-        """What the latest attempts of each sweep in `ids` hold: verdicts, the models,
-        agents, arms, suites and kinds seen, and the cost."""
-        mixes = {i: _Mix() for i in ids}
-        if not ids:
-            return mixes
-        latest = self._latest()
-        keys = [getattr(latest.c, k) for k in ("sweep_id", "verdict", *_SEEN)]
-        grouped = conn.execute(
-            select(
-                *keys,
-                func.count().label("n"),
-                func.sum(latest.c.cost_usd + latest.c.judge_cost_usd).label("cost"),
-            )
-            .where(latest.c.sweep_id.in_(ids))
-            .group_by(*keys)
-        )
+    def _mix(self, sweep_id: str) -> _Mix:
+        """What the latest attempts of a sweep hold: verdicts, the models, agents, arms,
+        suites and kinds seen, and the cost."""
+        mix = _Mix()
+        latest = self._latest(sweep_id)
+        keys = [getattr(latest.c, k) for k in ("verdict", *_SEEN)]
+        with self.store.engine.connect() as conn:
+            grouped = conn.execute(
+                select(
+                    *keys,
+                    func.count().label("n"),
+                    func.sum(latest.c.cost_usd + latest.c.judge_cost_usd).label("cost"),
+                ).group_by(*keys)
+            ).all()
         for g in grouped:
-            mix = mixes[g.sweep_id]
             mix.verdicts[g.verdict] = mix.verdicts.get(g.verdict, 0) + g.n
             mix.cost += float(g.cost or 0)
             for k in _SEEN:
                 if getattr(g, k):
                     mix.seen[k].add(getattr(g, k))
-        return mixes
+        return mix
 
-    def state(self, sweep_id: str) -> tuple[int, str]:
-        """(rows, newest finish) of a sweep: what changes when a trial lands."""
+    def state(self, sweep_id: str | None) -> tuple[int, str]:
+        """(rows, newest finish) of a sweep (of the store: None): what changes when a trial
+        lands."""
+        query = select(func.count(), func.max(trials.c.finished_at))
+        if sweep_id is not None:
+            query = query.where(trials.c.sweep_id == sweep_id)
         with self.store.engine.connect() as conn:
-            row = conn.execute(
-                select(func.count(), func.max(trials.c.finished_at)).where(
-                    trials.c.sweep_id == sweep_id
-                )
-            ).one()
+            row = conn.execute(query).one()
         return int(row[0]), str(row[1] or "")
 
     def exists(self, sweep_id: str) -> bool:
@@ -266,6 +282,9 @@ class Catalog:
     def choices(self, sweep_id: str | None = None) -> dict[str, list[str]]:
         """The values the filters offer: every suite, model, agent, arm and scenario seen
         (in one sweep, or in the whole store)."""
+        return self._current("choices", sweep_id, functools.partial(self._choices, sweep_id))
+
+    def _choices(self, sweep_id: str | None) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {}
         with self.store.engine.connect() as conn:
             for name in ("suite", "model", "agent", "arm", "scenario_id"):
@@ -335,14 +354,55 @@ class CachedReport(BaseModel):
     """The sweep changed since; a newer report is being built."""
 
 
+#: A sweep with at least this many recorded attempts is built by the `Builder`.
+APART_FROM = 5_000
+
+
+class Builder:
+    """One process, spawned for the first large sweep, that builds what pages show of
+    large sweeps: reading and summing 100,000 results takes seconds of an interpreter,
+    and every page would wait for them if it were the pages' own."""
+
+    def __init__(self) -> None:
+        self._pool: Any = None
+        self._lock = threading.Lock()
+
+    def run(self, build: Callable[[str], T], sweep_id: str) -> T:
+        """`build(sweep_id)` in the builder's process (a picklable `build`)."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = multiprocessing.get_context("spawn").Pool(1)
+            pool = self._pool
+        found: T = pool.apply(build, (sweep_id,))
+        return found
+
+    def close(self) -> None:
+        """End the process (a build under way ends with it)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+
+
 class PerSweep(Generic[T]):
     """Something built from a sweep's trials (a report, a snapshot), kept per sweep with
     the sweep's state it was built from and built again, in the background, when the
-    sweep changes: a page never waits for a 100,000-trial sweep's to be built again."""
+    sweep changes: a page never waits for a 100,000-trial sweep's to be built again.
+    `build` runs in a thread of the viewer; for a sweep of `APART_FROM` attempts or more,
+    `apart` (the same, picklable) runs in the `builder`'s process instead."""
 
-    def __init__(self, catalog: Catalog, build: Callable[[str], T]) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        build: Callable[[str], T],
+        apart: Callable[[str], T] | None = None,
+        builder: Builder | None = None,
+    ) -> None:
         self.catalog = catalog
         self._build_one = build
+        self._apart = apart if builder is not None else None
+        self._builder = builder
         self._cache: dict[str, tuple[T, tuple[int, str]]] = {}
         self._building: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -350,7 +410,10 @@ class PerSweep(Generic[T]):
     def _build(self, sweep_id: str) -> None:
         try:
             state = self.catalog.state(sweep_id)
-            built = self._build_one(sweep_id)
+            if self._apart is not None and self._builder is not None and state[0] >= APART_FROM:
+                built = self._builder.run(self._apart, sweep_id)
+            else:
+                built = self._build_one(sweep_id)
             with self._lock:
                 self._cache[sweep_id] = (built, state)
         finally:
@@ -397,26 +460,18 @@ class PerSweep(Generic[T]):
 class ReportCache(PerSweep[Report]):
     """`hangar report`'s report per sweep (`PerSweep`)."""
 
-    def __init__(self, catalog: Catalog, margin: float | None = None) -> None:
-        super().__init__(catalog, self._report)
+    def __init__(
+        self, catalog: Catalog, margin: float | None = None, builder: Builder | None = None
+    ) -> None:
+        url = catalog.store.url
+        apart = None if _in_memory(url) else functools.partial(report_of, url, margin)
+        super().__init__(catalog, self._report, apart, builder)
         self.margin = margin
         """The margin (a fraction of a metric's range) of every sweep's sentences; None:
         each sweep's own, as recorded with it (`hangar report`'s, too)."""
 
     def _report(self, sweep_id: str) -> Report:
-        config = self.catalog.store.sweep_config(sweep_id) or {}
-        margin = self.margin if self.margin is not None else sweep_margin(config) / 100
-        roles, ended = sweep_design(config)
-        rows = list(self.catalog.store.results(sweep_id))
-        report = build_report(
-            sweep_id, rows, margin=margin, roles=roles,
-            sequential=ended if self.margin is None else (),
-        )  # fmt: skip
-        report.left_out = [LeftOut.model_validate(t) for t in config.get("left_out", [])]
-        report.sections = [
-            Section(kind=kind, title=s.title, lines=s.lines) for kind, s in report_sections(rows)
-        ]
-        return report
+        return report_of(self.catalog.store, self.margin, sweep_id)
 
     def report(self, sweep_id: str, *, wait: float | None = None) -> CachedReport | None:
         """The sweep's report (None while its first is built, after `wait` seconds)."""
@@ -424,6 +479,47 @@ class ReportCache(PerSweep[Report]):
         if found is None:
             return None
         return CachedReport(report=found[0], state=self.catalog.state(sweep_id), stale=found[1])
+
+
+def snapshots(catalog: Catalog, builder: Builder | None = None) -> PerSweep[Snapshot]:
+    """Each sweep's snapshot (what the comparison page compares), kept per sweep."""
+    url = catalog.store.url
+    apart = None if _in_memory(url) else functools.partial(snapshot_of, url)
+    return PerSweep(catalog, functools.partial(snapshot_of, catalog.store), apart, builder)
+
+
+def _in_memory(url: str) -> bool:
+    """Whether the store lives in this process only (no other process can open it)."""
+    return url in ("sqlite://", "sqlite:///:memory:")
+
+
+@functools.lru_cache(maxsize=4)
+def _opened(url: str) -> ResultsStore:
+    return ResultsStore(url, create=False)
+
+
+def report_of(store: ResultsStore | str, margin: float | None, sweep_id: str) -> Report:
+    """A sweep's report as `hangar report` builds it; `margin` (a fraction of a metric's
+    range): every sentence's, None: the sweep's own."""
+    store = _opened(store) if isinstance(store, str) else store
+    config = store.sweep_config(sweep_id) or {}
+    points = margin if margin is not None else sweep_margin(config) / 100
+    roles, ended = sweep_design(config)
+    rows = list(store.results(sweep_id))
+    report = build_report(
+        sweep_id, rows, margin=points, roles=roles, sequential=ended if margin is None else ()
+    )
+    report.left_out = [LeftOut.model_validate(t) for t in config.get("left_out", [])]
+    report.sections = [
+        Section(kind=kind, title=s.title, lines=s.lines) for kind, s in report_sections(rows)
+    ]
+    return report
+
+
+def snapshot_of(store: ResultsStore | str, sweep_id: str) -> Snapshot:
+    """A sweep's snapshot, named by the sweep."""
+    store = _opened(store) if isinstance(store, str) else store
+    return snapshot(sweep_id, sweep_id, store.results(sweep_id))
 
 
 class Bundle(BaseModel):

@@ -81,3 +81,32 @@ def test_a_trials_neighbours_come_from_the_store_in_order(store: ResultsStore) -
     assert catalog.neighbours("sw", "k2") == ("k1", "k3")  # then s1's, by key
     assert catalog.neighbours("sw", "k3") == ("k2", None)
     assert catalog.neighbours("sw", "nope") == (None, None)
+
+
+def test_a_large_sweep_is_built_in_a_process_of_its_own(
+    store: ResultsStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Building a large sweep's report or snapshot would hold the interpreter every page
+    needs: it runs in the builder's process, and ends with the viewer."""
+    import multiprocessing
+
+    from hangar.viewer import data
+
+    monkeypatch.setattr(data, "APART_FROM", 2)  # this sweep's 2 trials count as large
+
+    def not_here(*_: object) -> None:
+        raise AssertionError("built in the viewer's own process")
+
+    viewer = Viewer(store)
+    here = viewer.reports._report("sw")
+    viewer.reports._build_one = viewer.snapshots._build_one = not_here
+    try:
+        cached = viewer.reports.report("sw", wait=120)
+        assert cached is not None
+        assert cached.report.groups == here.groups and cached.report.scenarios == here.scenarios
+        found = viewer.snapshots.get("sw", wait=120)
+        assert found is not None and found[0].sweep == "sw"
+        assert multiprocessing.active_children()
+    finally:
+        viewer.close()
+    assert not multiprocessing.active_children()
