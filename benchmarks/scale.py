@@ -19,6 +19,7 @@ trials done) against the ideal, the driver's CPU seconds per trial and its peak 
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import shutil
 import socket
@@ -45,11 +46,10 @@ from hangar.trials import TrialSpec  # noqa: E402
 TRIAL_S = 1.0
 
 
-def sleep_trial(
-    spec: TrialSpec, package: Any, key: Any, bundle: Any, board: Any = None
-) -> TrialResult:
+def sleep_trial(spec: TrialSpec, shipped: Any = None, board: Any = None) -> TrialResult | None:
     """The benchmark's trial: a fixed sleep, then a pass (no sandbox, no evidence); it
-    reports to the sweep's board like a real trial task."""
+    reports to the sweep's board like a real trial task (`scheduler.task.run_trial_task`,
+    whose signature it has)."""
     from datetime import UTC, datetime
 
     import ray
@@ -60,7 +60,8 @@ def sleep_trial(
 
     where = f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:12]}"
     started = datetime.now(UTC)
-    admitted(board, spec, where)
+    if not admitted(board, spec, where):
+        return None
     time.sleep(TRIAL_S)
     return result_of(spec, Verdict.PASS, "slept", started, datetime.now(UTC))
 
@@ -115,6 +116,10 @@ class Cluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        import ray
+
+        if ray.is_initialized():  # else Ray's client aborts the process, its error unsaid
+            ray.shutdown()
         for proc in psutil.process_iter(["cmdline"]):
             if str(self.temp) in " ".join(proc.info["cmdline"] or []):
                 proc.kill()
@@ -189,6 +194,9 @@ def measure(cluster: Cluster, trials: int) -> dict[str, float]:
     from hangar.scheduler.sweep import load_sweep
     from hangar.store import ResultsStore
 
+    theirs = inspect.signature(driver.run_trial_task).parameters
+    if list(inspect.signature(sleep_trial).parameters) != list(theirs):
+        raise SystemExit(f"sleep_trial's parameters are not run_trial_task's: {list(theirs)}")
     driver.run_trial_task = sleep_trial  # the one substitution: the trial itself
     sweep = load_sweep(sweep_file(cluster.folder, trials, cluster.s3))
     done_at: list[float] = []

@@ -186,17 +186,18 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # -- a driver on a machine that is not a node ----------------------------------------------
 
 
-def join_as_driver(address: str) -> tuple[str, Callable[[], None]] | None:
+def join_as_driver(address: str) -> tuple[str, Callable[[], None] | None]:
     """Ray runs a driver only on a node of its cluster: when this machine is not one of the
     cluster at `address` (a laptop with the sweep's files, say), join it as a node with no
-    CPUs and no sandbox slots, so that nothing is scheduled here. Returns this node's
-    address and how to leave (called at exit), or None when this machine is a node
-    already."""
+    CPUs and no sandbox slots, so that nothing is scheduled here. Returns the address of
+    this machine's node and how to leave (called at exit; None when this machine was a
+    node already)."""
     host, _, port = address.rpartition(":")
     gcs = f"{socket.gethostbyname(host)}:{port}"
+    mine = sorted(ip for ip in local_raylets(gcs) if _of_this_machine(ip))
+    if mine:
+        return mine[0], None
     ip = source_ip(gcs.split(":")[0])
-    if ip in local_raylets(gcs):
-        return None
     need_token()
     run_ray(
         [
@@ -220,12 +221,31 @@ def source_ip(host: str) -> str:
         return str(probe.getsockname()[0])
 
 
+def _of_this_machine(ip: str) -> bool:
+    """Whether `ip` is an address of this machine (of its network namespace: a raylet of
+    another namespace shows among this machine's processes too)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((ip, 0))
+        except OSError:
+            return False
+    return True
+
+
 def local_raylets(gcs: str) -> set[str]:
-    """The node addresses of this machine's raylets of the cluster whose GCS is `gcs`."""
+    """The node addresses of this machine's raylets of the cluster whose GCS is `gcs`
+    (a GCS on this machine named by any of its addresses: Ray may advertise the machine's
+    own address for a head started on loopback)."""
+    host, _, port = gcs.rpartition(":")
     found = set()
     for args in _command_lines().values():
-        if args and args[0].endswith("/raylet") and f"--gcs-address={gcs}" in args:
-            found |= {a.split("=", 1)[1] for a in args if a.startswith("--node_ip_address=")}
+        if not args or not args[0].endswith("/raylet"):
+            continue
+        named = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
+        theirs, _, their_port = named.get("gcs-address", "").rpartition(":")
+        local = theirs != host and _of_this_machine(theirs) and _of_this_machine(host)
+        if their_port == port and (theirs == host or local) and "node_ip_address" in named:
+            found.add(named["node_ip_address"])
     return found
 
 

@@ -124,14 +124,15 @@ def connect(address: str | None, slots: int, needs: tuple[str, ...] = ()) -> int
             # node is on loopback too, or Ray looks for it on the public interface.
             local = urlparse(f"//{address}").hostname in ("127.0.0.1", "localhost")
             own = node_ip is None and "://" not in address  # not a Ray Client address
-            if own and (joined := join_as_driver(address)) is not None:
-                node_ip, leave = joined  # this machine was no node: now one without slots
-                atexit.register(_leave, ray, leave)
-                log.warning(
-                    "this machine joined the cluster at %s as a node without slots "
-                    "(a driver runs on a node); it leaves when the run ends",
-                    address,
-                )
+            if own:
+                node_ip, leave = join_as_driver(address)
+                if leave is not None:  # this machine was no node: now one without slots
+                    atexit.register(_leave, ray, leave)
+                    log.warning(
+                        "this machine joined the cluster at %s as a node without slots "
+                        "(a driver runs on a node); it leaves when the run ends",
+                        address,
+                    )
             ray.init(
                 address=address,
                 logging_level=logging.WARNING,
