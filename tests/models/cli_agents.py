@@ -114,16 +114,17 @@ def check_trajectory(result: TrialResult, source: str) -> None:
     """The trial's ATIF trajectory: the agent's own session's steps (its two shell
     commands as calls with their results), hangar's meter as its totals, and valid for
     Harbor's own models."""
-    import tarfile
     import tempfile
 
+    from hangar.sandbox.archive import extract_untrusted
     from hangar.trajectories import trial_trajectory
     from tests.harbor import harbor_validates
 
     assert result.evidence_uri is not None
     with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
-            tar.extractall(tmp, filter="data")
+        # hangar's own extraction: Debian's Python 3.11.2 has no `filter=` on tarfile
+        with open(result.evidence_uri.removeprefix("file://"), "rb") as bundle:
+            extract_untrusted(bundle, Path(tmp), strip=0, limit=1 << 30)
         doc = trial_trajectory(result, Path(tmp))
         assert "steps from the agent's own session" in doc["notes"], source
         calls = [c for s in doc["steps"] for c in s.get("tool_calls", [])]
