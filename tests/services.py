@@ -86,6 +86,13 @@ def _pg_bin() -> Path | None:
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A throwaway PostgreSQL on 127.0.0.1; yields a SQLAlchemy URL of database ``hangar``."""
+    with throwaway_postgres() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def throwaway_postgres() -> Iterator[str]:
+    """`postgres_url` outside pytest (the benchmarks start theirs with it)."""
     bindir = _pg_bin()
     if bindir is None:
         skip_or_fail(

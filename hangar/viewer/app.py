@@ -161,7 +161,7 @@ class Viewer:
 
     def _sweep_context(self, request: Request, sweep_id: str) -> dict[str, Any]:
         q = request.query_params
-        cached = self.reports.report(sweep_id, wait=BUILD_WAIT_S)
+        cached = self.reports.report(sweep_id, wait=self.reports.patience(sweep_id, BUILD_WAIT_S))
         building = cached is None  # its first report: the page now, the report when built
         report = cached.report if cached is not None else _no_report(sweep_id)
         mpage = max(0, int(q.get("mpage", "0") or 0))
@@ -400,7 +400,7 @@ class Viewer:
 
     def _snapshot(self, sweep_id: str) -> Snapshot | None:
         """A sweep's scores as a snapshot (None while its first is built)."""
-        found = self.snapshots.get(sweep_id, wait=BUILD_WAIT_S)
+        found = self.snapshots.get(sweep_id, wait=self.snapshots.patience(sweep_id, BUILD_WAIT_S))
         return None if found is None else found[0]
 
     def kind_page(self, page: KindPage) -> Callable[[Request], Awaitable[Response]]:

@@ -407,10 +407,15 @@ class PerSweep(Generic[T]):
         self._building: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
+    def _built_apart(self, state: tuple[int, str]) -> bool:
+        """Whether a sweep in `state` is built in the builder's process (a large one)."""
+        return self._apart is not None and self._builder is not None and state[0] >= APART_FROM
+
     def _build(self, sweep_id: str) -> None:
         try:
             state = self.catalog.state(sweep_id)
-            if self._apart is not None and self._builder is not None and state[0] >= APART_FROM:
+            if self._built_apart(state):
+                assert self._apart is not None and self._builder is not None
                 built = self._builder.run(self._apart, sweep_id)
             else:
                 built = self._build_one(sweep_id)
@@ -447,6 +452,11 @@ class PerSweep(Generic[T]):
         with self._lock:
             found = self._cache.get(sweep_id)
         return None if found is None else (found[0], False)
+
+    def patience(self, sweep_id: str, wait: float) -> float:
+        """How long a page waits for the sweep's first value: `wait`, or not at all for a
+        large sweep (its build takes seconds: the page says so and refreshes instead)."""
+        return 0.0 if self._built_apart(self.catalog.state(sweep_id)) else wait
 
     def warm(self, sweep_ids: list[str]) -> None:
         """Build these sweeps' values in the background, where not current."""

@@ -99,6 +99,10 @@ def test_a_large_sweep_is_built_in_a_process_of_its_own(
 
     viewer = Viewer(store)
     here = viewer.reports._report("sw")
+    assert viewer.reports.patience("sw", 0.5) == viewer.snapshots.patience("sw", 0.5) == 0.0
+    monkeypatch.setattr(data, "APART_FROM", 3)  # a small sweep's first page waits for it
+    assert viewer.reports.patience("sw", 0.5) == 0.5
+    monkeypatch.setattr(data, "APART_FROM", 2)
     viewer.reports._build_one = viewer.snapshots._build_one = not_here
     try:
         cached = viewer.reports.report("sw", wait=120)
