@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import io
 import json
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from hangar.sandbox.base import MiB, Stream
 
@@ -22,12 +23,16 @@ DEFAULT_TRACE_LIMIT = 100 * MiB
 
 
 class TraceWriter:
-    """Appends events to a JSONL file; `close()` seals it and returns its sha256."""
+    """Appends events to a JSONL file; `close()` seals it and returns its sha256. Without
+    a path the events are kept in memory, in `data` once sealed (a trial whose evidence
+    never touches a disk)."""
 
-    def __init__(self, path: Path, limit: int = DEFAULT_TRACE_LIMIT) -> None:
+    def __init__(self, path: Path | None, limit: int = DEFAULT_TRACE_LIMIT) -> None:
         self.path = path
         self.limit = limit
-        self._file = path.open("w", encoding="utf-8")
+        self._file: TextIO = path.open("w", encoding="utf-8") if path else io.StringIO()
+        self.data: bytes | None = None
+        """The sealed trace's bytes, when kept in memory."""
         # The agent's output and the model relay's calls arrive on different threads.
         self._lock = threading.RLock()
         self._seq = 0
@@ -74,7 +79,8 @@ class TraceWriter:
 
     def _write(self, line: str) -> None:
         self._file.write(line + "\n")
-        self._file.flush()
+        if self.path is not None:
+            self._file.flush()
         self._size += len(line) + 1
         self._seq += 1
 
@@ -98,8 +104,12 @@ class TraceWriter:
             if rest:
                 self.event(stream, text=rest)
         self.event("trace_end", completed=completed, reason=reason, dropped_events=self._dropped)
+        if isinstance(self._file, io.StringIO):
+            self.data = self._file.getvalue().encode()
         self._file.close()
-        self.sha256 = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        sealed = self.data if self.path is None else self.path.read_bytes()
+        assert sealed is not None
+        self.sha256 = hashlib.sha256(sealed).hexdigest()
         return self.sha256
 
 

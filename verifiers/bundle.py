@@ -14,7 +14,9 @@ import io
 import json
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 from pydantic import BaseModel
 
@@ -54,11 +56,14 @@ def write_manifest(artifacts: Path, read: dict[str, bytes]) -> dict[str, str]:
                 kept += size
             else:
                 files[rel] = sha256_file(path)
-    manifest = {"version": MANIFEST_VERSION, "files": files, "skipped": skipped}
-    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
-    read[MANIFEST] = text.encode()
+    read[MANIFEST] = _manifest(files, skipped)
     (artifacts / MANIFEST).write_bytes(read[MANIFEST])
     return files
+
+
+def _manifest(files: dict[str, str], skipped: list[str]) -> bytes:
+    manifest = {"version": MANIFEST_VERSION, "files": files, "skipped": skipped}
+    return (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
 
 
 #: Bytes of a bundle's files held in memory at most, each read once for both its hash and
@@ -69,7 +74,7 @@ _KEEP_BYTES = 8 << 20
 class _Hashing(io.RawIOBase):
     """A file object that hashes what is written through it."""
 
-    def __init__(self, raw: io.BufferedWriter) -> None:
+    def __init__(self, raw: IO[bytes]) -> None:
         self.raw, self.sha = raw, hashlib.sha256()
 
     def writable(self) -> bool:
@@ -85,20 +90,38 @@ def build_bundle(artifacts: Path, out: Path) -> str:
     is read once, and the archive hashed as it is written)."""
     read: dict[str, bytes] = {}
     files = write_manifest(artifacts, read)
+
+    def contents() -> Iterator[tuple[str, bytes]]:
+        for rel in [MANIFEST, *sorted(files)]:
+            data = read.pop(rel, None)
+            yield rel, (artifacts / rel).read_bytes() if data is None else data
+
     with out.open("wb") as raw:
-        hashing = _Hashing(raw)
-        with (
-            # No file name in the gzip header: the archive depends on its contents alone.
-            gzip.GzipFile(filename="", fileobj=hashing, mode="wb", mtime=0) as gz,
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
-        ):
-            for rel in [MANIFEST, *sorted(files)]:
-                data = read.pop(rel, None)
-                if data is None:
-                    data = (artifacts / rel).read_bytes()
-                info = tarfile.TarInfo(rel)
-                info.size, info.mode, info.mtime = len(data), 0o644, 0
-                tar.addfile(info, io.BytesIO(data))
+        return _archive(raw, contents())
+
+
+def bundle_bytes(files: dict[str, bytes]) -> tuple[bytes, str]:
+    """The bundle of evidence files held in memory (relative path: bytes), and its sha256:
+    the same archive `build_bundle` makes of the same files in a folder."""
+    hashes = {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
+    manifest = _manifest(dict(sorted(hashes.items())), [])
+    out = io.BytesIO()
+    sha = _archive(out, iter([(MANIFEST, manifest), *sorted(files.items())]))
+    return out.getvalue(), sha
+
+
+def _archive(raw: IO[bytes], contents: Iterator[tuple[str, bytes]]) -> str:
+    """Write the deterministic archive of `contents` (in order) to `raw`; its sha256."""
+    hashing = _Hashing(raw)
+    with (
+        # No file name in the gzip header: the archive depends on its contents alone.
+        gzip.GzipFile(filename="", fileobj=hashing, mode="wb", mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for rel, data in contents:
+            info = tarfile.TarInfo(rel)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
     return hashing.sha.hexdigest()
 
 

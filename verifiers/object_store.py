@@ -56,6 +56,14 @@ class EvidenceStore(ABC):
     def put(self, key: str, source: Path) -> str:
         """Store the file `source` under `key`; returns its URI."""
 
+    def put_bytes(self, key: str, data: bytes) -> str:
+        """Store `data` under `key`; returns its URI (through a file, unless the store
+        has a shorter way)."""
+        with tempfile.TemporaryDirectory(prefix="hangar-put-") as tmp:
+            source = Path(tmp) / "bundle"
+            source.write_bytes(data)
+            return self.put(key, source)
+
     @abstractmethod
     def get(self, key: str, dest: Path) -> None:
         """Copy what is under `key` to the file `dest`."""
@@ -86,6 +94,19 @@ class FileEvidenceStore(EvidenceStore):
         os.close(fd)
         try:
             shutil.copyfile(source, tmp)
+            Path(tmp).replace(dest)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        return self.uri(key)
+
+    def put_bytes(self, key: str, data: bytes) -> str:
+        """Write atomically, as `put` copies."""
+        dest = self._path(key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".partial-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
             Path(tmp).replace(dest)
         finally:
             Path(tmp).unlink(missing_ok=True)

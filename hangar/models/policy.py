@@ -44,6 +44,7 @@ import functools
 import importlib
 import itertools
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -330,7 +331,7 @@ class PolicyTransport:
         self, policy: RelayPolicy, http: Any, on_refused: Callable[[str, str], None]
     ) -> None:
         self.policy, self.http, self.on_refused = policy, http, on_refused
-        self.inner = http.HTTPTransport(verify=ssl_context(http.__name__))
+        self.inner = shared_transport(http.__name__, os.getpid())
 
     def _cloud(self, request: Any, path: str, body: dict[str, Any] | None) -> Any:
         """`request` sent as the model's cloud wants it (`hangar.models.dialects`: its URL,
@@ -408,8 +409,19 @@ class PolicyTransport:
         return response
 
     def close(self) -> None:
-        """Close the inner transport."""
-        self.inner.close()
+        """Nothing to close: the inner transport is the process's, kept for its next call."""
+
+
+@functools.cache
+def shared_transport(http: str, pid: int) -> Any:
+    """The transport of HTTP module `http` (its connection pool) every model call of
+    process `pid` shares: a connection kept alive serves the next trial's call, where a
+    transport of each call's own paid a TCP (and with a provider, TLS) handshake per
+    call. Keyed by process, so that a forked child never writes on its parent's
+    connections; unbounded in connections, as each call was."""
+    module = importlib.import_module(http)
+    limits = module.Limits(max_connections=None, max_keepalive_connections=64)
+    return module.HTTPTransport(verify=ssl_context(http), limits=limits)
 
 
 @functools.cache

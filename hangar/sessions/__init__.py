@@ -136,8 +136,6 @@ def formats() -> list[SessionFormat]:
 def read_records(path: Path) -> tuple[Records, int]:
     """The JSON objects of a JSON Lines file, and how many lines were not one (a ``.json``
     file, such as a trajectory written whole, is one record)."""
-    records: Records = []
-    bad = 0
     if path.suffix == ".json":
         try:
             value = json.loads(path.read_text(encoding="utf-8", errors="replace"))
@@ -145,24 +143,36 @@ def read_records(path: Path) -> tuple[Records, int]:
             return [], 1
         return ([value], 0) if isinstance(value, dict) else ([], 1)
     with path.open(encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError:
-                bad += 1
-                continue
-            if isinstance(value, dict):
-                records.append(value)
-            else:
-                bad += 1
+        return records_of(handle)
+
+
+def records_of(lines: Iterable[str]) -> tuple[Records, int]:
+    """The JSON objects of JSON Lines, and how many lines were not one."""
+    records: Records = []
+    bad = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(value, dict):
+            records.append(value)
+        else:
+            bad += 1
     return records, bad
 
 
 def read_session(path: Path) -> Session | None:
     """The session in `path`, or None when no format knows the file."""
-    records, bad = read_records(path)
+    return session_of(*read_records(path), path)
+
+
+def session_of(records: Records, bad: int, path: Path) -> Session | None:
+    """The session these records of the file `path` hold, or None when no format knows
+    them."""
     if not records:
         return None
     for fmt in formats():
@@ -230,10 +240,25 @@ def write_session(sessions: Iterable[Session], out: Path) -> Path:
     """The sessions' events, one JSON object a line, as ``session.jsonl``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as handle:
-        for session in sessions:
-            for event in session.events:
-                handle.write(event.model_dump_json(exclude_defaults=True) + "\n")
+        handle.writelines(session_lines(sessions))
     return out
+
+
+def session_lines(sessions: Iterable[Session]) -> Iterator[str]:
+    """``session.jsonl``'s lines: each session's events, one JSON object a line."""
+    for session in sessions:
+        for event in session.events:
+            yield event.model_dump_json(exclude_defaults=True) + "\n"
+
+
+def trace_session(trace: bytes | None) -> bytes:
+    """``session.jsonl`` of a trial whose only session is hangar's trace, held in memory
+    (`write_trial_session`'s, for a trial with no sandbox and no folder)."""
+    if trace is None:
+        return b""
+    lines = trace.decode("utf-8", errors="replace").splitlines()
+    session = session_of(*records_of(lines), Path("trace.jsonl"))
+    return "".join(session_lines([session] if session else [])).encode()
 
 
 def read_events(path: Path) -> Iterator[SessionEvent]:

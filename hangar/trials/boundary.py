@@ -20,17 +20,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pydantic_core
 
 from hangar.errors import SandboxError
 from hangar.paths import cache_dir
 from hangar.results import ProviderError, TrialResult, Verdict
-from hangar.sessions import write_trial_session
+from hangar.sessions import SESSION_FILE, trace_session, write_trial_session
+from hangar.trace import TraceWriter
 from hangar.trials.spec import TrialSpec, result_of
-from hangar.verifiers.bundle import build_bundle
-from hangar.verifiers.object_store import bundle_key, open_store, run_name
+from hangar.verifiers.bundle import build_bundle, bundle_bytes
+from hangar.verifiers.object_store import EvidenceStore, bundle_key, open_store, run_name
 
 
 class Outcome(Exception):
@@ -71,6 +72,12 @@ class TrialRun:
     releases what it holds, in every outcome.
     """
 
+    in_memory: ClassVar[bool] = False
+    """Whether its evidence files are kept in memory, never in a folder: a trial with no
+    sandbox (a prompt, a rubric sample) has nothing outside this process that reads
+    them, and a folder cost a prompt trial more file system calls than its model call
+    took CPU (`benchmarks/prompt.py`). The bundle is the same archive either way."""
+
     def __init__(self, spec: TrialSpec) -> None:
         self.spec = spec
         work_root = spec.work_root or cache_dir() / "trials"
@@ -81,6 +88,14 @@ class TrialRun:
         self.artifacts = self.folder / "artifacts"
         self.timings: dict[str, float] = {}
         self.verdict, self.reason = Verdict.INFRA_ERROR, "the trial did not finish"
+        self.kept: dict[str, bytes] | None = {} if self.in_memory else None
+        """Its evidence files (relative path: bytes) when `in_memory`."""
+        self._trace: TraceWriter | None = None
+
+    def new_trace(self) -> TraceWriter:
+        """The trial's trace, ``trace.jsonl`` of its evidence (in memory when it is)."""
+        self._trace = TraceWriter(None if self.in_memory else self.artifacts / "trace.jsonl")
+        return self._trace
 
     def localise(self, spec: TrialSpec) -> None:
         """Run from `spec`, the same trial with this node's copy of its task."""
@@ -100,12 +115,33 @@ class TrialRun:
     def write(self, rel: str, data: object) -> Path:
         """Write an evidence file under the artifacts folder (text, or data as JSON)."""
         path = self.artifacts / rel
+        # pydantic's encoder: json's indents in pure Python (a prompt trial's CPU)
+        raw = (
+            data.encode()
+            if isinstance(data, str)
+            else pydantic_core.to_json(data, indent=1, fallback=str)
+        )
+        if self.kept is not None:
+            self.kept[rel] = raw
+            return path
         path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(data, str):
-            path.write_text(data)
-        else:  # pydantic's encoder: json's indents in pure Python (a prompt trial's CPU)
-            path.write_bytes(pydantic_core.to_json(data, indent=1, fallback=str))
+        path.write_bytes(raw)
         return path
+
+    def evidence(self, result: TrialResult) -> tuple[str, str]:
+        """Its evidence, `result.json` and the session added, bundled and stored:
+        (uri, sha256)."""
+        if self.kept is None:
+            write_trial_session(self.artifacts)
+            self.write("result.json", result.model_dump(mode="json"))
+            return store_bundle(self.spec, self.artifacts, self.folder / "bundle.tar.gz")
+        trace = self._trace
+        if trace is not None and trace.data is not None:
+            self.kept["trace.jsonl"] = trace.data
+        self.kept[SESSION_FILE] = trace_session(self.kept.get("trace.jsonl"))
+        self.write("result.json", result.model_dump(mode="json"))
+        data, sha = bundle_bytes(self.kept)
+        return _store(self.spec).put_bytes(_key(self.spec), data), sha
 
     def run(self) -> None:
         """Walk the phases; set `verdict` and `reason` (or raise `Outcome`)."""
@@ -121,7 +157,8 @@ class TrialRun:
     def remove(self, *, wait: bool) -> None:
         """Remove the trial's folder, its evidence bundled: at once, or (without `wait`)
         where the runner's own teardown finishes in the background, after it."""
-        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.kept is None:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def ended(self, verdict: Verdict, reason: str) -> None:
         """Called once the verdict is known, before teardown (e.g. to close a trace)."""
@@ -143,8 +180,9 @@ def run_trial(
     """
     started = datetime.now(UTC)
     trial = runner_for(spec)
-    shutil.rmtree(trial.folder, ignore_errors=True)
-    trial.artifacts.mkdir(parents=True)
+    if trial.kept is None:
+        shutil.rmtree(trial.folder, ignore_errors=True)
+        trial.artifacts.mkdir(parents=True)
     try:
         if localise is not None:
             with trial.phase("unpack"):
@@ -181,10 +219,7 @@ def _bundled(trial: TrialRun, result: TrialResult) -> TrialResult:
     """`result` with its evidence bundle stored (an infra_error when it cannot be)."""
     try:
         with trial.phase("bundle"):
-            write_trial_session(trial.artifacts)
-            trial.write("result.json", result.model_dump(mode="json"))
-            archive = trial.folder / "bundle.tar.gz"
-            uri, sha = store_bundle(trial.spec, trial.artifacts, archive)
+            uri, sha = trial.evidence(result)
     except Exception as exc:
         return result.model_copy(
             update={
@@ -230,6 +265,14 @@ def lost_result(
 def store_bundle(spec: TrialSpec, artifacts: Path, archive: Path) -> tuple[str, str]:
     """Bundle `artifacts` into `archive` and put it in the evidence store: (uri, sha256)."""
     sha = build_bundle(artifacts, archive)
+    return _store(spec).put(_key(spec), archive), sha
+
+
+def _key(spec: TrialSpec) -> str:
+    """The key of a new execution's bundle of `spec`'s attempt."""
     run = run_name(spec.node or socket.gethostname())
-    key = bundle_key(spec.sweep, spec.trial_key, spec.attempt, run)
-    return open_store(spec.evidence_url).put(key, archive), sha
+    return bundle_key(spec.sweep, spec.trial_key, spec.attempt, run)
+
+
+def _store(spec: TrialSpec) -> EvidenceStore:
+    return open_store(spec.evidence_url)

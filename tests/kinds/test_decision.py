@@ -26,6 +26,7 @@ from hangar.results import TrialResult, Verdict
 from hangar.store import ResultsStore
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer
 from hangar.trials import run_trial
+from hangar.verifiers.bundle import verify_bundle
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 runner = CliRunner()
@@ -229,6 +230,15 @@ def test_skill_and_control_arms_end_to_end(tmp_path: Path, server: ScriptedServe
     assert control.details["referenceSources"] == [] and control.details["skillPath"] is None
     assert skill.plugins_digest != control.plugins_digest  # the supplied bytes count
     assert json.loads(bundle(skill, "prompt.json"))["user"].count("SKILL-TEXT-MARKER") == 1
+    # Its evidence was kept in memory: no trial folder, the bundle whole and checked.
+    assert not list((tmp_path / "trials").glob("*"))
+    assert skill.evidence_uri is not None
+    check = verify_bundle(Path(skill.evidence_uri.removeprefix("file://")), skill.evidence_sha256)
+    assert check.ok, check.problems
+    kinds = [json.loads(line)["kind"] for line in bundle(skill, "trace.jsonl").splitlines()]
+    assert kinds == ["model_request", "model_response", "trace_end"]
+    assert json.loads(bundle(skill, "result.json"))["verdict"] == "pass"
+    assert bundle(skill, "session.jsonl").strip(), "the trace's session"
     assert [c["status"] for c in json.loads(bundle(control, "grader.json"))["checks"]] == [
         "pass",
         "pass",

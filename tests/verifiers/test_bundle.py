@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from hangar.cli import app
 from hangar.errors import EvidenceStoreError
-from hangar.verifiers.bundle import build_bundle, verify_bundle
+from hangar.verifiers.bundle import build_bundle, bundle_bytes, verify_bundle
 from hangar.verifiers.object_store import FileEvidenceStore, bundle_key
 
 
@@ -33,6 +33,25 @@ def test_bundle_roundtrip_and_determinism(artifacts: Path, tmp_path: Path) -> No
     assert build_bundle(artifacts, second) == sha
     check = verify_bundle(first, sha)
     assert check.ok and check.files == 3 and check.problems == []
+
+
+def test_a_bundle_of_files_in_memory_is_the_folders_archive(
+    artifacts: Path, tmp_path: Path
+) -> None:
+    """A trial with no folder (its evidence in memory) stores the very archive the same
+    files in a folder make, byte for byte, in a file store as `put` would."""
+    files = {
+        p.relative_to(artifacts).as_posix(): p.read_bytes()
+        for p in artifacts.rglob("*")
+        if p.is_file()
+    }
+    sha = build_bundle(artifacts, tmp_path / "folder.tar.gz")
+    data, memory_sha = bundle_bytes(files)
+    assert memory_sha == sha and data == (tmp_path / "folder.tar.gz").read_bytes()
+    store = FileEvidenceStore(tmp_path / "store")
+    uri = store.put_bytes("sw/k/1/n-1/bundle.tar.gz", data)
+    assert verify_bundle(Path(uri.removeprefix("file://")), sha).ok
+    assert not [p for p in (tmp_path / "store").rglob(".partial-*")]
 
 
 def test_symlinks_are_listed_not_followed(artifacts: Path, tmp_path: Path) -> None:

@@ -44,6 +44,8 @@ def render_prompt(case: LoadedCase, arm: str) -> str:
 class DecisionTrial(TrialRun):
     """One prompt trial's state; `run` walks its phases."""
 
+    in_memory = True  # no sandbox: its evidence never needs a folder
+
     def __init__(self, spec: TrialSpec) -> None:
         super().__init__(spec)
         if not isinstance(spec.task, LoadedCase):
@@ -83,7 +85,7 @@ class DecisionTrial(TrialRun):
     def call(self, agent: PromptAgent, prompt: str) -> None:
         """The one model call; a provider's failure is the farm's, never the case's."""
         assert self.spec.model_spec is not None
-        self.trace = TraceWriter(self.artifacts / "trace.jsonl")
+        self.trace = self.new_trace()
         self.completion = complete(
             self.spec.model_spec,
             agent.system_prompt,

@@ -40,6 +40,8 @@ def render_input(sample: LoadedSample) -> str:
 class RubricTrial(TrialRun):
     """One benchmark sample's trial; `run` walks its phases."""
 
+    in_memory = True  # no sandbox: its evidence never needs a folder
+
     def __init__(self, spec: TrialSpec) -> None:
         super().__init__(spec)
         if not isinstance(spec.task, LoadedSample):
@@ -88,7 +90,7 @@ class RubricTrial(TrialRun):
     def write_output(self) -> None:
         """The skill's model writes the artifact; a provider's failure is the farm's."""
         assert self.spec.model_spec is not None and self.item.skill is not None
-        self.trace = TraceWriter(self.artifacts / "trace.jsonl")
+        self.trace = self.new_trace()
         message = render_input(self.item)
         self.write("prompt.json", {"system": self.item.skill.text, "user": message})
         self.written = complete(
