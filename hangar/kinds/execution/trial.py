@@ -136,7 +136,7 @@ class ExecutionTrial(SandboxedTrial):
             request = self.verification_request(commands)
             verified = host_verify(request, self.loaded, self.write)
         with self.phase("judgement"):
-            assert self.trace is not None
+            assert self.trace is not None and self.trace.path is not None  # on disk
             self.judgement = judgement(
                 request,
                 verified,
