@@ -78,6 +78,11 @@ class TrialRun:
     them, and a folder cost a prompt trial more file system calls than its model call
     took CPU (`benchmarks/prompt.py`). The bundle is the same archive either way."""
 
+    kept: dict[str, bytes] | None = None
+    """Its evidence files (relative path: bytes) when `in_memory`; None when they are
+    files under `artifacts` (a class default, so a runner built without `__init__`
+    writes files)."""
+
     def __init__(self, spec: TrialSpec) -> None:
         self.spec = spec
         work_root = spec.work_root or cache_dir() / "trials"
@@ -88,8 +93,7 @@ class TrialRun:
         self.artifacts = self.folder / "artifacts"
         self.timings: dict[str, float] = {}
         self.verdict, self.reason = Verdict.INFRA_ERROR, "the trial did not finish"
-        self.kept: dict[str, bytes] | None = {} if self.in_memory else None
-        """Its evidence files (relative path: bytes) when `in_memory`."""
+        self.kept = {} if self.in_memory else None
         self._trace: TraceWriter | None = None
 
     def new_trace(self) -> TraceWriter:
