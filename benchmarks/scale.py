@@ -46,7 +46,9 @@ from hangar.trials import TrialSpec  # noqa: E402
 TRIAL_S = 1.0
 
 
-def sleep_trial(spec: TrialSpec, shipped: Any = None, board: Any = None) -> TrialResult | None:
+def sleep_trial(
+    spec: TrialSpec, shipped: Any = None, board: Any = None, warm: str | None = None
+) -> TrialResult | None:
     """The benchmark's trial: a fixed sleep, then a pass (no sandbox, no evidence); it
     reports to the sweep's board like a real trial task (`scheduler.task.run_trial_task`,
     whose signature it has)."""

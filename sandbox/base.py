@@ -375,6 +375,9 @@ class Sandbox(ABC):
     #: Whether hangar's static helper (`hangar.sandbox.helper`) is at its path in every
     #: sandbox: then the keeper, the forwarders and ``timeout`` are its, never the image's.
     helper: ClassVar[bool] = False
+    #: Whether a started sandbox can pass from one process of the node to another
+    #: (`hand_over`, `adopt`): what a warm pool needs (`hangar.sandbox.warm`).
+    warm: ClassVar[bool] = False
 
     @property
     def timeout_program(self) -> tuple[str, ...]:
@@ -416,6 +419,20 @@ class Sandbox(ABC):
     def image_problem(cls, image: str) -> str | None:
         """Why `image` cannot be used by this backend, or None (checked at admission)."""
         return None
+
+    def hand_over(self) -> dict[str, str]:
+        """Let go of this started sandbox, still running, for another process of the node
+        to `adopt` (only where `warm`); what that process needs to take it."""
+        raise NotImplementedError(f"backend {self.backend!r} cannot hand a sandbox over")
+
+    @classmethod
+    def adopt(
+        cls, spec: SandboxSpec, handle: dict[str, str], config: BaseModel | None = None
+    ) -> Self:
+        """The started sandbox another process handed over (`hand_over`), made from
+        `spec` and from now on this process's to run commands in and close. Raises
+        `SandboxUnavailable` when it is gone."""
+        raise NotImplementedError(f"backend {cls.backend!r} cannot adopt a sandbox")
 
     @classmethod
     def has_command(cls, image: str, command: str) -> bool | None:

@@ -107,6 +107,7 @@ class DockerSandbox(Sandbox):
     config: DockerConfig
     scratch_mounts: ClassVar[bool] = True
     helper: ClassVar[bool] = True
+    warm: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -286,6 +287,35 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as exc:
             self.close()
             raise self._start_failure(exc) from exc
+
+    def hand_over(self) -> dict[str, str]:
+        """The container, still running, for `adopt` in another process; its lease is
+        no longer renewed here."""
+        container, self._container = self.container, None
+        lease, self._lease = self._lease, None
+        assert lease is not None
+        lease.hand_over()
+        return {"container": str(container.id), "lease": str(lease.path)}
+
+    @classmethod
+    def adopt(
+        cls, spec: SandboxSpec, handle: dict[str, str], config: BaseModel | None = None
+    ) -> DockerSandbox:
+        """The running container of `handle` (`hand_over`), its lease renewed here."""
+        sandbox = cls(spec, config=config if isinstance(config, DockerConfig) else None)
+        sandbox._lease = Lease(Path(handle["lease"]))
+        try:
+            sandbox._container = sandbox.client.containers.get(handle["container"])
+        except docker.errors.NotFound as exc:
+            sandbox.close()
+            raise SandboxUnavailable(f"warm container {handle['container'][:12]} is gone") from exc
+        except docker.errors.APIError as exc:
+            sandbox.close()
+            raise _unavailable("inspect a warm container", exc) from exc
+        if sandbox.container.status != "running":
+            sandbox.close()
+            raise SandboxUnavailable(f"warm container {handle['container'][:12]} stopped")
+        return sandbox
 
     def _network(self) -> dict[str, Any]:
         """No network but loopback; or the trial's service network, when it has one."""

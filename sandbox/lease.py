@@ -56,10 +56,12 @@ def is_stale(path: Path, now: float | None = None) -> bool:
 class Lease:
     """One sandbox's lease file, renewed by a daemon thread until `end()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, taken: Path | None = None) -> None:
+        """A new lease; or, with `taken`, the lease another process handed over
+        (`hand_over`), renewed from now on by this one."""
         folder = leases_dir()
         folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / f"{socket.gethostname()}-{uuid.uuid4().hex}"
+        self.path = taken or folder / f"{socket.gethostname()}-{uuid.uuid4().hex}"
         self.path.touch(mode=0o644)
         self._ended = threading.Event()
         self._thread = threading.Thread(target=self._renew, daemon=True, name="hangar-lease")
@@ -71,6 +73,11 @@ class Lease:
                 os.utime(self.path)
             except OSError:
                 return  # removed under us: the sandbox is being collected
+
+    def hand_over(self) -> None:
+        """Stop renewing, leaving the file for the process that takes the lease over (it
+        must within `STALE_S`, or the sandbox's keeper ends it)."""
+        self._ended.set()
 
     def end(self) -> None:
         """Stop renewing and remove the file (idempotent)."""

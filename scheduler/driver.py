@@ -46,6 +46,7 @@ from hangar.models import check_keys
 from hangar.models.exists import ModelCheck, check_models
 from hangar.paths import default_evidence_url
 from hangar.results import COUNTED_VERDICTS, ProviderError, TrialResult, Verdict
+from hangar.sandbox import sandbox_class
 from hangar.scheduler.board import Snapshot, node_slots, open_board
 from hangar.scheduler.dispatch import Dispatch
 from hangar.scheduler.metrics import metric
@@ -54,6 +55,7 @@ from hangar.scheduler.preflight import missing_images, preflight
 from hangar.scheduler.sequential import Rounds
 from hangar.scheduler.sweep import Sweep
 from hangar.scheduler.task import put, run_trial_task
+from hangar.scheduler.warm import WarmPools
 from hangar.scores.report import DEFAULT_MARGIN
 from hangar.scores.sequential import SequentialOutcome
 from hangar.store import ResultsStore
@@ -357,6 +359,7 @@ class SweepRunner:
         self._unrecorded: list[TrialResult] = []
         self._recorded_at = 0.0
         self._pools: Pools | None = None
+        self._warm: WarmPools | None = None
         self._board_read: Any = None
         self._board_at = 0.0
         self._watched_at = 0.0
@@ -425,6 +428,7 @@ class SweepRunner:
         self._board = open_board(ray, board)
         self.tally.board = Snapshot(slots=node_slots(nodes, SANDBOX_RESOURCE))
         self._pools = Pools(ray, window, board, self.policy.node_retries)
+        self._warm = WarmPools(ray, board.replace("hangar-board-", "hangar-warm-", 1))
         event(
             log,
             f"sweep {self.sweep.id}: {self.sweep.size} trials on {len(nodes)} node(s)",
@@ -444,6 +448,7 @@ class SweepRunner:
                 self._run_rounds(ray, final, last_attempt)
         finally:
             signal.signal(signal.SIGINT, previous)
+            self._warm.close()
             self._pools.kill()
             ray.kill(self._board)
         self.tally.interrupted = self._stop > 0
@@ -615,18 +620,27 @@ class SweepRunner:
             retry_exceptions=False,
         )
         # A trial that needs no sandbox (a prompt) goes to a pool (`scheduler.pool`).
-        pools = self._pools
-        assert pools is not None
+        pools, warm = self._pools, self._warm
+        assert pools is not None and warm is not None
         shippers: dict[str, Callable[[Task], Any]] = {}
+        keep = self.sweep.config.concurrency.warm_sandboxes
+        warming = keep != 0 and sandbox_class(self.sweep.config.backend.kind).warm
 
         def submit(spec: TrialSpec) -> Any:
+            nonlocal warming
             kind = kind_of(spec.task.kind)
             if kind.name not in shippers:
                 shippers[kind.name] = kind.shipper(lambda data: put(ray, data))
             shipped = shippers[kind.name](spec.task)
-            if kind.sandboxed:
-                return task.remote(spec, shipped, self._board)
-            return pools.submit(spec, shipped)
+            if not kind.sandboxed:
+                return pools.submit(spec, shipped)
+            if warming:  # the nodes' warm pools, with the first sandboxed trial
+                nodes = [
+                    (n["NodeID"], int(n["Resources"][SANDBOX_RESOURCE])) for n in sandbox_nodes()
+                ]
+                warm.open(nodes, self._window, keep)
+                warming = False
+            return task.remote(spec, shipped, self._board, warm.prefix if warm.opened else None)
 
         return submit
 

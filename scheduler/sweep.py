@@ -80,6 +80,10 @@ class Concurrency(BaseModel):
     """Trials submitted at once (default: twice the cluster's sandbox slots)."""
     per_model: dict[str, int] = Field(default_factory=dict)
     """In-flight cap per model id."""
+    warm_sandboxes: int | None = Field(default=None, ge=0)
+    """Sandboxes each node keeps started ahead of need, per kind of sandbox its trials
+    use (`hangar.sandbox.warm`; default: the node's sandbox slots, at most the window;
+    0: none, each trial starts its own)."""
 
 
 class RetryPolicy(BaseModel):

@@ -13,6 +13,7 @@ lacks them.
 
 from __future__ import annotations
 
+import functools
 import socket
 from collections.abc import Callable
 from typing import Any, cast
@@ -20,9 +21,11 @@ from typing import Any, cast
 from hangar.paths import cache_dir
 from hangar.results import TrialResult
 from hangar.sandbox.build_once import use_coordinator
+from hangar.sandbox.warm import use_warm
 from hangar.scheduler.board import this_node, trial_label
 from hangar.scheduler.builds import BoardCoordinator
 from hangar.scheduler.metrics import metric
+from hangar.scheduler.warm import NodeClaimer
 from hangar.trials import TrialSpec, run_trial
 from hangar.trials.kind import kind_of
 
@@ -48,14 +51,17 @@ def fetch(shipment: Shipment) -> Callable[[], bytes]:
     return get
 
 
-def run_trial_task(spec: TrialSpec, shipped: Any = None, board: Any = None) -> TrialResult | None:
+def run_trial_task(
+    spec: TrialSpec, shipped: Any = None, board: Any = None, warm: str | None = None
+) -> TrialResult | None:
     """The Ray task: one trial attempt on whichever node has a slot for it.
 
     `shipped` is what the task's kind sent beside the spec (its `shipper`); the trial
     runs from the kind's copy of the task on this node (`localise`), never from the
     driver's paths. `board` (the sweep's `scheduler.board.Board` actor) is told where the
     trial runs, and says which node builds an image the trial needs; None when the board
-    refuses it (the sweep is stopping: it never started).
+    refuses it (the sweep is stopping: it never started). `warm` names the run's warm
+    sandbox pools (`scheduler.warm`), where the trial may claim a started sandbox.
     """
 
     gauge = metric("sandboxes")
@@ -66,11 +72,18 @@ def run_trial_task(spec: TrialSpec, shipped: Any = None, board: Any = None) -> T
         gauge.set(0, tags={"node": node})
         return None
     use_coordinator(BoardCoordinator(board, where) if board is not None else None)
+    use_warm(_claimer(warm))
     try:
         spec = spec.model_copy(update={"node": where})
         return run_trial(spec, wait_teardown=False, localise=localiser(shipped))
     finally:
         gauge.set(0, tags={"node": node})
+
+
+@functools.cache
+def _claimer(prefix: str | None) -> NodeClaimer | None:
+    """The claimer of the run's warm pools, one per run in this worker process."""
+    return NodeClaimer(prefix) if prefix else None
 
 
 def localiser(shipped: Any) -> Callable[[TrialSpec], TrialSpec]:

@@ -35,6 +35,7 @@ from hangar.errors import (
     ImageNotFound,
     MissingPython,
     RegistryError,
+    SandboxError,
 )
 from hangar.models.relay import ModelRelay
 from hangar.models.tunnel import RelayTunnel
@@ -50,7 +51,8 @@ from hangar.sandbox import (
     sandbox_class,
 )
 from hangar.sandbox.bundles import Bundle, bundle_mount, bundle_problem, ensure_bundle
-from hangar.sandbox.disk import TrialDisk
+from hangar.sandbox.disk import DiskState, TrialDisk
+from hangar.sandbox.warm import WarmTemplate, adopt, claim
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun
 from hangar.trials.limits import ScenarioLimits
@@ -96,6 +98,8 @@ class SandboxedTrial(TrialRun):
         #: The agent CLI's bundle on this node (`prepare_bundle`), if it runs from one.
         self.bundle: Bundle | None = None
         self.mcp_tools: McpTools | None = None
+        #: The warm sandbox this trial claimed (`open_disk`), until `start_sandbox`.
+        self.warm: Sandbox | None = None
 
     #: Whether the task text is already in the sandbox's HOME when a command agent starts.
     context_written = False
@@ -119,7 +123,7 @@ class SandboxedTrial(TrialRun):
         with self.phase("agent_bundle"):
             self.prepare_bundle()
         with self.phase("disk"):
-            self.write("disk.json", self.disk.open(ttl_s=self.disk_ttl()).model_dump())
+            self.write("disk.json", self.open_disk().model_dump())
         with self.phase("relay_up"):
             self.open_relay()
         sandbox = self.set_up()
@@ -155,6 +159,39 @@ class SandboxedTrial(TrialRun):
     def disk_ttl(self) -> float:
         """Seconds the trial's disk may outlive a dead worker before a reaper frees it."""
         return self.sandbox_spec().ttl_s
+
+    def takes_warm(self) -> bool:
+        """Whether the trial's first sandbox may be a warm one (`hangar.sandbox.warm`):
+        its `sandbox_spec` is known before the disk is open and names the disk's folders
+        as the sandbox's, which start empty."""
+        return False
+
+    def disk_moved(self) -> None:
+        """The trial's disk is a warm sandbox's (its workspace and scratch folders are
+        there now): what was made from their old paths is made again."""
+
+    def open_disk(self) -> DiskState:
+        """The trial's disk: a warm sandbox's, with the sandbox (`self.warm`), where the
+        node's pool has one of this trial's kind ready; else a disk of its own."""
+        template = None
+        if self.takes_warm():
+            template = WarmTemplate.of(
+                self.spec.backend, self.spec.backend_config, self.sandbox_spec(), self.disk
+            )
+        slot = claim(template) if template is not None else None
+        if slot is None or template is None:
+            return self.disk.open(ttl_s=self.disk_ttl())
+        disk = slot.take_disk(self.reserve_uid)
+        self.disks[self.disks.index(self.disk)] = self.disk = disk
+        self.workspace, self.scratch = disk.root / "workspace", disk.root / "scratch"
+        self.disk_moved()
+        try:
+            self.warm = adopt(slot, template, self.sandbox_spec())
+        except SandboxError as exc:  # it died waiting: the trial starts its own
+            self.write("warm.json", {"claimed": slot.handle, "lost": str(exc)})
+        else:
+            self.write("warm.json", {"claimed": slot.handle, "ready_s": time.time() - slot.made})
+        return disk.state
 
     def set_up(self) -> Sandbox:
         """The workspace and the agent's sandbox, ready but for its MCP servers."""
@@ -383,8 +420,12 @@ class SandboxedTrial(TrialRun):
         return sandbox_class(self.spec.backend)
 
     def start_sandbox(self) -> Sandbox:
-        """A new sandbox of this trial (an image the engine lacks is blocked_setup)."""
-        sandbox = create_sandbox(self.spec.backend, self.sandbox_spec(), self.spec.backend_config)
+        """A new sandbox of this trial (an image the engine lacks is blocked_setup); the
+        warm one it claimed, the first time."""
+        sandbox, self.warm = self.warm, None
+        if sandbox is None:
+            spec, config = self.sandbox_spec(), self.spec.backend_config
+            sandbox = create_sandbox(self.spec.backend, spec, config)
         self.write("backend.json", sandbox.config.model_dump(mode="json"))
         self.sandboxes.append(sandbox)
         try:
@@ -425,6 +466,9 @@ class SandboxedTrial(TrialRun):
         with the folder (`remove`)."""
         with suppress(Exception):
             self.close_relay()  # when the trial ended before its agent did
+        if self.warm is not None:  # claimed, never started on
+            self.sandboxes.append(self.warm)
+            self.warm = None
         starting = [f for f in self.pending if f not in self.closing]
         for future in starting:  # a sandbox still starting joins self.sandboxes when done
             with suppress(Exception):
@@ -444,6 +488,8 @@ class SandboxedTrial(TrialRun):
                 future.result()
         for disk in self.disks:
             disk.close()
+            if not disk.image.is_relative_to(self.folder):  # a warm sandbox's
+                shutil.rmtree(disk.image.parent, ignore_errors=True)
 
     def remove(self, *, wait: bool) -> None:
         """The folder removed after the sandboxes and the disk: in the background without

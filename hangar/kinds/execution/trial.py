@@ -185,9 +185,9 @@ class ExecutionTrial(SandboxedTrial):
         if self.backend.live_mounts:
             # The sandbox starts while the workspace is made: its mounts are live, so it
             # sees what lands in the (empty) folders later. It runs nothing until then.
-            self.workspace.mkdir(parents=True)
+            self.workspace.mkdir(parents=True, exist_ok=True)  # a warm sandbox's is there
             for name in SCRATCH if self.one_sandbox else ():
-                (self.scratch / name).mkdir(parents=True)
+                (self.scratch / name).mkdir(parents=True, exist_ok=True)
             starting = self.background(self.start_sandbox)
         with self.phase("workspace"):
             self.make_workspace()
@@ -352,6 +352,13 @@ class ExecutionTrial(SandboxedTrial):
     def context_written(self) -> bool:  # type: ignore[override]
         """A one-sandbox trial writes the task into the scratch HOME itself."""
         return self.one_sandbox
+
+    def disk_moved(self) -> None:
+        self.guard = self.harness_guard()
+
+    def takes_warm(self) -> bool:
+        """A git scenario's one sandbox (`one_sandbox`), its folders live."""
+        return self.one_sandbox and self.backend.live_mounts
 
     @property
     def one_sandbox(self) -> bool:
