@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 DISK = Path("/hangar-warm-disk")
 #: A kind of sandbox nobody claimed for this long has its warm sandboxes removed.
 IDLE_S = 60.0
+#: A warm sandbox older than this is never claimed (its expiry, counted from its start,
+#: has a trial's slack of 900 s: `hangar.kinds.execution.trial`), but removed.
+MAX_AGE_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -224,6 +227,11 @@ class WarmPool:
             self._templates[key] = template
             self._claimed[key] = time.monotonic()
             ready = self._ready.setdefault(key, deque())
+            stale = []
+            while ready and time.time() - ready[0].made > MAX_AGE_S:
+                stale.append(ready.popleft())
+            if stale:
+                threading.Thread(target=self._discard_all, args=(stale,), daemon=True).start()
             slot = ready.popleft() if ready else None
             if slot is None:
                 self.misses += 1

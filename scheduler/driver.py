@@ -636,7 +636,12 @@ class SweepRunner:
                 return pools.submit(spec, shipped)
             if warming:  # the nodes' warm pools, with the first sandboxed trial
                 nodes = [
-                    (n["NodeID"], int(n["Resources"][SANDBOX_RESOURCE])) for n in sandbox_nodes()
+                    (
+                        n["NodeID"],
+                        int(n["Resources"][SANDBOX_RESOURCE]),
+                        n["Resources"].get("CPU", 0),
+                    )
+                    for n in sandbox_nodes()
                 ]
                 warm.open(nodes, self._window, keep)
                 warming = False

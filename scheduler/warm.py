@@ -2,10 +2,10 @@
 
 Each holds a `hangar.sandbox.warm.WarmPool` of that node, named after the run and the
 node, so that a trial's task finds its own node's (`NodeClaimer`). The driver opens them
-with the run (`WarmPools.open`: `keep` of each kind of sandbox is the node's slots, at
-most the run's window) and drains and ends them when it ends (`WarmPools.close`); a pool
-that dies with its node or with the driver leaves its sandboxes to the reaper, as a dead
-worker does.
+with the run's first sandboxed trial (`WarmPools.open` says how many of each kind of
+sandbox each keeps) and drains and ends them when the run ends (`WarmPools.close`); a
+pool that dies with its node or with the driver leaves its sandboxes to the reaper, as a
+dead worker does.
 """
 
 from __future__ import annotations
@@ -63,14 +63,20 @@ class WarmPools:
         """Whether some node has a pool."""
         return bool(self._pools)
 
-    def open(self, nodes: list[tuple[str, int]], window: int, keep: int | None = None) -> None:
-        """A pool on each of `nodes` (Ray node id, sandbox slots), keeping `keep` of a
-        kind (default: as many as the node has slots, at most `window`)."""
+    def open(
+        self, nodes: list[tuple[str, int, float]], window: int, keep: int | None = None
+    ) -> None:
+        """A pool on each of `nodes` (Ray node id, sandbox slots, CPUs) that keeps `keep`
+        of a kind; by default as many as the node has slots (at most `window`) where it
+        has more CPUs than slots, and none where it has not: a pool makes its sandboxes
+        on cores the running trials leave, and on a node they fill it only adds work
+        (`benchmarks/overhead.py`)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         actor = self._ray.remote(NodePool)
-        for node_id, slots in nodes:
-            if slots < 1:
+        for node_id, slots, cpus in nodes:
+            kept = keep if keep is not None else (min(slots, window) if cpus > slots else 0)
+            if kept < 1 or slots < 1:
                 continue
             here = NodeAffinitySchedulingStrategy(node_id, soft=False)
             self._pools.append(
@@ -80,7 +86,7 @@ class WarmPools:
                     num_cpus=0,
                     max_concurrency=window + 4,
                     scheduling_strategy=here,
-                ).remote(keep or min(slots, window))
+                ).remote(kept)
             )
 
     def close(self, wait_s: float = 120.0) -> int:

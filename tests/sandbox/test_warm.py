@@ -109,3 +109,23 @@ def test_a_trial_runs_in_a_warm_sandbox_and_leaves_nothing(
     while slot_folder.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not slot_folder.exists()
+
+
+def test_a_sandbox_kept_too_long_is_removed_not_claimed(
+    docker_client: docker.DockerClient,
+    pool: WarmPool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    template, _ = _template(tmp_path)
+    pool.claim(template)
+    wait_for(lambda: pool.ready() == 1, 60, "a warm sandbox to be made")
+    [old] = [s for ready in pool._ready.values() for s in ready]
+    monkeypatch.setattr("hangar.sandbox.warm.MAX_AGE_S", 0.0)
+    assert pool.claim(template) is None
+    wait_for(
+        lambda: not docker_client.containers.list(filters={"id": old.handle["container"]}),
+        30,
+        "the old sandbox to be removed",
+    )
+    assert not old.folder.exists()
