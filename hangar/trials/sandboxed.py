@@ -185,12 +185,12 @@ class SandboxedTrial(TrialRun):
         self.disks[self.disks.index(self.disk)] = self.disk = disk
         self.workspace, self.scratch = disk.root / "workspace", disk.root / "scratch"
         self.disk_moved()
+        claimed = {"container": slot.handle.get("container"), "ready_s": time.time() - slot.made}
         try:
             self.warm = adopt(slot, template, self.sandbox_spec())
         except SandboxError as exc:  # it died waiting: the trial starts its own
-            self.write("warm.json", {"claimed": slot.handle, "lost": str(exc)})
-        else:
-            self.write("warm.json", {"claimed": slot.handle, "ready_s": time.time() - slot.made})
+            claimed["lost"] = str(exc)
+        self.write("warm.json", claimed)
         return disk.state
 
     def set_up(self) -> Sandbox:

@@ -104,7 +104,7 @@ def test_a_trial_runs_in_a_warm_sandbox_and_leaves_nothing(
     # The sandbox it took and that sandbox's disk went with the trial (`run` checked its
     # own folder): its replacement is all the pool holds.
     with pytest.raises(docker.errors.NotFound):
-        docker_client.containers.get(warm["claimed"]["container"])
+        docker_client.containers.get(warm["container"])
     deadline = time.monotonic() + 30
     while slot_folder.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -129,3 +129,20 @@ def test_a_sandbox_kept_too_long_is_removed_not_claimed(
         "the old sandbox to be removed",
     )
     assert not old.folder.exists()
+
+
+def test_a_warm_sandbox_that_died_waiting_costs_the_trial_nothing(
+    docker_client: docker.DockerClient, run: Runner, pool: WarmPool
+) -> None:
+    use_warm(pool)
+    try:
+        run(GOLD)  # asks for the kind
+        wait_for(lambda: pool.ready() == 1, 60, "a warm sandbox to be made")
+        [slot] = [s for ready in pool._ready.values() for s in ready]
+        docker_client.containers.get(slot.handle["container"]).kill()
+        result = run(GOLD)
+    finally:
+        use_warm(None)
+    assert result.verdict == "pass", result.reason
+    warm = json.loads(bundle(result, "warm.json"))
+    assert warm["container"] == slot.handle["container"] and "lost" in warm
