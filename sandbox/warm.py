@@ -125,7 +125,32 @@ class WarmSlot:
         return disk
 
 
-def make_slot(template: WarmTemplate, work_root: Path, spares: Path | None) -> WarmSlot:
+@dataclass
+class Ready:
+    """A warm sandbox in its pool, unclaimed: the pool's process renews its lease (a
+    keeper whose lease went stale would end it) until a claim hands it over."""
+
+    key: str
+    folder: Path
+    disk: DiskState
+    sandbox: Sandbox
+    made: float
+
+    def claimed(self) -> WarmSlot:
+        """The sandbox handed over, for the claiming trial to adopt."""
+        return WarmSlot(self.key, self.folder, self.disk, self.sandbox.hand_over(), self.made)
+
+    def discard(self) -> None:
+        """Remove the sandbox and release its disk."""
+        try:
+            self.sandbox.close()
+        except Exception as exc:  # the reaper removes it
+            log.debug("a warm sandbox was not removed: %s", exc)
+        finally:
+            _release(self.folder, self.disk)
+
+
+def make_ready(template: WarmTemplate, work_root: Path, spares: Path | None) -> Ready:
     """A new warm sandbox of `template`: its disk open, its folders made, started."""
     folder = work_root / f"warm-{uuid.uuid4().hex[:12]}"
     disk = TrialDisk(folder, template.disk_limit, spares, reserve_uid=template.reserve_uid)
@@ -138,29 +163,33 @@ def make_slot(template: WarmTemplate, work_root: Path, spares: Path | None) -> W
         sandbox = create_sandbox(template.backend, spec, template.config)
         try:
             sandbox.start()
-            handle = sandbox.hand_over()
         except BaseException:
             sandbox.close()
             raise
     except BaseException:
-        disk.close()
-        shutil.rmtree(folder, ignore_errors=True)
+        _release(folder, disk.state)
         raise
-    return WarmSlot(template.key, folder, state, handle, time.time())
+    return Ready(template.key, folder, state, sandbox, time.time())
+
+
+def _release(folder: Path, state: DiskState) -> None:
+    """Unmount and delete a warm sandbox's disk, and remove its folder."""
+    disk = TrialDisk(folder, state.limit)
+    disk.state = state
+    disk.close()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def discard(slot: WarmSlot, template: WarmTemplate) -> None:
-    """Remove an unclaimed warm sandbox and release its disk."""
-    disk = slot.take_disk(template.reserve_uid)
+    """Remove a claimed warm sandbox that no trial adopted, and release its disk."""
     try:
         cls = sandbox_class(template.backend)
-        cls.adopt(template.spec_at(disk.root), slot.handle, template.config).close()
+        cls.adopt(template.spec_at(slot.folder / "disk"), slot.handle, template.config).close()
     except Exception as exc:  # gone already: its lease goes with it
         log.debug("a warm sandbox was gone before it was removed: %s", exc)
         Path(slot.handle.get("lease", "/nonexistent")).unlink(missing_ok=True)
     finally:
-        disk.close()
-        shutil.rmtree(slot.folder, ignore_errors=True)
+        _release(slot.folder, slot.disk)
 
 
 class Claimer(Protocol):
@@ -209,7 +238,7 @@ class WarmPool:
         self.keep, self.work_root, self.spares = max(1, keep), work_root, spares
         self._lock = threading.Condition()
         self._templates: dict[str, WarmTemplate] = {}
-        self._ready: dict[str, deque[WarmSlot]] = {}
+        self._ready: dict[str, deque[Ready]] = {}
         self._making: dict[str, int] = {}
         self._claimed: dict[str, float] = {}
         self._failed: set[str] = set()
@@ -231,14 +260,14 @@ class WarmPool:
             while ready and time.time() - ready[0].made > MAX_AGE_S:
                 stale.append(ready.popleft())
             if stale:
-                threading.Thread(target=self._discard_all, args=(stale,), daemon=True).start()
-            slot = ready.popleft() if ready else None
-            if slot is None:
+                threading.Thread(target=_discard_all, args=(stale,), daemon=True).start()
+            taken = ready.popleft() if ready else None
+            if taken is None:
                 self.misses += 1
             else:
                 self.hits += 1
             self._top_up(key)
-            return slot
+        return taken.claimed() if taken is not None else None
 
     def ready(self) -> int:
         """Sandboxes ready now, of every kind."""
@@ -256,10 +285,9 @@ class WarmPool:
             deadline = time.monotonic() + wait_s
             while any(self._making.values()) and time.monotonic() < deadline:
                 self._lock.wait(0.5)
-            left = [(s, self._templates[k]) for k, r in self._ready.items() for s in r]
+            left = [r for ready in self._ready.values() for r in ready]
             self._ready.clear()
-        for slot, template in left:
-            discard(slot, template)
+        _discard_all(left)
         return len(left)
 
     def _top_up(self, key: str) -> None:
@@ -281,31 +309,30 @@ class WarmPool:
                 key = self._queue.popleft()
                 template = self._templates[key]
                 evicted = self._make_room(key)
-            for slot in evicted:
-                discard(slot, self._templates[slot.key])
+            _discard_all(evicted)
             self._make(key, template)
 
     def _make(self, key: str, template: WarmTemplate) -> None:
         try:
-            slot: WarmSlot | None = make_slot(template, self.work_root, self.spares)
+            made: Ready | None = make_ready(template, self.work_root, self.spares)
         except Exception as exc:  # this kind is made by its trials from now on
             log.warning("a warm sandbox could not be made (%s): trials start their own", exc)
-            slot = None
+            made = None
         with self._lock:
             self._making[key] -= 1
-            if slot is None:
+            if made is None:
                 self._failed.add(key)
             elif not self._draining:
-                self._ready.setdefault(key, deque()).append(slot)
-                slot = None
+                self._ready.setdefault(key, deque()).append(made)
+                made = None
             self._lock.notify_all()
-        if slot is not None:  # made while the pool drained
-            discard(slot, template)
+        if made is not None:  # made while the pool drained
+            made.discard()
 
-    def _make_room(self, key: str) -> list[WarmSlot]:
-        """Slots of the least lately claimed other kinds, taken out so that the pool
+    def _make_room(self, key: str) -> list[Ready]:
+        """Sandboxes of the least lately claimed other kinds, taken out so that the pool
         holds at most `2 * keep` (lock held)."""
-        evicted: list[WarmSlot] = []
+        evicted: list[Ready] = []
         others = sorted((k for k in self._ready if k != key), key=self._claimed.__getitem__)
         total = sum(len(r) for r in self._ready.values()) + sum(self._making.values())
         for other in others:
@@ -318,15 +345,15 @@ class WarmPool:
         """Take out the sandboxes of kinds nobody claimed for `IDLE_S` (lock held); they
         are removed on another thread."""
         now = time.monotonic()
-        idle = [
-            s
-            for k, ready in self._ready.items()
-            if now - self._claimed.get(k, now) > IDLE_S
-            for s in [ready.popleft() for _ in range(len(ready))]
-        ]
+        idle: list[Ready] = []
+        for key, ready in self._ready.items():
+            if now - self._claimed.get(key, now) > IDLE_S:
+                idle += ready
+                ready.clear()
         if idle:
-            threading.Thread(target=self._discard_all, args=(idle,), daemon=True).start()
+            threading.Thread(target=_discard_all, args=(idle,), daemon=True).start()
 
-    def _discard_all(self, slots: list[WarmSlot]) -> None:
-        for slot in slots:
-            discard(slot, self._templates[slot.key])
+
+def _discard_all(sandboxes: list[Ready]) -> None:
+    for ready in sandboxes:
+        ready.discard()

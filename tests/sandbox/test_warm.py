@@ -13,7 +13,8 @@ import pytest
 
 from hangar.sandbox import Mount, SandboxSpec
 from hangar.sandbox.disk import TrialDisk
-from hangar.sandbox.warm import WarmPool, WarmTemplate, adopt, discard, use_warm
+from hangar.sandbox.docker import DockerSandbox
+from hangar.sandbox.warm import Ready, WarmPool, WarmTemplate, adopt, discard, use_warm
 from tests.conftest import BASE_IMAGE
 from tests.services import wait_for
 from tests.trialkit import GOLD, Runner, bundle
@@ -26,6 +27,11 @@ def pool(tmp_path: Path) -> Iterator[WarmPool]:
     made = WarmPool(keep=1, work_root=tmp_path / "warm")
     yield made
     made.drain()
+
+
+def _container_of(ready: Ready) -> str:
+    assert isinstance(ready.sandbox, DockerSandbox)
+    return ready.sandbox.container_id
 
 
 def _template(tmp_path: Path) -> tuple[WarmTemplate, TrialDisk]:
@@ -121,10 +127,11 @@ def test_a_sandbox_kept_too_long_is_removed_not_claimed(
     pool.claim(template)
     wait_for(lambda: pool.ready() == 1, 60, "a warm sandbox to be made")
     [old] = [s for ready in pool._ready.values() for s in ready]
+    old_id = _container_of(old)
     monkeypatch.setattr("hangar.sandbox.warm.MAX_AGE_S", 0.0)
     assert pool.claim(template) is None
     wait_for(
-        lambda: not docker_client.containers.list(filters={"id": old.handle["container"]}),
+        lambda: not docker_client.containers.list(filters={"id": old_id}),
         30,
         "the old sandbox to be removed",
     )
@@ -139,10 +146,36 @@ def test_a_warm_sandbox_that_died_waiting_costs_the_trial_nothing(
         run(GOLD)  # asks for the kind
         wait_for(lambda: pool.ready() == 1, 60, "a warm sandbox to be made")
         [slot] = [s for ready in pool._ready.values() for s in ready]
-        docker_client.containers.get(slot.handle["container"]).kill()
+        killed = _container_of(slot)
+        docker_client.containers.get(killed).kill()
         result = run(GOLD)
     finally:
         use_warm(None)
     assert result.verdict == "pass", result.reason
     warm = json.loads(bundle(result, "warm.json"))
-    assert warm["container"] == slot.handle["container"] and "lost" in warm
+    assert warm["container"] == killed and "lost" in warm
+
+
+def test_a_warm_sandbox_outlives_its_lease_time_while_it_waits(
+    docker_client: docker.DockerClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pool renews the lease of what waits: a keeper whose lease went stale ends it.
+    monkeypatch.setattr("hangar.sandbox.lease.STALE_S", 2)
+    monkeypatch.setattr("hangar.sandbox.lease.CHECK_S", 1)
+    monkeypatch.setattr("hangar.sandbox.lease.RENEW_S", 0.5)
+    pool = WarmPool(keep=1, work_root=tmp_path / "warm")
+    template, _ = _template(tmp_path)
+    try:
+        pool.claim(template)
+        wait_for(lambda: pool.ready() == 1, 60, "a warm sandbox to be made")
+        time.sleep(5)  # more than twice the lease's time
+        slot = pool.claim(template)
+        assert slot is not None
+        sandbox = adopt(slot, template, template.spec_at(slot.folder / "disk"))
+        try:
+            assert sandbox.exec(["true"]).ok
+        finally:
+            sandbox.close()
+            discard(slot, template)
+    finally:
+        pool.drain()
