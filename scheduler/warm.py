@@ -10,6 +10,7 @@ dead worker does.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -99,6 +100,7 @@ class WarmPools:
         except Exception as exc:  # a dead node's pool: its reaper removes what it left
             log.warning("a warm pool was not drained: %s", exc)
         for pool in self._pools:
-            self._ray.kill(pool)
+            with contextlib.suppress(Exception):  # gone with its node already
+                self._ray.kill(pool)
         self._pools = []
         return removed
