@@ -262,7 +262,7 @@ def main() -> None:
         if args.memory:
             largest = max(args.sizes)
             ratio = peaks[args.memory] / peaks[largest]
-            print(f"peak RSS {args.memory} / {largest}: {ratio:.2f}  (flat: <= 1.2)")
+            print(f"peak RSS {args.memory} / {largest}: {ratio:.2f}  (flat: <= 1.1)")
 
 
 if __name__ == "__main__":

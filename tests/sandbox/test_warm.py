@@ -83,7 +83,9 @@ def test_drain_removes_every_unclaimed_sandbox_and_its_disk(
     wait_for(lambda: pool.ready() == 2, 60, "two warm sandboxes to be made")
     assert pool.drain() == 2
     left = docker_client.containers.list(
-        all=True, filters={"label": [f"hangar.sweep={template.spec.sweep}", "hangar.trial=warm"]}
+        all=True,
+        ignore_removed=True,
+        filters={"label": [f"hangar.sweep={template.spec.sweep}", "hangar.trial=warm"]},
     )
     assert not left
     assert not list((tmp_path / "warm").iterdir())
@@ -131,7 +133,7 @@ def test_a_sandbox_kept_too_long_is_removed_not_claimed(
     monkeypatch.setattr("hangar.sandbox.warm.MAX_AGE_S", 0.0)
     assert pool.claim(template) is None
     wait_for(
-        lambda: not docker_client.containers.list(filters={"id": old_id}),
+        lambda: not docker_client.containers.list(ignore_removed=True, filters={"id": old_id}),
         30,
         "the old sandbox to be removed",
     )

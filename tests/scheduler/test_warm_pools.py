@@ -61,7 +61,7 @@ def test_trials_claim_warm_sandboxes_and_the_run_drains_them(
 
     def left() -> list[object]:
         labelled = {"label": f"hangar.sweep={sweep}"}
-        containers = docker_client.containers.list(all=True, filters=labelled)
+        containers = docker_client.containers.list(all=True, ignore_removed=True, filters=labelled)
         return [*containers, *(set(_warm_folders()) - before)]
 
     # Trials' sandboxes and folders go after their results, in the background.
