@@ -40,6 +40,10 @@ JsonFlag = Annotated[
 ]
 """The ``--json`` every command with machine-readable output takes."""
 
+StoreOption = Annotated[
+    str | None, typer.Option(help="Results store URL (default: the sweep's, or local).")
+]
+
 EndpointOption = Annotated[
     str | None,
     typer.Option(

@@ -18,6 +18,10 @@ FORMER_KINDS = {"prompt": "decision"}
 
 RESULT_SCHEMA_VERSION = 3
 
+#: How the URI of an evidence bundle kept in the results store begins (the store key
+#: follows: ``store:///<sweep>/<trial key>/<attempt>/<run>/bundle.tar.gz``).
+STORED_PREFIX = "store:///"
+
 
 class Verdict(StrEnum):
     """How a trial ended. Only `pass` and `fail` count in scores."""
@@ -211,6 +215,9 @@ class TrialResult(BaseModel):
     """Where the evidence bundle is."""
     evidence_sha256: str | None = None
     """sha256 of the bundle archive."""
+    evidence_data: bytes | None = Field(default=None, exclude=True, repr=False)
+    """The archive itself, on its way to the results store, for a bundle kept there (its
+    URI starts with `STORED_PREFIX`); never in a dump, and None once recorded or read."""
     node: str = ""
     """Host that ran it."""
     started_at: datetime

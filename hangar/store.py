@@ -28,6 +28,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -48,6 +49,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from hangar.errors import ConfigError, StoreError
 from hangar.paths import runs_dir
 from hangar.results import (
+    STORED_PREFIX,
     CheckOutcome,
     FindingOutcome,
     ProviderError,
@@ -57,7 +59,7 @@ from hangar.results import (
     Verdict,
 )
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 #: Bump when a view's definition changes; views are rebuilt when the store is opened.
 VIEWS_VERSION = 5
 
@@ -236,6 +238,19 @@ knowledge_scores = Table(
     Column("scored_at", DateTime(timezone=True), nullable=False),
 )
 
+#: Evidence bundles kept in the store itself: those of trials with no sandbox (a decision
+#: case's prompt, a rubric sample), written by the driver in the commit of their results.
+#: A file or object per call cost such a trial more CPU than its model call
+#: (`benchmarks/prompt.py`); the archive and its sha256 are the same as in an evidence
+#: store, and the result's URI is ``store:///<key>`` (`hangar.verifiers.object_store`).
+bundles = Table(
+    "bundles",
+    metadata,
+    Column("key", String(400), primary_key=True),
+    Column("sweep_id", String(200), nullable=False, index=True),
+    Column("data", LargeBinary, nullable=False),
+)
+
 meta = Table(
     "hangar_meta",
     metadata,
@@ -267,6 +282,7 @@ _ADDED = {
     9: [],  # the knowledge_scores table
     10: [],  # decision cases' kind: "decision", formerly "prompt" (`_REWRITTEN`)
     11: ["latest BOOLEAN NOT NULL DEFAULT TRUE"],
+    12: [],  # the bundles table
 }
 
 #: Every attempt of a trial that a later one followed marked as not the latest.
@@ -551,9 +567,12 @@ class ResultsStore:
 
     def record(self, results: Iterable[TrialResult]) -> int:
         """Write results in one transaction (a row already there is kept); returns rows."""
-        rows, check_rows, score_rows = [], [], []
+        rows, check_rows, score_rows, bundle_rows = [], [], [], []
         for r in results:
             rows.append(_trial_row(r))
+            if r.evidence_data is not None and r.evidence_uri:
+                key = r.evidence_uri.removeprefix(STORED_PREFIX)
+                bundle_rows.append({"key": key, "sweep_id": r.sweep, "data": r.evidence_data})
             attempt = {"sweep_id": r.sweep, "trial_key": r.trial_key, "attempt": r.attempt}
             score_rows += [{**attempt, **score.model_dump()} for score in r.scores]
             check_rows += [
@@ -576,9 +595,17 @@ class ResultsStore:
                     conn.execute(self._insert(checks).on_conflict_do_nothing(), check_rows)
                 if score_rows:
                     conn.execute(self._insert(scores).on_conflict_do_nothing(), score_rows)
+                if bundle_rows:
+                    conn.execute(self._insert(bundles).on_conflict_do_nothing(), bundle_rows)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot write results to {self.safe_url}: {exc}") from exc
         return len(rows)
+
+    def bundle(self, key: str) -> bytes | None:
+        """The archive of a bundle kept in the store (None when there is none)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(bundles.c.data).where(bundles.c.key == key)).first()
+        return None if row is None else bytes(row.data)
 
     def resume_state(
         self, sweep_id: str, reopen: Collection[str] = ()
@@ -974,4 +1001,5 @@ def _result(
         scores=valued,
         started_at=_aware(row["started_at"]),
         finished_at=_aware(row["finished_at"]),
+        evidence_data=None,  # a bundle the store keeps is read on its own (`bundle`)
     )

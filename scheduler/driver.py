@@ -896,6 +896,8 @@ class SweepRunner:
         due = time.monotonic() - self._recorded_at >= RECORD_EVERY_S
         if self._unrecorded and (now or due or len(self._unrecorded) >= RECORD_AT):
             self.store.record(self._unrecorded)
+            for result in self._unrecorded:
+                result.evidence_data = None  # in the store now: not held in memory
             self._unrecorded = []
             self._recorded_at = time.monotonic()
 

@@ -10,7 +10,9 @@ wait on their model calls. The driver opens a few per node (`pool_places`: about
 core, each holding at least `SHARE` trials) and sends each trial to the pool with the
 fewest in flight, one actor call per trial; everything else is the trial's own path
 (`hangar.trials.run_trial`: the relay's policy, metering, the evidence bundle) and the
-driver's (the window, caps, retries, the store).
+driver's (the window, caps, retries, the store). A pool's trial returns its bundle with its
+result, and the driver keeps it in the results store in the commit of the result (a file
+or an object per call cost more than the call).
 
 Each pool admits a trial only until `stop` (the first Ctrl-C): the driver never sends
 more than the window, and each pool has a thread for all of them and one more, so `stop`
@@ -67,7 +69,9 @@ class TrialPool:
         with self._lock:
             self._started.append(running)
         spec = spec.model_copy(update={"node": self._node})
-        return run_trial(spec, wait_teardown=False, localise=localiser(shipped))
+        return run_trial(
+            spec, wait_teardown=False, localise=localiser(shipped), results_store_bundle=True
+        )
 
     def stop(self) -> None:
         """No trial starts from now on."""

@@ -505,8 +505,11 @@ for sweep in sys.argv[2].split(","):
     for r in store.results(sweep):
         mine["final"][r.trial_key] = {"verdict": str(r.verdict.value), "node": r.node,
             "reason": r.reason[:300], "scenario": r.scenario_id, "agent": r.agent, "arm": r.arm}
-        where = urlparse(r.evidence_uri)
-        body = s3.get_object(Bucket=where.netloc, Key=where.path.lstrip("/"))["Body"].read()
+        if r.evidence_uri.startswith("store:///"):  # a pool's trial: kept with its result
+            body = store.bundle(r.evidence_uri.removeprefix("store:///"))
+        else:
+            where = urlparse(r.evidence_uri)
+            body = s3.get_object(Bucket=where.netloc, Key=where.path.lstrip("/"))["Body"].read()
         if hashlib.sha256(body).hexdigest() != (r.evidence_sha256 or "").removeprefix("sha256:"):
             mine["mismatched"].append(r.trial_key)
         with tarfile.open(fileobj=io.BytesIO(body)) as tar:

@@ -2,7 +2,9 @@
 
 `file://DIR` is the default store; `s3://bucket/prefix` is in `hangar.verifiers.s3`. Keys
 look like ``<sweep>/<trial key>/<attempt>/<run>/bundle.tar.gz`` (``<run>``: the
-execution that wrote it; bundles of older versions have none).
+execution that wrote it; bundles of older versions have none). The bundles of trials run
+in pools (no sandbox) are kept in the results store instead (`StoredBundles`, URIs
+``store:///<key>``), and read through it.
 """
 
 from __future__ import annotations
@@ -14,9 +16,14 @@ import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from hangar.errors import ConfigError, EvidenceStoreError
+from hangar.results import STORED_PREFIX
+
+if TYPE_CHECKING:
+    from hangar.store import ResultsStore
 
 
 def bundle_key(sweep: str, trial_key: str, attempt: int, run: str = "") -> str:
@@ -128,6 +135,34 @@ class FileEvidenceStore(EvidenceStore):
         return (self.root / key).as_uri()
 
 
+class StoredBundles(EvidenceStore):
+    """The bundles a results store keeps (``store:///<key>``): read only, written by the
+    driver with the results (`hangar.store.ResultsStore.record`)."""
+
+    def __init__(self, results: ResultsStore) -> None:
+        self.results = results
+
+    def put(self, key: str, source: Path) -> str:
+        """Refused: these bundles are written with their results."""
+        raise EvidenceStoreError("bundles in the results store are written with their results")
+
+    def get(self, key: str, dest: Path) -> None:
+        """Write the stored archive to `dest`."""
+        data = self.results.bundle(check_key(key))
+        if data is None:
+            where = self.results.safe_url
+            raise EvidenceStoreError(f"nothing stored at {self.uri(key)} in {where}")
+        dest.write_bytes(data)
+
+    def exists(self, key: str) -> bool:
+        """Whether the store keeps a bundle under `key`."""
+        return self.results.bundle(key) is not None
+
+    def uri(self, key: str) -> str:
+        """``store:///`` URI of the key."""
+        return STORED_PREFIX + key
+
+
 def open_store(url: str) -> EvidenceStore:
     """The store behind `url`: ``file:///dir``, a plain path, or ``s3://bucket/prefix``."""
     parsed = urlparse(url)
@@ -141,8 +176,18 @@ def open_store(url: str) -> EvidenceStore:
     raise ConfigError(f"unsupported evidence store {url!r}: use file://DIR or s3://bucket/prefix")
 
 
-def split_uri(uri: str, endpoint: str | None = None) -> tuple[EvidenceStore, str]:
-    """The store and key of a bundle URI (``.../<sweep>/<key>/<attempt>/bundle.tar.gz``)."""
+def split_uri(
+    uri: str, endpoint: str | None = None, results: ResultsStore | None = None
+) -> tuple[EvidenceStore, str]:
+    """The store and key of a bundle URI (``.../<sweep>/<key>/<attempt>/bundle.tar.gz``);
+    a bundle kept in a results store is read from `results`."""
+    if uri.startswith(STORED_PREFIX):
+        if results is None:
+            raise EvidenceStoreError(
+                f"{uri} is kept in the sweep's results store: read it with the sweep's "
+                "store (--store, or the sweep file)"
+            )
+        return StoredBundles(results), uri.removeprefix(STORED_PREFIX)
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         path = Path(unquote(parsed.netloc + parsed.path) if parsed.scheme else uri).resolve()

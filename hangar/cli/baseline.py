@@ -7,15 +7,10 @@ from typing import Annotated
 import typer
 
 from hangar.cli._app import app, resolve_sweep
-from hangar.console import console
+from hangar.console import StoreOption, console
 
 baseline_app = typer.Typer(help="Immutable snapshots of a sweep's scores.")
 app.add_typer(baseline_app, name="baseline")
-
-
-StoreOption = Annotated[
-    str | None, typer.Option(help="Results store URL (default: the sweep's, or local).")
-]
 
 
 @baseline_app.command("create")

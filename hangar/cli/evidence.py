@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from hangar.cli._app import app
-from hangar.console import EndpointOption, console, err_console
+from hangar.console import EndpointOption, StoreOption, console, err_console
 
 evidence_app = typer.Typer(help="Check evidence bundles.")
 app.add_typer(evidence_app, name="evidence")
@@ -21,17 +21,22 @@ def evidence_verify(
         str | None, typer.Option(help="The archive sha256 the result recorded.")
     ] = None,
     endpoint: EndpointOption = None,
+    store: StoreOption = None,
 ) -> None:
-    """Recompute every hash in a bundle and say what differs."""
+    """Recompute every hash in a bundle and say what differs (a store:/// bundle, a
+    prompt or rubric trial's, is read from the results store)."""
     import tempfile
 
+    from hangar.results import STORED_PREFIX
+    from hangar.store import ResultsStore
     from hangar.verifiers.bundle import verify_bundle
     from hangar.verifiers.object_store import split_uri
 
-    store, key = split_uri(uri, endpoint)
+    results = ResultsStore(store, create=False) if uri.startswith(STORED_PREFIX) else None
+    evidence, key = split_uri(uri, endpoint, results)
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / "bundle.tar.gz"
-        store.get(key, local)
+        evidence.get(key, local)
         check = verify_bundle(local, sha256)
     if check.ok:
         console.print(f"[green]ok[/] {check.files} files match the manifest; sha256 {check.sha256}")

@@ -14,13 +14,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from hangar.cli._app import app, resolve_sweep
-from hangar.console import EndpointOption, JsonFlag, console, err_console, output_format
+from hangar.console import (
+    EndpointOption,
+    JsonFlag,
+    StoreOption,
+    console,
+    err_console,
+    output_format,
+)
 from hangar.errors import ConfigError
 from hangar.scores.report import sweep_margin
-
-StoreOption = Annotated[
-    str | None, typer.Option(help="Results store URL (default: the sweep's, or local).")
-]
 
 
 @app.command("report")
@@ -199,7 +202,7 @@ def export(
         say(f"wrote {n} trial(s) to {'stdout' if to_stdout else out}", highlight=False)
     if trajectories is not None:
         rows = list(results.results(sweep_id, all_attempts=all_attempts))
-        written = _write_trajectories(rows, trajectories, endpoint, all_attempts)
+        written = _write_trajectories(rows, trajectories, endpoint, all_attempts, results)
         say(f"wrote {written} trajectory file(s) to {trajectories}", highlight=False)
 
 
@@ -232,7 +235,7 @@ def _export_folder(fmt: str, sweep_id: str, results: Any, out: Path, endpoint: s
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"{out} is not empty: give a new folder to --out")
     out.mkdir(parents=True, exist_ok=True)
-    evidence = Evidence(endpoint)
+    evidence = Evidence(endpoint, results=results)
 
     def bundle(r: Any) -> Path | None:
         found = evidence.bundle(r) if r.evidence_uri else None
@@ -248,14 +251,16 @@ def _export_folder(fmt: str, sweep_id: str, results: Any, out: Path, endpoint: s
         console.print(f"  departs from a leaderboard's rules: {escape(line)}", highlight=False)
 
 
-def _write_trajectories(rows: list[Any], folder: Path, endpoint: str | None, each: bool) -> int:
+def _write_trajectories(
+    rows: list[Any], folder: Path, endpoint: str | None, each: bool, results: Any
+) -> int:
     """Each trial's ATIF trajectory from its evidence, into `folder`; a trial without a
     bundle (one that never ran) has none. Returns how many were written."""
     from hangar.trajectories import trial_trajectory
     from hangar.viewer.data import Evidence
 
     folder.mkdir(parents=True, exist_ok=True)
-    evidence = Evidence(endpoint)
+    evidence = Evidence(endpoint, results=results)
     written = 0
     try:
         for r in rows:

@@ -82,7 +82,7 @@ def _sessions_of(
     from hangar.viewer.data import Evidence
 
     sweep_id, _, results = resolve_sweep(source, store)
-    evidence = Evidence(endpoint)
+    evidence = Evidence(endpoint, results=results)
     found: list[Session] = []
     try:
         for r in results.results(sweep_id):

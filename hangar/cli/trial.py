@@ -153,8 +153,8 @@ def trial_show(
     from hangar.trials.kind import kind_of
     from hangar.viewer.data import Evidence
 
-    result, attempts = _trial(key, sweep, store, attempt)
-    evidence = Evidence(endpoint)
+    result, attempts, results = _trial(key, sweep, store, attempt)
+    evidence = Evidence(endpoint, results=results)
     try:
         bundle = evidence.bundle(result) if result.evidence_uri else None
         failing = kind_of(result.kind).failures(bundle.folder) if bundle else []
@@ -168,9 +168,12 @@ def trial_show(
     _print_trial(result, attempts, failing)
 
 
-def _trial(key: str, sweep: str | None, store: str | None, attempt: int | None) -> tuple[Any, int]:
-    """The trial whose key starts with `key` (its `attempt`, default the latest) and how
-    many attempts it has; an unknown or ambiguous key is refused, naming the matches."""
+def _trial(
+    key: str, sweep: str | None, store: str | None, attempt: int | None
+) -> tuple[Any, int, Any]:
+    """The trial whose key starts with `key` (its `attempt`, default the latest), how
+    many attempts it has and the results store; an unknown or ambiguous key is refused,
+    naming the matches."""
     from hangar.store import ResultsStore
 
     results = ResultsStore(store, create=False)
@@ -185,7 +188,7 @@ def _trial(key: str, sweep: str | None, store: str | None, attempt: int | None) 
     chosen = [r for r in attempts if attempt is None or r.attempt == attempt]
     if not chosen:
         raise ConfigError(f"trial {found[0][1][:16]} has no attempt {attempt}")
-    return max(chosen, key=lambda r: r.attempt), len(attempts)
+    return max(chosen, key=lambda r: r.attempt), len(attempts), results
 
 
 @trial_app.command("trajectory")
@@ -206,8 +209,8 @@ def trial_trajectory(
     from hangar.trajectories import trial_trajectory as build
     from hangar.viewer.data import Evidence
 
-    result, _ = _trial(key, sweep, store, attempt)
-    evidence = Evidence(endpoint)
+    result, _, results = _trial(key, sweep, store, attempt)
+    evidence = Evidence(endpoint, results=results)
     try:
         bundle = evidence.bundle(result)
         if bundle is None:

@@ -26,7 +26,7 @@ import pydantic_core
 
 from hangar.errors import SandboxError
 from hangar.paths import cache_dir
-from hangar.results import ProviderError, TrialResult, Verdict
+from hangar.results import STORED_PREFIX, ProviderError, TrialResult, Verdict
 from hangar.sessions import SESSION_FILE, trace_session, write_trial_session
 from hangar.trace import TraceWriter
 from hangar.trials.spec import TrialSpec, result_of
@@ -83,6 +83,11 @@ class TrialRun:
     files under `artifacts` (a class default, so a runner built without `__init__`
     writes files)."""
 
+    for_results_store: bool = False
+    """Whether its bundle (of files kept in memory) goes to the results store with its
+    result (`TrialResult.evidence_data`) rather than to the evidence store: set for the
+    trials a sweep runs in pools, whose results the driver records."""
+
     def __init__(self, spec: TrialSpec) -> None:
         self.spec = spec
         work_root = spec.work_root or cache_dir() / "trials"
@@ -94,6 +99,7 @@ class TrialRun:
         self.timings: dict[str, float] = {}
         self.verdict, self.reason = Verdict.INFRA_ERROR, "the trial did not finish"
         self.kept = {} if self.in_memory else None
+        self.bundle_data: bytes | None = None
         self._trace: TraceWriter | None = None
 
     def new_trace(self) -> TraceWriter:
@@ -145,6 +151,9 @@ class TrialRun:
         self.kept[SESSION_FILE] = trace_session(self.kept.get("trace.jsonl"))
         self.write("result.json", result.model_dump(mode="json"))
         data, sha = bundle_bytes(self.kept)
+        if self.for_results_store:
+            self.bundle_data = data
+            return STORED_PREFIX + _key(self.spec), sha
         return _store(self.spec).put_bytes(_key(self.spec), data), sha
 
     def run(self) -> None:
@@ -173,6 +182,7 @@ def run_trial(
     *,
     wait_teardown: bool = True,
     localise: Callable[[TrialSpec], TrialSpec] | None = None,
+    results_store_bundle: bool = False,
 ) -> TrialResult:
     """Run one trial attempt and return its result (never raises for a trial's outcome).
 
@@ -181,9 +191,12 @@ def run_trial(
     Either way every process in them has been killed before the result exists.
     `localise` turns the spec into this node's (a Ray worker unpacks the task the
     driver shipped): it runs inside the boundary, so its failure is a result too.
+    With `results_store_bundle`, a trial whose evidence is kept in memory returns its
+    bundle with its result, for the results store (`TrialRun.for_results_store`).
     """
     started = datetime.now(UTC)
     trial = runner_for(spec)
+    trial.for_results_store = results_store_bundle and trial.kept is not None
     if trial.kept is None:
         shutil.rmtree(trial.folder, ignore_errors=True)
         trial.artifacts.mkdir(parents=True)
@@ -232,7 +245,8 @@ def _bundled(trial: TrialRun, result: TrialResult) -> TrialResult:
                 f"the trial had ended {trial.verdict.value}: {trial.reason}",
             }
         )
-    return result.model_copy(update={"evidence_uri": uri, "evidence_sha256": sha})
+    found = {"evidence_uri": uri, "evidence_sha256": sha, "evidence_data": trial.bundle_data}
+    return result.model_copy(update=found)
 
 
 def runner_for(spec: TrialSpec) -> TrialRun:

@@ -111,7 +111,7 @@ class Viewer:
         self.builder = Builder()
         self.reports = ReportCache(self.catalog, margin, self.builder)
         self.snapshots: PerSweep[Snapshot] = snapshots(self.catalog, self.builder)
-        self.evidence = Evidence(endpoint, evidence)
+        self.evidence = Evidence(endpoint, evidence, store)
         self.knowledge = [p.resolve() for p in knowledge or []]
         self.poll_s = poll_s
         self.settings = ViewSettings(suites={"knowledge": self.knowledge})

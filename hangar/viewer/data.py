@@ -31,7 +31,7 @@ from pydantic import BaseModel
 from sqlalchemy import func, or_, select, tuple_
 
 from hangar.errors import HangarError
-from hangar.results import TrialResult
+from hangar.results import STORED_PREFIX, TrialResult
 from hangar.sandbox.archive import extract_untrusted
 from hangar.scores.baseline import Snapshot, snapshot
 from hangar.scores.report import (
@@ -548,9 +548,16 @@ class Bundle(BaseModel):
 class Evidence:
     """Bundles fetched once per viewer process into a private temporary folder."""
 
-    def __init__(self, endpoint: str | None = None, fallback: str | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        fallback: str | None = None,
+        results: ResultsStore | None = None,
+    ) -> None:
+        """`results`: the results store, for the bundles it keeps (a pool's trials')."""
         self.endpoint = endpoint
         self.fallback = fallback
+        self.results = results
         self.root = Path(tempfile.mkdtemp(prefix="hangar-view-"))
         self._lock = threading.Lock()
         self._bundles: dict[str, Bundle] = {}
@@ -594,10 +601,10 @@ class Evidence:
         """From the result's own URI; else from the evidence store given (same key)."""
         assert result.evidence_uri is not None
         try:
-            store, key = split_uri(result.evidence_uri, self.endpoint)
+            store, key = split_uri(result.evidence_uri, self.endpoint, self.results)
             store.get(key, archive)
         except (HangarError, OSError):
-            if self.fallback is None:
+            if self.fallback is None or result.evidence_uri.startswith(STORED_PREFIX):
                 raise
             other = open_store(self.fallback)
             other.get(key_in(result.evidence_uri, result.sweep), archive)

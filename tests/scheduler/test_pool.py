@@ -16,8 +16,10 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from typer.testing import CliRunner
 
-from hangar.results import TrialResult, Verdict
+from hangar.cli import app
+from hangar.results import STORED_PREFIX, TrialResult, Verdict
 from hangar.scheduler.driver import SweepRunner, SweepTally
 from hangar.scheduler.pool import pool_places
 from hangar.scheduler.sweep import load_sweep
@@ -124,7 +126,21 @@ def test_prompt_trials_run_in_pools_with_their_evidence_and_the_board(
     tally, store = go(path, watch)
     results = list(store.results("pool"))
     assert tally.done == 24 and len(results) == 24 and tally.verdicts["pass"] == 24
-    assert all(r.evidence_uri and Path(r.evidence_uri[7:]).is_file() for r in results)
+    # Each bundle is in the results store, written with its result: no file per call.
+    assert all(str(r.evidence_uri).startswith(STORED_PREFIX) for r in results)
+    assert not list(tmp_path.glob("ev/**/*.tar.gz"))
+    for r in results[:3]:
+        argv = ["evidence", "verify", str(r.evidence_uri), "--store", str(store.url)]
+        checked = CliRunner().invoke(app, [*argv, "--sha256", str(r.evidence_sha256)])
+        assert checked.exit_code == 0 and "files match" in checked.output, checked.output
+        shown = CliRunner().invoke(app, ["trial", "show", r.trial_key, "--store", str(store.url)])
+        assert shown.exit_code == 0 and "selection is exactly" in shown.output, shown.output
+    # Read from another store, the error says which store to name.
+    other = f"sqlite:///{tmp_path}/other.db"
+    ResultsStore(other)
+    argv = ["evidence", "verify", str(results[0].evidence_uri), "--store", other]
+    refused = CliRunner().invoke(app, argv)
+    assert refused.exit_code != 0 and "nothing stored at store:///" in str(refused.exception)
     assert all(r.usage.input_tokens > 0 and r.node for r in results)
     assert len(slow_model.requests) == 24
     # The board heard of the running trials (in batches), and they ran in a pool: no Ray

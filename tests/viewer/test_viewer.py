@@ -20,7 +20,8 @@ import yaml
 from typer.testing import CliRunner
 
 from hangar.cli import app
-from hangar.store import ResultsStore
+from hangar.results import STORED_PREFIX
+from hangar.store import ResultsStore, bundles
 from tests.require import skip_or_fail
 
 pytestmark = [pytest.mark.ray, pytest.mark.docker, pytest.mark.slow]
@@ -547,8 +548,12 @@ def test_a_tampered_bundle_is_named(farm: Farm, page: Any) -> None:
     result = next(
         r for r in farm.store.results(sweep) if r.arm == "skill" and r.evidence_uri is not None
     )
-    path = Path(str(result.evidence_uri).removeprefix("file://"))
-    path.write_bytes(path.read_bytes() + b"tampered")
+    # A decision case's bundle is kept in the results store: tampered with there.
+    key = str(result.evidence_uri).removeprefix(STORED_PREFIX)
+    kept = farm.store.bundle(key)
+    assert kept is not None
+    with farm.store.engine.begin() as conn:
+        conn.execute(bundles.update().where(bundles.c.key == key).values(data=kept + b"tampered"))
     page.goto(f"{farm.base}/trials/{sweep}/{result.trial_key}")
     check = page.inner_text("#bundle-check")
     assert "does not match" in check and "the result recorded" in check

@@ -98,7 +98,7 @@ def sweep_bundles(sweeps: list[str], store_url: str | None, into: Path) -> list[
         for result in store.results(sweep, all_attempts=True):
             if not result.evidence_uri:
                 continue
-            evidence, key = split_uri(result.evidence_uri)
+            evidence, key = split_uri(result.evidence_uri, results=store)
             dest = into / sweep / result.trial_key / str(result.attempt) / "bundle.tar.gz"
             dest.parent.mkdir(parents=True, exist_ok=True)
             evidence.get(key, dest)
