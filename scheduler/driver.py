@@ -408,6 +408,36 @@ class SweepRunner:
         slots = connect(self.address, config.concurrency.sandbox_slots, needs)
         import ray  # after connect(), which sets Ray's environment first
 
+        self._window = config.concurrency.max_in_flight or 2 * slots
+        board = f"hangar-board-{self.sweep.id}-{uuid.uuid4().hex[:8]}"
+        self._board = open_board(ray, board)
+        self._pools = Pools(ray, self._window, board, self.policy.node_retries)
+        self._warm = WarmPools(ray, board.replace("hangar-board-", "hangar-warm-", 1))
+        try:
+            if any(not kind_of(task.kind).sandboxed for task in self.sweep.tasks):
+                self._pools.open()  # their processes start while the preflight runs
+            final |= self._prepare(ray, final, last_attempt, slots)
+            previous = signal.signal(signal.SIGINT, self._on_sigint)
+            try:
+                if self.rounds is None:
+                    self._round(ray, self.sweep.trials(self.evidence_url), final, last_attempt)
+                else:
+                    self._run_rounds(ray, final, last_attempt)
+            finally:
+                signal.signal(signal.SIGINT, previous)
+        finally:
+            self._warm.close()
+            self._pools.kill()
+            ray.kill(self._board)
+        self.tally.interrupted = self._stop > 0
+        self._log_end()
+        return self.tally
+
+    def _prepare(
+        self, ray: Any, final: set[str], last_attempt: dict[str, int], slots: int
+    ) -> set[str]:
+        """The preflight on every node, the tally of earlier runs, the trials blocked by a
+        missing image (returned: final now); announces the sweep."""
         nodes = sandbox_nodes()
         _announce_metrics(ray.nodes())
         check_evidence_reachable(self.evidence_url, len(nodes))
@@ -415,45 +445,26 @@ class SweepRunner:
         for report in self.preflight:
             for warning in report.warnings:
                 log.warning("node %s: %s", report.node, warning)
-        window = config.concurrency.max_in_flight or 2 * slots
         for verdict, *_, n in self.store.counts(self.sweep.id):
             if Verdict(verdict).final and verdict not in self.reopen:
                 self.tally.verdicts[verdict] += n
         if self.reopen and self._unloadable:  # unloadable files' rows stay blocked
             self.tally.verdicts[Verdict.BLOCKED_SETUP.value] += self._unloadable
-        final |= self._block_missing_images(final, last_attempt)
+        blocked = self._block_missing_images(final, last_attempt)
         ensure_reapers()
-        self._window = window
-        board = f"hangar-board-{self.sweep.id}-{uuid.uuid4().hex[:8]}"
-        self._board = open_board(ray, board)
         self.tally.board = Snapshot(slots=node_slots(nodes, SANDBOX_RESOURCE))
-        self._pools = Pools(ray, window, board, self.policy.node_retries)
-        self._warm = WarmPools(ray, board.replace("hangar-board-", "hangar-warm-", 1))
         event(
             log,
             f"sweep {self.sweep.id}: {self.sweep.size} trials on {len(nodes)} node(s)",
             event="sweep_started",
             sweep=self.sweep.id,
             trials=self.sweep.size,
-            final_before=len(final),
+            final_before=len(final | blocked),
             nodes=len(nodes),
             slots=slots,
-            window=window,
+            window=self._window,
         )
-        previous = signal.signal(signal.SIGINT, self._on_sigint)
-        try:
-            if self.rounds is None:
-                self._round(ray, self.sweep.trials(self.evidence_url), final, last_attempt)
-            else:
-                self._run_rounds(ray, final, last_attempt)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            self._warm.close()
-            self._pools.kill()
-            ray.kill(self._board)
-        self.tally.interrupted = self._stop > 0
-        self._log_end()
-        return self.tally
+        return blocked
 
     def _check_models(self, final: set[str]) -> None:
         """Ask each provider once whether each model with trials still to run exists: a

@@ -103,7 +103,7 @@ class Pools:
     def submit(self, spec: TrialSpec, shipped: Any) -> Any:
         """Send `spec` to the least busy pool; its result's object reference."""
         if not self._pools:
-            self._open()
+            self.open()
         i = min(range(len(self._pools)), key=self._load.__getitem__)
         ref = self._pools[i].run.remote(spec, shipped)
         self._load[i] += 1
@@ -134,7 +134,10 @@ class Pools:
             self._ray.kill(pool)
         self._pools, self._load, self._of, self._stops = [], [], {}, []
 
-    def _open(self) -> None:
+    def open(self) -> None:
+        """Start the pools (their actors' processes start in the background)."""
+        if self._pools:
+            return
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = self._ray.nodes()
