@@ -19,6 +19,7 @@ import yaml
 from typer.testing import CliRunner
 
 from hangar.cli import app
+from hangar.errors import ConfigError
 from hangar.results import STORED_PREFIX, TrialResult, Verdict
 from hangar.scheduler.driver import SweepRunner, SweepTally
 from hangar.scheduler.pool import pool_places
@@ -200,3 +201,23 @@ def test_a_second_ctrl_c_ends_the_pooled_trials_as_interrupted(
     assert len(rows) == 4 and {r.verdict for r in rows} == {Verdict.INFRA_ERROR}
     assert {r.reason for r in rows} == {"interrupted: cancelled by a second Ctrl-C"}
     assert store.resume_state("pool")[0] == set()  # not final: the next run runs them again
+
+
+@pytest.mark.ray
+def test_pools_opened_before_a_failing_preflight_end_with_the_run(
+    ray_local: None, tmp_path: Path, slow_model: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pools start while the preflight runs; a preflight that refuses the sweep must
+    # not leave them (nor the board) behind.
+    import hangar.scheduler.driver as driver
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        wait_for(lambda: "ray::TrialPool" in ray_workers(), 30, "the pools, during the preflight")
+        raise ConfigError("node n1: the preflight refused the sweep")
+
+    monkeypatch.setattr(driver, "preflight", refuse)
+    path = write_sweep(tmp_path, slow_model.url, cases=4, in_flight=16)
+    with pytest.raises(ConfigError, match="preflight refused"):
+        go(path)
+    wait_for(lambda: "ray::TrialPool" not in ray_workers(), 30, "the end of the pools")
+    assert not slow_model.requests  # no trial started
