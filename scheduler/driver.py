@@ -30,10 +30,12 @@ import logging
 import os
 import re
 import signal
+import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -43,7 +45,7 @@ from hangar.cluster.reaper import ensure_reapers
 from hangar.errors import ClusterError, ConfigError, RayUnavailable
 from hangar.logs import event
 from hangar.models import check_keys
-from hangar.models.exists import ModelCheck, check_models
+from hangar.models.exists import ModelCheck, start_checks
 from hangar.paths import default_evidence_url
 from hangar.results import COUNTED_VERDICTS, ProviderError, TrialResult, Verdict
 from hangar.sandbox import sandbox_class
@@ -51,7 +53,7 @@ from hangar.scheduler.board import Snapshot, node_slots, open_board
 from hangar.scheduler.dispatch import Dispatch
 from hangar.scheduler.metrics import metric
 from hangar.scheduler.pool import Pools
-from hangar.scheduler.preflight import missing_images, preflight
+from hangar.scheduler.preflight import missing_images, start_preflight
 from hangar.scheduler.sequential import Rounds
 from hangar.scheduler.sweep import Sweep
 from hangar.scheduler.task import put, run_trial_task
@@ -152,6 +154,16 @@ def connect(address: str | None, slots: int, needs: tuple[str, ...] = ()) -> int
             "with `hangar cluster start --head` / `hangar cluster join ADDRESS`"
         )
     return total
+
+
+def detach() -> None:
+    """Leave Ray now if this process attached it (`connect`). Left to the interpreter's
+    exit, Ray first sleeps half a second for its workers' log lines, which hangar never
+    has it print (``log_to_driver`` is off): a command's last half second."""
+    ray = sys.modules.get("ray")
+    if _ATTACHED and ray is not None and ray.is_initialized():
+        ray.shutdown()
+    _ATTACHED.clear()
 
 
 def _leave(ray: Any, leave: Callable[[], None]) -> None:
@@ -403,7 +415,7 @@ class SweepRunner:
             for verdict, *_, n in self.store.counts(self.sweep.id):
                 self.tally.verdicts[verdict] += n
             return self.tally
-        self._check_models(final)
+        checks = self._start_model_checks(final)  # asked while Ray starts
         needs = tuple(sorted({m.key_env for m in config.models if m.key_env}))
         slots = connect(self.address, config.concurrency.sandbox_slots, needs)
         import ray  # after connect(), which sets Ray's environment first
@@ -411,12 +423,10 @@ class SweepRunner:
         self._window = config.concurrency.max_in_flight or 2 * slots
         board = f"hangar-board-{self.sweep.id}-{uuid.uuid4().hex[:8]}"
         self._board = open_board(ray, board)
-        self._pools = Pools(ray, self._window, board, self.policy.node_retries)
+        self._pools = Pools(ray, self._window, board, self.policy.node_retries, config.models)
         self._warm = WarmPools(ray, board.replace("hangar-board-", "hangar-warm-", 1))
         try:
-            if any(not kind_of(task.kind).sandboxed for task in self.sweep.tasks):
-                self._pools.open()  # their processes start while the preflight runs
-            final |= self._prepare(ray, final, last_attempt, slots)
+            final |= self._prepare(ray, final, last_attempt, slots, checks)
             previous = signal.signal(signal.SIGINT, self._on_sigint)
             try:
                 if self.rounds is None:
@@ -434,14 +444,25 @@ class SweepRunner:
         return self.tally
 
     def _prepare(
-        self, ray: Any, final: set[str], last_attempt: dict[str, int], slots: int
+        self,
+        ray: Any,
+        final: set[str],
+        last_attempt: dict[str, int],
+        slots: int,
+        checks: Future[list[ModelCheck]] | None,
     ) -> set[str]:
-        """The preflight on every node, the tally of earlier runs, the trials blocked by a
-        missing image (returned: final now); announces the sweep."""
+        """The preflight on every node, the models' checks, the tally of earlier runs, the
+        trials blocked by a missing image (returned: final now); announces the sweep."""
         nodes = sandbox_nodes()
         _announce_metrics(ray.nodes())
         check_evidence_reachable(self.evidence_url, len(nodes))
-        self.preflight = preflight(self.sweep, self.evidence_url, nodes)
+        reports = start_preflight(self.sweep, self.evidence_url, nodes)
+        assert self._pools is not None
+        if any(not kind_of(task.kind).sandboxed for task in self.sweep.tasks):
+            self._pools.open()  # their processes start while the preflight runs
+        if checks is not None:
+            self._take_model_checks(checks.result())
+        self.preflight = reports()
         for report in self.preflight:
             for warning in report.warnings:
                 log.warning("node %s: %s", report.node, warning)
@@ -466,17 +487,21 @@ class SweepRunner:
         )
         return blocked
 
-    def _check_models(self, final: set[str]) -> None:
-        """Ask each provider once whether each model with trials still to run exists: a
-        model it does not know (or whose key it refuses) is stopped before any trial. A
-        spent budget buys no check (no trial will run)."""
+    def _start_model_checks(self, final: set[str]) -> Future[list[ModelCheck]] | None:
+        """Ask each provider whether each model with trials still to run exists (in threads:
+        taken by `_prepare` before any trial). A spent budget buys no check (no trial will
+        run): None."""
         if self._over_budget():
-            return
+            return None
         waiting = {
             s.model for s in self.sweep.trials(self.evidence_url) if s.trial_key not in final
         }
-        models = [m for m in self.sweep.config.models if m.id in waiting]
-        self.tally.model_checks = check_models(models)
+        return start_checks([m for m in self.sweep.config.models if m.id in waiting])
+
+    def _take_model_checks(self, checks: list[ModelCheck]) -> None:
+        """A model the provider does not know (or whose key it refuses) is stopped before
+        any trial; each check is logged."""
+        self.tally.model_checks = checks
         for check in self.tally.model_checks:
             if check.error is not None and check.error.stops_model:
                 self.tally.stopped_models[check.model] = check.error

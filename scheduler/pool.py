@@ -29,6 +29,8 @@ import time
 from typing import Any
 
 from hangar.cluster.nodes import POOL_RESOURCE
+from hangar.models import ModelSpec
+from hangar.models.complete import warm_up
 from hangar.results import TrialResult
 from hangar.sandbox.build_once import use_coordinator
 from hangar.scheduler.board import Running, this_node, trial_label
@@ -47,9 +49,11 @@ NOTE_EVERY_S = 1.0
 class TrialPool:
     """The Ray actor (see the module docstring)."""
 
-    def __init__(self, board: str | None = None) -> None:
+    def __init__(self, board: str | None = None, models: list[ModelSpec] | None = None) -> None:
+        """`models`: the sweep's, whose SDKs the pool loads before its first trial."""
         import ray
 
+        warm_up(models or [])
         self._board = ray.get_actor(board, namespace="hangar") if board else None
         self._stopping = False
         self._lock = threading.Lock()
@@ -91,10 +95,18 @@ class TrialPool:
 class Pools:
     """The driver's side: the pools of one sweep run, opened on first use."""
 
-    def __init__(self, ray: Any, window: int, board: str | None, node_retries: int) -> None:
+    def __init__(
+        self,
+        ray: Any,
+        window: int,
+        board: str | None,
+        node_retries: int,
+        models: list[ModelSpec] | None = None,
+    ) -> None:
         """`board`: the name of the sweep's board actor (a handle would be kept in the
-        object store for the pools' restarts)."""
+        object store for the pools' restarts); `models`: the sweep's (see `TrialPool`)."""
         self._ray, self._window, self._board, self._retries = ray, window, board, node_retries
+        self._models = models or []
         self._pools: list[Any] = []
         self._load: list[int] = []
         self._of: dict[Any, int] = {}
@@ -155,7 +167,7 @@ class Pools:
                     max_task_retries=self._retries,
                     scheduling_strategy=here,
                     **needs,
-                ).remote(self._board)
+                ).remote(self._board, self._models)
             )
             self._load.append(0)
 

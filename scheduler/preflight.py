@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -197,9 +198,12 @@ def _remote_check(needs: Needs) -> NodeReport:
     return check_node(needs, this_node())
 
 
-def preflight(sweep: Sweep, evidence_url: str, nodes: list[dict[str, Any]]) -> list[NodeReport]:
-    """Check every node of `nodes` (Ray's node records) at once; raises `PreflightFailed`
-    naming each node with a problem, else returns the reports."""
+def start_preflight(
+    sweep: Sweep, evidence_url: str, nodes: list[dict[str, Any]]
+) -> Callable[[], list[NodeReport]]:
+    """Send the preflight to every node of `nodes` (Ray's node records) at once; returns
+    the wait for their reports, which raises `PreflightFailed` naming each node with a
+    problem (the caller starts what it can meanwhile)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -213,6 +217,10 @@ def preflight(sweep: Sweep, evidence_url: str, nodes: list[dict[str, Any]]) -> l
         ).remote(needs)
         for n in nodes
     ]
+    return lambda: _reports(ray, nodes, refs)
+
+
+def _reports(ray: Any, nodes: list[dict[str, Any]], refs: list[Any]) -> list[NodeReport]:
     reports: list[NodeReport] = []
     for n, ref in zip(nodes, refs, strict=True):
         try:

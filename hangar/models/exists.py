@@ -11,6 +11,8 @@ meet it themselves).
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
+
 from pydantic import BaseModel
 
 from hangar.models import ModelSpec
@@ -46,9 +48,19 @@ def check_model(model: ModelSpec) -> ModelCheck:
 
 
 def check_models(models: list[ModelSpec]) -> list[ModelCheck]:
-    """Each model that calls a provider, checked once."""
-    seen: dict[str, ModelCheck] = {}
+    """Each model that calls a provider, checked once (all at once)."""
+    return start_checks(models).result()
+
+
+def start_checks(models: list[ModelSpec]) -> Future[list[ModelCheck]]:
+    """`check_models`, asked in threads of their own: the caller goes on (a sweep starts
+    Ray and runs its preflight meanwhile) and takes the checks when it needs them."""
+    asked: dict[str, ModelSpec] = {}
     for model in models:
-        if model.provider != "none" and model.id not in seen:
-            seen[model.id] = check_model(model)
-    return list(seen.values())
+        if model.provider != "none":
+            asked.setdefault(model.id, model)
+    executor = ThreadPoolExecutor(max_workers=len(asked) + 1, thread_name_prefix="model-check")
+    each = [executor.submit(check_model, m) for m in asked.values()]
+    whole = executor.submit(lambda: [f.result() for f in each])
+    executor.shutdown(wait=False)
+    return whole

@@ -577,7 +577,7 @@ def test_a_404_mid_sweep_stops_the_model_and_leaves_its_trials_to_run_again(
 
 LATE_KEY = """
 import os, ray
-from hangar.scheduler.driver import connect
+from hangar.scheduler.driver import connect, detach
 
 connect(None, 1, ())  # an earlier sweep of the process, which needed no key
 os.environ["HANGAR_LATE_KEY"] = "set-after-the-first-sweep"
@@ -589,6 +589,8 @@ def seen() -> str | None:
 before = ray.get(seen.remote())
 connect(None, 1, ("HANGAR_LATE_KEY",))  # this sweep needs the key: Ray is attached again
 print(before, ray.get(seen.remote()))
+detach()  # what the CLI does after its command: Ray attached by connect() is left
+print(ray.is_initialized())
 """
 
 
@@ -613,5 +615,16 @@ def test_a_later_sweep_that_needs_a_key_attaches_ray_again(tmp_path: Path) -> No
     finally:
         shutil.rmtree(short, ignore_errors=True)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.split()[-2:] == ["None", "set-after-the-first-sweep"], run.stdout
+    assert run.stdout.split()[-3:] == ["None", "set-after-the-first-sweep", "False"], run.stdout
     assert "attaching Ray again for this sweep (it needs HANGAR_LATE_KEY" in run.stderr
+
+
+@pytest.mark.ray
+def test_detach_leaves_a_ray_the_caller_started(ray_local: None) -> None:
+    import ray
+
+    from hangar.scheduler.driver import connect, detach
+
+    assert connect(None, 1) == 2  # the caller's Ray, used as it is
+    detach()
+    assert ray.is_initialized()

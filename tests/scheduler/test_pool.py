@@ -211,11 +211,11 @@ def test_pools_opened_before_a_failing_preflight_end_with_the_run(
     # not leave them (nor the board) behind.
     import hangar.scheduler.driver as driver
 
-    def refuse(*args: Any, **kwargs: Any) -> Any:
+    def refuse() -> Any:
         wait_for(lambda: "ray::TrialPool" in ray_workers(), 30, "the pools, during the preflight")
         raise ConfigError("node n1: the preflight refused the sweep")
 
-    monkeypatch.setattr(driver, "preflight", refuse)
+    monkeypatch.setattr(driver, "start_preflight", lambda *args, **kwargs: refuse)
     path = write_sweep(tmp_path, slow_model.url, cases=4, in_flight=16)
     with pytest.raises(ConfigError, match="preflight refused"):
         go(path)
