@@ -35,7 +35,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -449,7 +448,7 @@ class SweepRunner:
         final: set[str],
         last_attempt: dict[str, int],
         slots: int,
-        checks: Future[list[ModelCheck]] | None,
+        checks: Callable[[], list[ModelCheck]] | None,
     ) -> set[str]:
         """The preflight on every node, the models' checks, the tally of earlier runs, the
         trials blocked by a missing image (returned: final now); announces the sweep."""
@@ -461,7 +460,7 @@ class SweepRunner:
         if any(not kind_of(task.kind).sandboxed for task in self.sweep.tasks):
             self._pools.open()  # their processes start while the preflight runs
         if checks is not None:
-            self._take_model_checks(checks.result())
+            self._take_model_checks(checks())
         self.preflight = reports()
         for report in self.preflight:
             for warning in report.warnings:
@@ -487,7 +486,7 @@ class SweepRunner:
         )
         return blocked
 
-    def _start_model_checks(self, final: set[str]) -> Future[list[ModelCheck]] | None:
+    def _start_model_checks(self, final: set[str]) -> Callable[[], list[ModelCheck]] | None:
         """Ask each provider whether each model with trials still to run exists (in threads:
         taken by `_prepare` before any trial). A spent budget buys no check (no trial will
         run): None."""

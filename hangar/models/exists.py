@@ -11,7 +11,9 @@ meet it themselves).
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 
 from pydantic import BaseModel
 
@@ -49,18 +51,27 @@ def check_model(model: ModelSpec) -> ModelCheck:
 
 def check_models(models: list[ModelSpec]) -> list[ModelCheck]:
     """Each model that calls a provider, checked once (all at once)."""
-    return start_checks(models).result()
+    return start_checks(models)()
 
 
-def start_checks(models: list[ModelSpec]) -> Future[list[ModelCheck]]:
-    """`check_models`, asked in threads of their own: the caller goes on (a sweep starts
-    Ray and runs its preflight meanwhile) and takes the checks when it needs them."""
+def start_checks(models: list[ModelSpec]) -> Callable[[], list[ModelCheck]]:
+    """`check_models`, asked in threads of their own; returns the wait for the checks (in
+    the models' order). The caller goes on meanwhile: a sweep attaches Ray and runs its
+    preflight. The threads are daemons: a run stopped meanwhile does not wait for them."""
     asked: dict[str, ModelSpec] = {}
     for model in models:
         if model.provider != "none":
             asked.setdefault(model.id, model)
-    executor = ThreadPoolExecutor(max_workers=len(asked) + 1, thread_name_prefix="model-check")
-    each = [executor.submit(check_model, m) for m in asked.values()]
-    whole = executor.submit(lambda: [f.result() for f in each])
-    executor.shutdown(wait=False)
-    return whole
+    checks: list[Future[ModelCheck]] = []
+    for model in asked.values():
+        check: Future[ModelCheck] = Future()
+        checks.append(check)
+        threading.Thread(target=_ask, args=(model, check), daemon=True).start()
+    return lambda: [check.result() for check in checks]
+
+
+def _ask(model: ModelSpec, into: Future[ModelCheck]) -> None:
+    try:
+        into.set_result(check_model(model))
+    except BaseException as exc:  # the caller meets it when it takes the checks
+        into.set_exception(exc)
