@@ -6,6 +6,7 @@ Every command here is a thin layer over a function callable from Python. A
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import logging
@@ -153,7 +154,8 @@ def main() -> None:
         sys.exit(2)
     finally:
         if "hangar.scheduler.driver" in sys.modules:  # a command that attached Ray
-            sys.modules["hangar.scheduler.driver"].detach()
+            with contextlib.suppress(Exception):  # the command's own exit stands
+                sys.modules["hangar.scheduler.driver"].detach()
         # The interpreter's last collection walks every object a command kept (a sweep's
         # trials, a report's rows: 0.4 s after a 2,000-trial run) only to free memory the
         # process gives back as it exits (files are flushed by their own exit handlers).

@@ -11,6 +11,7 @@ the answer, and tells a provider's failure from the request's own (`ProviderErro
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -29,6 +30,8 @@ from hangar.models.usage import (
 )
 from hangar.results import ProviderError, Usage
 from hangar.trace import TraceWriter
+
+log = logging.getLogger(__name__)
 
 
 class Completion(BaseModel):
@@ -73,15 +76,20 @@ def sdk_client(model: ModelSpec, refusals: list[str], trace: TraceWriter | None)
 def warm_up(models: Iterable[ModelSpec]) -> None:
     """Import the SDK of each model's API and open this process's transport for it (TLS
     context and connection pool), ahead of the first call: a pool does so while the
-    sweep's preflight runs, where its first trials each waited about 0.6 s on it."""
+    sweep's preflight runs, where its first trials each waited about 0.6 s on it. Only
+    a head start: what fails here (an SDK not installed) is left to the first call, which
+    says so in its trial's result."""
     for api in sorted({m.chat_api for m in models if m.provider != "none"}):
-        if api == "gemini":
-            importlib.import_module("google.genai")
-            http = "httpx2"
-        else:
-            sdk = importlib.import_module("anthropic" if api == "messages" else "openai")
-            http = sdk.DefaultHttpxClient.__mro__[1].__module__.split(".")[0]
-        shared_transport(http, os.getpid())
+        try:
+            if api == "gemini":
+                importlib.import_module("google.genai")
+                http = "httpx2"
+            else:
+                sdk = importlib.import_module("anthropic" if api == "messages" else "openai")
+                http = sdk.DefaultHttpxClient.__mro__[1].__module__.split(".")[0]
+            shared_transport(http, os.getpid())
+        except Exception as exc:
+            log.debug("no head start for the %s API: %s", api, exc)
 
 
 def gemini_client(model: ModelSpec, policy: RelayPolicy, refused: Any) -> Any:

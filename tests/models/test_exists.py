@@ -111,3 +111,19 @@ def test_a_pool_loads_the_sdk_of_each_api_its_models_speak_before_a_call() -> No
     # In a process of its own: what the test run imported must not count.
     out = subprocess.run([sys.executable, "-c", WARM], capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[:2] == ["['anthropic']", "1"], out.stdout + out.stderr
+
+
+def test_a_missing_sdk_is_left_to_the_first_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pool whose model's SDK is not installed still starts: its trials say what is
+    # missing, each in its result (the constructor's failure would lose them all).
+    import hangar.models.complete as complete
+
+    tried: list[str] = []
+
+    def missing(name: str) -> Any:
+        tried.append(name)
+        raise ImportError(f"No module named {name!r}")
+
+    monkeypatch.setattr(complete.importlib, "import_module", missing)
+    complete.warm_up([ModelSpec(id="gemini-2.5-pro", provider="google")])
+    assert tried == ["google.genai"]
