@@ -1,7 +1,7 @@
 """Whether each model of a sweep exists, asked of its provider before any trial is paid.
 
 A model id with a typo (``gpt-4o-mni``) would otherwise be sent to every trial, each
-answered ``404 model not found`` and each charged to the agent as a ``fail``. `check_models`
+answered ``404 model not found`` and each charged to the agent as a ``fail``. `start_checks`
 asks each provider once per model, with the relay's own client and rules (`complete`: one
 call of one output token, metered, its cost recorded): a provider that says the model does
 not exist (404, or its API's 400 saying so) or refuses the key stops that model before
@@ -49,15 +49,11 @@ def check_model(model: ModelSpec) -> ModelCheck:
     return ModelCheck(model=model.id, ok=True, note=done.error, usage=done.usage)
 
 
-def check_models(models: list[ModelSpec]) -> list[ModelCheck]:
-    """Each model that calls a provider, checked once (all at once)."""
-    return start_checks(models)()
-
-
 def start_checks(models: list[ModelSpec]) -> Callable[[], list[ModelCheck]]:
-    """`check_models`, asked in threads of their own; returns the wait for the checks (in
-    the models' order). The caller goes on meanwhile: a sweep attaches Ray and runs its
-    preflight. The threads are daemons: a run stopped meanwhile does not wait for them."""
+    """Each model of `models` that calls a provider checked once, all at once in threads
+    of their own; returns the wait for the checks (in the models' order). The caller goes
+    on meanwhile: a sweep attaches Ray and runs its preflight. The threads are daemons: a
+    run stopped meanwhile does not wait for them."""
     asked: dict[str, ModelSpec] = {}
     for model in models:
         if model.provider != "none":

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hangar.models import ModelSpec
-from hangar.models.exists import check_models, start_checks
+from hangar.models.exists import start_checks
 
 
 class _Together(BaseHTTPRequestHandler):
@@ -91,7 +91,7 @@ def test_each_model_is_asked_once_and_all_at_once(together: Any) -> None:
 
 
 def test_a_sweep_of_no_provider_asks_nothing() -> None:
-    assert check_models([ModelSpec(id="offline", provider="none")]) == []
+    assert start_checks([ModelSpec(id="offline", provider="none")])() == []
 
 
 WARM = """
