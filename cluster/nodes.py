@@ -194,7 +194,7 @@ def join_as_driver(address: str) -> tuple[str, Callable[[], None] | None]:
     node already)."""
     host, _, port = address.rpartition(":")
     gcs = f"{socket.gethostbyname(host)}:{port}"
-    mine = sorted(ip for ip in local_raylets(gcs) if _of_this_machine(ip))
+    mine = sorted(ip for ip in local_raylets(gcs) if of_this_machine(ip))
     if mine:
         return mine[0], None
     ip = source_ip(gcs.split(":")[0])
@@ -221,7 +221,7 @@ def source_ip(host: str) -> str:
         return str(probe.getsockname()[0])
 
 
-def _of_this_machine(ip: str) -> bool:
+def of_this_machine(ip: str) -> bool:
     """Whether `ip` is an address of this machine (of its network namespace: a raylet of
     another namespace shows among this machine's processes too)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
@@ -243,7 +243,7 @@ def local_raylets(gcs: str) -> set[str]:
             continue
         named = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
         theirs, _, their_port = named.get("gcs-address", "").rpartition(":")
-        local = theirs != host and _of_this_machine(theirs) and _of_this_machine(host)
+        local = theirs != host and of_this_machine(theirs) and of_this_machine(host)
         if their_port == port and (theirs == host or local) and "node_ip_address" in named:
             found.add(named["node_ip_address"])
     return found

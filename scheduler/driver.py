@@ -51,7 +51,7 @@ from hangar.sandbox import sandbox_class
 from hangar.scheduler.board import Snapshot, node_slots, open_board
 from hangar.scheduler.dispatch import Dispatch
 from hangar.scheduler.metrics import metric
-from hangar.scheduler.pool import Pools
+from hangar.scheduler.pool import Pools, results, wait
 from hangar.scheduler.preflight import missing_images, start_preflight
 from hangar.scheduler.sequential import Rounds
 from hangar.scheduler.sweep import Sweep
@@ -422,7 +422,14 @@ class SweepRunner:
         self._window = config.concurrency.max_in_flight or 2 * slots
         board = f"hangar-board-{self.sweep.id}-{uuid.uuid4().hex[:8]}"
         self._board = open_board(ray, board)
-        self._pools = Pools(ray, self._window, board, self.policy.node_retries, config.models)
+        self._pools = Pools(
+            ray,
+            self._window,
+            board,
+            self.policy.node_retries,
+            config.models,
+            config.concurrency.prompt_trials,
+        )
         self._warm = WarmPools(ray, board.replace("hangar-board-", "hangar-warm-", 1))
         try:
             final |= self._prepare(ray, final, last_attempt, slots, checks)
@@ -725,9 +732,7 @@ class SweepRunner:
                 ready_at = dispatch.next_ready_at() or time.monotonic()
                 time.sleep(min(self.poll_s, max(0.0, ready_at - time.monotonic())))
                 continue
-            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self.poll_s)
-            if ready:
-                ready, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=0)
+            ready = wait(ray, list(in_flight), self.poll_s)
             self._finish(dispatch, [(ref, *in_flight.pop(ref)) for ref in ready])
             self._read_board(ray, [spec.trial_key for spec, _ in in_flight.values()])
             self._watch_nodes(ray, dispatch, in_flight)
@@ -944,11 +949,10 @@ class SweepRunner:
         """The results of `refs` in one call to Ray; {} when one of them failed (each is
         then collected on its own, `_collect`, to say which and why)."""
         import ray
-        from ray.exceptions import RayError
 
         try:
-            return dict(zip(refs, ray.get(refs), strict=True))
-        except RayError:
+            return dict(zip(refs, results(ray, refs), strict=True))
+        except Exception:  # Ray's error, or a trial of the driver's own pool raised
             return {}
 
     def _collect(self, ref: Any, spec: TrialSpec, submitted: float) -> TrialResult | None:
@@ -959,17 +963,19 @@ class SweepRunner:
         from ray.exceptions import RayError
 
         try:
-            result: TrialResult | None = ray.get(ref)
-        except RayError as exc:
+            result: TrialResult | None = results(ray, [ref])[0]
+        except Exception as exc:
             # The task died for good (node or worker lost past its retries, cancelled), or
-            # raised: the reason names the root error (a task's own exception, not Ray's
-            # wrapper), and the whole report goes into the evidence.
+            # raised (here too, in the driver's own pool): the reason names the root error
+            # (a task's own exception, not Ray's wrapper), and the whole report goes into
+            # the evidence.
             root = getattr(exc, "cause", None) or exc
             message = str(root).strip()
             first = message.splitlines()[0] if message else ""
+            where = "ray" if isinstance(exc, RayError) else "driver"
             result = lost_result(
                 spec,
-                f"ray: {type(root).__name__}: {first}".rstrip(": "),
+                f"{where}: {type(root).__name__}: {first}".rstrip(": "),
                 datetime.fromtimestamp(submitted, UTC),
                 details=_ANSI.sub("", getattr(exc, "traceback_str", None) or str(exc)),
             )

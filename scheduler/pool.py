@@ -14,6 +14,13 @@ driver's (the window, caps, retries, the store). A pool's trial returns its bund
 result, and the driver keeps it in the results store in the commit of the result (a file
 or an object per call cost more than the call).
 
+On a cluster that is only this machine (embedded Ray, a warm head, local nodes: every node
+an address of this machine's), the pool is the driver's own process instead (`DriverPool`,
+`concurrency.prompt_trials`): the trials run in its threads, each handed over and handed
+back without Ray, whose actor call, result object and fetch cost more CPU than the model
+call they carried (`benchmarks/prompt.py`). The driver's model checks already call the
+models from this process, with this environment's keys.
+
 Each pool admits a trial only until `stop` (the first Ctrl-C): the driver never sends
 more than the window, and each pool has a thread for all of them and one more, so `stop`
 is never queued behind trials. Which trials run where reaches the sweep's board in
@@ -24,17 +31,20 @@ dead task's.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
+from concurrent import futures
 from typing import Any
 
-from hangar.cluster.nodes import POOL_RESOURCE
+from hangar.cluster.nodes import POOL_RESOURCE, of_this_machine
 from hangar.models import ModelSpec
 from hangar.models.complete import warm_up
 from hangar.results import TrialResult
 from hangar.sandbox.build_once import use_coordinator
 from hangar.scheduler.board import Running, this_node, trial_label
 from hangar.scheduler.builds import BoardCoordinator
+from hangar.scheduler.sweep import PromptPlace
 from hangar.scheduler.task import localiser
 from hangar.trials import TrialSpec, run_trial
 
@@ -44,6 +54,9 @@ SHARE = 8
 
 #: How often a pool tells the board which trials it started.
 NOTE_EVERY_S = 1.0
+
+#: How often the driver looks at its own pool's trials while it waits on Ray's.
+MIXED_POLL_S = 0.02
 
 
 class TrialPool:
@@ -84,12 +97,52 @@ class TrialPool:
     def _note_loop(self) -> None:
         board = self._board
         assert board is not None
-        while True:
+        while not self._stopping:
             time.sleep(NOTE_EVERY_S)
             with self._lock:
                 started, self._started = self._started, []
             if started:
                 board.started.remote(started)
+
+
+class DriverPool:
+    """A `TrialPool` in the driver's own process: `threads` daemon threads that run the
+    trials handed to them, each trial's result a `concurrent.futures.Future` where a Ray
+    pool's is an object reference (a thread still in a model call when the sweep ends
+    does not hold the driver's exit)."""
+
+    def __init__(self, board: str | None, models: list[ModelSpec], threads: int) -> None:
+        self.pool = TrialPool(board, models)
+        self._queue: queue.SimpleQueue[tuple[futures.Future[Any], TrialSpec, Any] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads = threads
+        for i in range(threads):
+            threading.Thread(target=self._work, name=f"hangar-pool-{i}", daemon=True).start()
+
+    def submit(self, spec: TrialSpec, shipped: Any) -> futures.Future[Any]:
+        """Run `spec` in one of the threads; its result's future."""
+        future: futures.Future[Any] = futures.Future()
+        self._queue.put((future, spec, shipped))
+        return future
+
+    def close(self) -> None:
+        """No trial starts from now on; each thread ends after its trial (and image builds
+        in this process are no longer coordinated by the sweep's board, which ends)."""
+        self.pool.stop()
+        use_coordinator(None)
+        for _ in range(self._threads):
+            self._queue.put(None)
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, spec, shipped = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(self.pool.run(spec, shipped))
+            except Exception as exc:  # the driver records it as a lost trial
+                future.set_exception(exc)
 
 
 class Pools:
@@ -102,11 +155,16 @@ class Pools:
         board: str | None,
         node_retries: int,
         models: list[ModelSpec] | None = None,
+        where: PromptPlace = "auto",
     ) -> None:
         """`board`: the name of the sweep's board actor (a handle would be kept in the
-        object store for the pools' restarts); `models`: the sweep's (see `TrialPool`)."""
+        object store for the pools' restarts); `models`: the sweep's (see `TrialPool`);
+        `where`: the pools' place (`concurrency.prompt_trials`: ``auto`` is the driver's
+        process when every node is this machine, the nodes otherwise)."""
         self._ray, self._window, self._board, self._retries = ray, window, board, node_retries
         self._models = models or []
+        self._where = where
+        self._driver: DriverPool | None = None
         self._pools: list[Any] = []
         self._load: list[int] = []
         self._of: dict[Any, int] = {}
@@ -117,7 +175,10 @@ class Pools:
         if not self._pools:
             self.open()
         i = min(range(len(self._pools)), key=self._load.__getitem__)
-        ref = self._pools[i].run.remote(spec, shipped)
+        if self._driver is not None:
+            ref = self._driver.submit(spec, shipped)
+        else:
+            ref = self._pools[i].run.remote(spec, shipped)
         self._load[i] += 1
         self._of[ref] = i
         return ref
@@ -135,15 +196,22 @@ class Pools:
     def stop(self) -> None:
         """Tell every pool to start nothing more (not retried: a pool that is gone starts
         nothing either)."""
+        if self._driver is not None:
+            self._driver.pool.stop()
+            return
         self._stops += [p.stop.options(max_task_retries=0).remote() for p in self._pools]
 
     def kill(self) -> None:
         """End every pool (its running trials with it), once they heard `stop` (a call
-        still in flight to a killed actor is reported by Ray as failed)."""
-        if self._stops:
+        still in flight to a killed actor is reported by Ray as failed; the driver's own
+        pool's threads are left to end with the process)."""
+        if self._driver is not None:
+            self._driver.close()
+        elif self._stops:
             self._ray.wait(self._stops, num_returns=len(self._stops), timeout=2)
-        for pool in self._pools:
+        for pool in self._pools if self._driver is None else []:
             self._ray.kill(pool)
+        self._driver = None
         self._pools, self._load, self._of, self._stops = [], [], {}, []
 
     def open(self) -> None:
@@ -153,6 +221,10 @@ class Pools:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = self._ray.nodes()
+        if self._where == "driver" or (self._where == "auto" and all_here(nodes)):
+            self._driver = DriverPool(self._board, self._models, self._window + 1)
+            self._pools, self._load = [self._driver], [0]
+            return
         places = pool_places(nodes, self._window)
         actor = self._ray.remote(TrialPool)
         offered = any(n["Resources"].get(POOL_RESOURCE) for n in nodes if n.get("Alive"))
@@ -189,3 +261,37 @@ def pool_places(nodes: list[dict[str, Any]], window: int) -> list[str]:
             if places.count(node_id) < c and len(places) < wanted:
                 places.append(node_id)
     return places
+
+
+def all_here(nodes: list[dict[str, Any]]) -> bool:
+    """Whether every alive node of the cluster is this machine (an address of its own)."""
+    return all(of_this_machine(n["NodeManagerAddress"]) for n in nodes if n.get("Alive", True))
+
+
+def wait(ray: Any, refs: list[Any], timeout: float) -> list[Any]:
+    """Those of `refs` that are ready, after waiting up to `timeout` for the first: Ray's
+    object references and the driver's own pool's futures (`DriverPool`) alike."""
+    local = [r for r in refs if isinstance(r, futures.Future)]
+    remote = [r for r in refs if not isinstance(r, futures.Future)] if local else refs
+    if not local:
+        ready, _ = ray.wait(remote, num_returns=1, timeout=timeout)
+        if ready:
+            ready, _ = ray.wait(remote, num_returns=len(remote), timeout=0)
+        return list(ready)
+    if not remote:
+        futures.wait(local, timeout=timeout, return_when=futures.FIRST_COMPLETED)
+        return [r for r in local if r.done()]
+    end = time.monotonic() + timeout
+    while True:  # both: a short wait on Ray's, then a look at the threads'
+        ready, _ = ray.wait(remote, num_returns=len(remote), timeout=0)
+        found = list(ready) + [r for r in local if r.done()]
+        if found or time.monotonic() >= end:
+            return found
+        ray.wait(remote, num_returns=1, timeout=MIXED_POLL_S)
+
+
+def results(ray: Any, refs: list[Any]) -> list[Any]:
+    """The values of ready `refs` (see `wait`); raises as `ray.get` does or the trial did."""
+    remote = [r for r in refs if not isinstance(r, futures.Future)]
+    got = iter(ray.get(remote) if remote else [])
+    return [r.result() if isinstance(r, futures.Future) else next(got) for r in refs]

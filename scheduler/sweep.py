@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 from urllib.parse import unquote, urlparse
 
 import yaml
@@ -69,6 +69,10 @@ if TYPE_CHECKING:
     from hangar.store import ResultsStore
 
 
+PromptPlace = Literal["auto", "driver", "nodes"]
+"""Where a sweep's trials that need no sandbox run (`Concurrency.prompt_trials`)."""
+
+
 class Concurrency(BaseModel):
     """How many trials run at once."""
 
@@ -85,6 +89,11 @@ class Concurrency(BaseModel):
     use (`hangar.sandbox.warm`; 0: none, each trial starts its own). Default: the node's
     sandbox slots (at most the window) on a node with more CPUs than slots, none on a
     node whose trials can fill its CPUs."""
+    prompt_trials: PromptPlace = "auto"
+    """Where trials that need no sandbox (a decision case's prompt, a judged sample) run:
+    ``driver``, in threads of the driver's own process; ``nodes``, in pool processes on
+    the nodes (`scheduler.pool`); ``auto``, the driver when every node of the cluster is
+    this machine (its model calls leave from the same place either way), else the nodes."""
 
 
 class RetryPolicy(BaseModel):

@@ -620,10 +620,17 @@ def test_a_later_sweep_that_needs_a_key_attaches_ray_again(tmp_path: Path) -> No
 
 
 @pytest.mark.ray
-def test_detach_leaves_a_ray_the_caller_started(ray_local: None) -> None:
+def test_detach_leaves_a_ray_the_caller_started(
+    ray_local: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import ray
 
+    import hangar.scheduler.driver as driver
     from hangar.scheduler.driver import connect, detach
+
+    # The session's Ray may have been started by an earlier test's sweep (the fixture then
+    # found it running): here it is the caller's, as for a notebook that started its own.
+    monkeypatch.setattr(driver, "_ATTACHED", {})
 
     assert connect(None, 1) == 2  # the caller's Ray, used as it is
     detach()

@@ -1,6 +1,7 @@
 """Trials that need no sandbox run in pools (`hangar.scheduler.pool`): a few threaded actors
-per node instead of a Ray task each, with the guarantees of every trial kept (results,
-evidence, the board, the first and second Ctrl-C, resumption)."""
+per node instead of a Ray task each, or threads of the driver's own process on a cluster
+that is this machine, with the guarantees of every trial kept (results, evidence, the
+board, the first and second Ctrl-C, resumption)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from hangar.cli import app
 from hangar.errors import ConfigError
 from hangar.results import STORED_PREFIX, TrialResult, Verdict
 from hangar.scheduler.driver import SweepRunner, SweepTally
-from hangar.scheduler.pool import pool_places
+from hangar.scheduler.pool import all_here, pool_places, results, wait
 from hangar.scheduler.sweep import load_sweep
 from hangar.store import ResultsStore
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer
@@ -58,7 +60,11 @@ def slow_model() -> Iterator[ScriptedServer]:
     server.shutdown()
 
 
-def write_sweep(tmp_path: Path, url: str, cases: int, in_flight: int) -> Path:
+#: Both places a pool can be (`concurrency.prompt_trials`).
+PLACES = pytest.mark.parametrize("place", ["nodes", "driver"])
+
+
+def write_sweep(tmp_path: Path, url: str, cases: int, in_flight: int, place: str = "nodes") -> Path:
     (tmp_path / "skills" / "tdd").mkdir(parents=True)
     (tmp_path / "skills" / "tdd" / "SKILL.md").write_text("A failing test comes first.\n")
     suite = {
@@ -84,7 +90,7 @@ def write_sweep(tmp_path: Path, url: str, cases: int, in_flight: int) -> Path:
         "models": [
             {"id": "decider", "base_url": f"{url}/v1", "api_key_env": "HANGAR_SCRIPTED_KEY"}
         ],
-        "concurrency": {"max_in_flight": in_flight},
+        "concurrency": {"max_in_flight": in_flight, "prompt_trials": place},
         "store": f"sqlite:///{tmp_path}/r.db",
         "evidence": (tmp_path / "ev").as_uri(),
     }
@@ -112,17 +118,23 @@ def ray_workers() -> list[str]:
     return titles
 
 
+def pool_threads() -> int:
+    """The driver's own pool's threads alive in this process."""
+    return sum(t.name.startswith("hangar-pool-") for t in threading.enumerate())
+
+
 @pytest.mark.ray
 @pytest.mark.slow
+@PLACES
 def test_prompt_trials_run_in_pools_with_their_evidence_and_the_board(
-    ray_local: None, tmp_path: Path, slow_model: ScriptedServer
+    ray_local: None, tmp_path: Path, slow_model: ScriptedServer, place: str
 ) -> None:
-    path = write_sweep(tmp_path, slow_model.url, cases=12, in_flight=8)
-    seen: list[tuple[int, list[str]]] = []
+    path = write_sweep(tmp_path, slow_model.url, cases=12, in_flight=8, place=place)
+    seen: list[tuple[int, list[str], int]] = []
 
     def watch(tally: SweepTally, result: TrialResult | None) -> None:
         if tally.board.running and len(seen) < 3:
-            seen.append((len(tally.board.running), ray_workers()))
+            seen.append((len(tally.board.running), ray_workers(), pool_threads()))
 
     tally, store = go(path, watch)
     results = list(store.results("pool"))
@@ -145,21 +157,26 @@ def test_prompt_trials_run_in_pools_with_their_evidence_and_the_board(
     assert all(r.usage.input_tokens > 0 and r.node for r in results)
     assert len(slow_model.requests) == 24
     # The board heard of the running trials (in batches), and they ran in a pool: no Ray
-    # task of their own.
+    # task of their own; on the nodes, a pool is a Ray actor's process, in the driver its
+    # threads (a window's worth and one more).
     assert seen, "the board never showed a running trial"
-    running, workers = seen[0]
-    assert running >= 2 and "ray::TrialPool" in {w.split(".")[0] for w in workers}, workers
+    running, workers, threads = seen[0]
+    actors = "ray::TrialPool" in {w.split(".")[0] for w in workers}
+    assert running >= 2 and actors == (place == "nodes"), workers
+    assert threads == (9 if place == "driver" else 0)
     assert not [w for w in workers if w.startswith("ray::run_trial_task")], workers
-    # The pools end with the run (Ray kills them asynchronously).
+    # The pools end with the run (Ray kills them asynchronously; the threads end).
     wait_for(lambda: "ray::TrialPool" not in ray_workers(), 30, "the end of the pools")
+    wait_for(lambda: not pool_threads(), 30, "the end of the driver's pool threads")
 
 
 @pytest.mark.ray
 @pytest.mark.slow
+@PLACES
 def test_after_one_ctrl_c_no_pooled_trial_starts_and_the_rest_run_next_time(
-    ray_local: None, tmp_path: Path, slow_model: ScriptedServer
+    ray_local: None, tmp_path: Path, slow_model: ScriptedServer, place: str
 ) -> None:
-    path = write_sweep(tmp_path, slow_model.url, cases=12, in_flight=4)
+    path = write_sweep(tmp_path, slow_model.url, cases=12, in_flight=4, place=place)
 
     def interrupt(tally: SweepTally, result: TrialResult | None) -> None:
         if result is not None and tally.done == 1:
@@ -177,13 +194,14 @@ def test_after_one_ctrl_c_no_pooled_trial_starts_and_the_rest_run_next_time(
 
 @pytest.mark.ray
 @pytest.mark.slow
+@PLACES
 def test_a_second_ctrl_c_ends_the_pooled_trials_as_interrupted(
-    ray_local: None, tmp_path: Path
+    ray_local: None, tmp_path: Path, place: str
 ) -> None:
     reply = Reply(content=ANSWER, delay_s=30.0)  # the cases' answers (not the model check's)
     slow = Conversation(match="a bug report arrives", replies=[reply])
     server = ScriptedServer(Script(conversations=[slow])).start()
-    path = write_sweep(tmp_path, server.url, cases=2, in_flight=4)
+    path = write_sweep(tmp_path, server.url, cases=2, in_flight=4, place=place)
     started = threading.Event()
 
     def watch(tally: SweepTally, result: TrialResult | None) -> None:
@@ -221,3 +239,35 @@ def test_pools_opened_before_a_failing_preflight_end_with_the_run(
         go(path)
     wait_for(lambda: "ray::TrialPool" not in ray_workers(), 30, "the end of the pools")
     assert not slow_model.requests  # no trial started
+
+
+def test_the_driver_holds_the_pool_only_when_every_node_is_this_machine() -> None:
+    here = {"NodeID": "a", "Alive": True, "NodeManagerAddress": "127.0.0.1"}
+    away = {"NodeID": "b", "Alive": True, "NodeManagerAddress": "192.0.2.7"}  # TEST-NET-1
+    gone = {**away, "NodeID": "c", "Alive": False}
+    assert all_here([here]) and all_here([here, gone])
+    assert not all_here([here, away])
+
+
+@pytest.mark.ray
+def test_a_sweep_waits_on_the_drivers_trials_and_rays_alike(ray_local: None) -> None:
+    import ray
+
+    @ray.remote
+    def slow(x: int) -> int:
+        time.sleep(0.5)
+        return x
+
+    mine: Future[int] = Future()
+    theirs = slow.remote(2)
+    threading.Timer(0.1, lambda: mine.set_result(1)).start()
+    first = wait(ray, [theirs, mine], timeout=5)
+    assert first == [mine]  # the driver's, long before Ray's
+    assert wait(ray, [theirs], timeout=5) == [theirs]
+    assert results(ray, [mine, theirs]) == [1, 2]
+    never: Future[int] = Future()
+    assert wait(ray, [never], timeout=0.05) == []
+    failed: Future[int] = Future()
+    failed.set_exception(RuntimeError("the trial broke"))
+    with pytest.raises(RuntimeError, match="the trial broke"):
+        results(ray, [failed])
