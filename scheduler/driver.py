@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import logging
 import os
@@ -35,6 +36,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -48,9 +50,9 @@ from hangar.models.exists import ModelCheck, start_checks
 from hangar.paths import default_evidence_url
 from hangar.results import COUNTED_VERDICTS, ProviderError, TrialResult, Verdict
 from hangar.sandbox import sandbox_class
+from hangar.scheduler import metrics
 from hangar.scheduler.board import Snapshot, node_slots, open_board
 from hangar.scheduler.dispatch import Dispatch
-from hangar.scheduler.metrics import metric
 from hangar.scheduler.pool import Pools, results, wait
 from hangar.scheduler.preflight import missing_images, start_preflight
 from hangar.scheduler.sequential import Rounds
@@ -369,6 +371,9 @@ class SweepRunner:
         self._board: Any = None
         self._unrecorded: list[TrialResult] = []
         self._recorded_at = 0.0
+        self._writer: ThreadPoolExecutor | None = None
+        self._metrics = metrics.Batch()  # sent by the writer's thread (`_write`)
+        self._writes: collections.deque[Future[None]] = collections.deque()
         self._pools: Pools | None = None
         self._warm: WarmPools | None = None
         self._board_read: Any = None
@@ -398,8 +403,12 @@ class SweepRunner:
         Ray head (`hangar.cluster.warm`), so the head is not stopped as idle meanwhile."""
         from hangar.cluster.warm import attached
 
-        with attached() if self.address is None else contextlib.nullcontext():
-            return self._run()
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="hangar-store")
+        try:
+            with attached() if self.address is None else contextlib.nullcontext():
+                return self._run()
+        finally:
+            self._writer.shutdown()  # every commit asked for made (or failed)
 
     def _run(self) -> SweepTally:
         config = self.sweep.config
@@ -460,11 +469,18 @@ class SweepRunner:
         """The preflight on every node, the models' checks, the tally of earlier runs, the
         trials blocked by a missing image (returned: final now); announces the sweep."""
         nodes = sandbox_nodes()
-        _announce_metrics(ray.nodes())
+        everyone = ray.nodes()
+        _announce_metrics(everyone)
         check_evidence_reachable(self.evidence_url, len(nodes))
-        reports = start_preflight(self.sweep, self.evidence_url, nodes)
         assert self._pools is not None
-        if any(not kind_of(task.kind).sandboxed for task in self.sweep.tasks):
+        sandboxed = {kind_of(task.kind).sandboxed for task in self.sweep.tasks}
+        # No node runs a trial when every trial is the driver's (prompts, on a cluster that
+        # is this machine): what the preflight would check there, nothing uses.
+        if True in sandboxed or not self._pools.in_driver(everyone):
+            reports = start_preflight(self.sweep, self.evidence_url, nodes)
+        else:
+            reports = list
+        if False in sandboxed:
             self._pools.open()  # their processes start while the preflight runs
         if checks is not None:
             self._take_model_checks(checks())
@@ -843,11 +859,14 @@ class SweepRunner:
             with contextlib.suppress(Exception):  # a stale display, never a failed sweep
                 keep = set(in_flight)  # some ended while the board answered
                 running = [r for r in ray.get(read) if r.trial_key in keep]
+                assert self._pools is not None
+                running += self._pools.running()  # the driver's own: never on the board
+                running.sort(key=lambda r: r.started)
                 self.tally.board = self.tally.board.model_copy(update={"running": running})
                 self.listener(self.tally, None)
 
     def _gauge(self, model: str) -> None:
-        metric("in_flight").set(self.dispatch.per_model[model], tags={"model": model})
+        self._metrics.set("in_flight", self.dispatch.per_model[model], tags={"model": model})
 
     def _queued(
         self, in_flight: dict[Any, tuple[TrialSpec, float]], started: set[str]
@@ -916,14 +935,15 @@ class SweepRunner:
             was_stopped = spec.model in dispatch.stopped
             if dispatch.finished(spec, result, time.monotonic()):
                 self.tally.retries += 1
-                metric("retries").inc(tags={"model": spec.model})
+                self._metrics.inc("retries", tags={"model": spec.model})
             if not was_stopped and spec.model in dispatch.stopped:
                 log.error(
                     "stopped scheduling model %s: %s",
                     spec.model,
                     dispatch.stopped[spec.model].message,
                 )
-            metric("in_flight").set(dispatch.per_model[spec.model], tags={"model": spec.model})
+            per_model = dispatch.per_model[spec.model]
+            self._metrics.set("in_flight", per_model, tags={"model": spec.model})
         self._record(results)
         for result in results:
             self._count(result, retrying=dispatch.will_retry(result))
@@ -931,15 +951,28 @@ class SweepRunner:
     def _record(self, results: list[TrialResult], *, now: bool = False) -> None:
         """Write `results` to the store with those collected before, in one commit, once
         `RECORD_EVERY_S` passed since the last (or `now`): a fast sweep of prompt trials
-        collects a few results per wait, and a commit each was most of the driver's work."""
+        collects a few results per wait, and a commit each was most of the driver's work.
+        The commits are made in order by a thread of their own, so that the loop sends
+        the next trials meanwhile (half its time went to them); with `now`, every commit
+        asked for is made before this returns. A commit that failed raises here, at the
+        next call, as it raised in the loop before."""
         self._unrecorded += results
         due = time.monotonic() - self._recorded_at >= RECORD_EVERY_S
-        if self._unrecorded and (now or due or len(self._unrecorded) >= RECORD_AT):
-            self.store.record(self._unrecorded)
-            for result in self._unrecorded:
-                result.evidence_data = None  # in the store now: not held in memory
-            self._unrecorded = []
+        if now or due or len(self._unrecorded) >= RECORD_AT:
+            batch, self._unrecorded = self._unrecorded, []
+            assert self._writer is not None
+            self._writes.append(self._writer.submit(self._write, batch))
             self._recorded_at = time.monotonic()
+        while self._writes and (now or self._writes[0].done()):
+            self._writes.popleft().result()
+
+    def _write(self, results: list[TrialResult]) -> None:
+        """Commit `results` (if any), then send the metrics gathered meanwhile."""
+        if results:
+            self.store.record(results)
+        for result in results:
+            result.evidence_data = None  # in the store now: not held in memory
+        self._metrics.flush()
 
     def _over_budget(self) -> bool:
         budget = self.sweep.config.budget_usd
@@ -983,9 +1016,11 @@ class SweepRunner:
 
     def _count(self, result: TrialResult, *, retrying: bool) -> None:
         tags = {"verdict": result.verdict.value, "model": result.model, "arm": result.arm}
-        metric("trials").inc(tags=tags)
-        metric("duration").observe(
-            result.duration_s, tags={"model": result.model, "verdict": result.verdict.value}
+        self._metrics.inc("trials", tags=tags)
+        self._metrics.observe(
+            "duration",
+            result.duration_s,
+            tags={"model": result.model, "verdict": result.verdict.value},
         )
         usage = result.usage
         for kind, n in (
@@ -995,9 +1030,9 @@ class SweepRunner:
             ("reasoning", usage.reasoning_tokens),
         ):
             if n:
-                metric("tokens").inc(n, tags={"model": result.model, "kind": kind})
+                self._metrics.inc("tokens", n, tags={"model": result.model, "kind": kind})
         if usage.cost_usd:
-            metric("cost").inc(usage.cost_usd, tags={"model": result.model})
+            self._metrics.inc("cost", usage.cost_usd, tags={"model": result.model})
         self.tally.cost_usd += usage.cost_usd + result.judge_usage.cost_usd
         event(
             log,

@@ -19,7 +19,9 @@ an address of this machine's), the pool is the driver's own process instead (`Dr
 `concurrency.prompt_trials`): the trials run in its threads, each handed over and handed
 back without Ray, whose actor call, result object and fetch cost more CPU than the model
 call they carried (`benchmarks/prompt.py`). The driver's model checks already call the
-models from this process, with this environment's keys.
+models from this process, with this environment's keys. The driver sees those trials run
+itself (the board never hears of them), and no node is asked for a preflight when every
+trial of the sweep is the driver's.
 
 Each pool admits a trial only until `stop` (the first Ctrl-C): the driver never sends
 more than the window, and each pool has a thread for all of them and one more, so `stop`
@@ -80,11 +82,9 @@ class TrialPool:
         """One trial attempt; None when the sweep is stopping (it never started)."""
         if self._stopping:
             return None
-        running = Running(
-            trial_key=spec.trial_key, label=trial_label(spec), node=self._node, started=time.time()
-        )
-        with self._lock:
-            self._started.append(running)
+        if self._board is not None:
+            with self._lock:
+                self._started.append(self.running(spec))
         spec = spec.model_copy(update={"node": self._node})
         return run_trial(
             spec, wait_teardown=False, localise=localiser(shipped), results_store_bundle=True
@@ -93,6 +93,12 @@ class TrialPool:
     def stop(self) -> None:
         """No trial starts from now on."""
         self._stopping = True
+
+    def running(self, spec: TrialSpec) -> Running:
+        """The board's entry of `spec`, starting now here."""
+        return Running(
+            trial_key=spec.trial_key, label=trial_label(spec), node=self._node, started=time.time()
+        )
 
     def _note_loop(self) -> None:
         board = self._board
@@ -109,13 +115,15 @@ class DriverPool:
     """A `TrialPool` in the driver's own process: `threads` daemon threads that run the
     trials handed to them, each trial's result a `concurrent.futures.Future` where a Ray
     pool's is an object reference (a thread still in a model call when the sweep ends
-    does not hold the driver's exit)."""
+    does not hold the driver's exit). The driver sees its running trials itself
+    (`running`): the board never hears of them."""
 
-    def __init__(self, board: str | None, models: list[ModelSpec], threads: int) -> None:
-        self.pool = TrialPool(board, models)
+    def __init__(self, models: list[ModelSpec], threads: int) -> None:
+        self.pool = TrialPool(None, models)
         self._queue: queue.SimpleQueue[tuple[futures.Future[Any], TrialSpec, Any] | None] = (
             queue.SimpleQueue()
         )
+        self._running: dict[str, Running] = {}
         self._threads = threads
         for i in range(threads):
             threading.Thread(target=self._work, name=f"hangar-pool-{i}", daemon=True).start()
@@ -126,11 +134,13 @@ class DriverPool:
         self._queue.put((future, spec, shipped))
         return future
 
+    def running(self) -> list[Running]:
+        """The trials running in the threads now."""
+        return list(self._running.values())
+
     def close(self) -> None:
-        """No trial starts from now on; each thread ends after its trial (and image builds
-        in this process are no longer coordinated by the sweep's board, which ends)."""
+        """No trial starts from now on; each thread ends after its trial."""
         self.pool.stop()
-        use_coordinator(None)
         for _ in range(self._threads):
             self._queue.put(None)
 
@@ -139,10 +149,13 @@ class DriverPool:
             future, spec, shipped = item
             if not future.set_running_or_notify_cancel():
                 continue
+            self._running[spec.trial_key] = self.pool.running(spec)
             try:
                 future.set_result(self.pool.run(spec, shipped))
             except Exception as exc:  # the driver records it as a lost trial
                 future.set_exception(exc)
+            finally:
+                self._running.pop(spec.trial_key, None)
 
 
 class Pools:
@@ -183,6 +196,11 @@ class Pools:
         self._of[ref] = i
         return ref
 
+    def running(self) -> list[Running]:
+        """The trials running in the driver's own pool (none when the pools are Ray's:
+        those are on the board)."""
+        return self._driver.running() if self._driver is not None else []
+
     def owns(self, ref: Any) -> bool:
         """Whether `ref` is a pool's trial (not a Ray task)."""
         return ref in self._of
@@ -214,6 +232,13 @@ class Pools:
         self._driver = None
         self._pools, self._load, self._of, self._stops = [], [], {}, []
 
+    def in_driver(self, nodes: list[dict[str, Any]] | None = None) -> bool:
+        """Whether the pool is (or will be) the driver's own process (`nodes`: Ray's
+        node records, asked of Ray when not given)."""
+        if self._where != "auto":
+            return self._where == "driver"
+        return all_here(self._ray.nodes() if nodes is None else nodes)
+
     def open(self) -> None:
         """Start the pools (their actors' processes start in the background)."""
         if self._pools:
@@ -221,8 +246,8 @@ class Pools:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = self._ray.nodes()
-        if self._where == "driver" or (self._where == "auto" and all_here(nodes)):
-            self._driver = DriverPool(self._board, self._models, self._window + 1)
+        if self.in_driver(nodes):
+            self._driver = DriverPool(self._models, self._window + 1)
             self._pools, self._load = [self._driver], [0]
             return
         places = pool_places(nodes, self._window)
