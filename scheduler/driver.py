@@ -53,7 +53,7 @@ from hangar.sandbox import sandbox_class
 from hangar.scheduler import metrics
 from hangar.scheduler.board import Snapshot, node_slots, open_board
 from hangar.scheduler.dispatch import Dispatch
-from hangar.scheduler.pool import Pools, results, wait
+from hangar.scheduler.pool import Pools, results
 from hangar.scheduler.preflight import missing_images, start_preflight
 from hangar.scheduler.sequential import Rounds
 from hangar.scheduler.sweep import Sweep
@@ -748,7 +748,7 @@ class SweepRunner:
                 ready_at = dispatch.next_ready_at() or time.monotonic()
                 time.sleep(min(self.poll_s, max(0.0, ready_at - time.monotonic())))
                 continue
-            ready = wait(ray, list(in_flight), self.poll_s)
+            ready = self._pools.wait(list(in_flight), self.poll_s)
             self._finish(dispatch, [(ref, *in_flight.pop(ref)) for ref in ready])
             self._read_board(ray, [spec.trial_key for spec, _ in in_flight.values()])
             self._watch_nodes(ray, dispatch, in_flight)

@@ -33,6 +33,7 @@ dead task's.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -124,6 +125,8 @@ class DriverPool:
             queue.SimpleQueue()
         )
         self._running: dict[str, Running] = {}
+        self.finished: queue.SimpleQueue[futures.Future[Any]] = queue.SimpleQueue()
+        """Each future as its trial ends (`wait` takes them from here)."""
         self._threads = threads
         for i in range(threads):
             threading.Thread(target=self._work, name=f"hangar-pool-{i}", daemon=True).start()
@@ -156,6 +159,7 @@ class DriverPool:
                 future.set_exception(exc)
             finally:
                 self._running.pop(spec.trial_key, None)
+                self.finished.put(future)
 
 
 class Pools:
@@ -200,6 +204,11 @@ class Pools:
         """The trials running in the driver's own pool (none when the pools are Ray's:
         those are on the board)."""
         return self._driver.running() if self._driver is not None else []
+
+    def wait(self, refs: list[Any], timeout: float) -> list[Any]:
+        """`wait` on `refs`, the driver's own pool's ended trials taken as they end."""
+        finished = self._driver.finished if self._driver is not None else None
+        return wait(self._ray, refs, timeout, finished)
 
     def owns(self, ref: Any) -> bool:
         """Whether `ref` is a pool's trial (not a Ray task)."""
@@ -293,11 +302,20 @@ def all_here(nodes: list[dict[str, Any]]) -> bool:
     return all(of_this_machine(n["NodeManagerAddress"]) for n in nodes if n.get("Alive", True))
 
 
-def wait(ray: Any, refs: list[Any], timeout: float) -> list[Any]:
+def wait(
+    ray: Any,
+    refs: list[Any],
+    timeout: float,
+    finished: queue.SimpleQueue[futures.Future[Any]] | None = None,
+) -> list[Any]:
     """Those of `refs` that are ready, after waiting up to `timeout` for the first: Ray's
-    object references and the driver's own pool's futures (`DriverPool`) alike."""
-    local = [r for r in refs if isinstance(r, futures.Future)]
-    remote = [r for r in refs if not isinstance(r, futures.Future)] if local else refs
+    object references and the driver's own pool's futures (`DriverPool`) alike. With the
+    pool's `finished` queue, its futures are taken from there as they end (a future there
+    that is not among `refs` was given up: dropped), not looked at one by one."""
+    local = [r for r in refs if isinstance(r, futures.Future)] if finished is None else []
+    remote = [r for r in refs if not isinstance(r, futures.Future)]
+    if finished is not None and len(remote) < len(refs):
+        return _wait_finished(ray, refs, remote, timeout, finished)
     if not local:
         ready, _ = ray.wait(remote, num_returns=1, timeout=timeout)
         if ready:
@@ -313,6 +331,27 @@ def wait(ray: Any, refs: list[Any], timeout: float) -> list[Any]:
         if found or time.monotonic() >= end:
             return found
         ray.wait(remote, num_returns=1, timeout=MIXED_POLL_S)
+
+
+def _wait_finished(
+    ray: Any,
+    refs: list[Any],
+    remote: list[Any],
+    timeout: float,
+    finished: queue.SimpleQueue[futures.Future[Any]],
+) -> list[Any]:
+    wanted = set(refs)
+    end = time.monotonic() + timeout
+    while True:
+        found = list(ray.wait(remote, num_returns=len(remote), timeout=0)[0]) if remote else []
+        wait_s = 0.0 if found else min(MIXED_POLL_S if remote else timeout, end - time.monotonic())
+        with contextlib.suppress(queue.Empty):
+            found.append(finished.get(timeout=wait_s) if wait_s > 0 else finished.get_nowait())
+            while True:
+                found.append(finished.get_nowait())
+        found = [r for r in found if r in wanted]
+        if found or time.monotonic() >= end:
+            return found
 
 
 def results(ray: Any, refs: list[Any]) -> list[Any]:

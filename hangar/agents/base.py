@@ -8,6 +8,10 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+#: Digests of the agent configs asked lately, by object (`AgentConfig.digest`).
+_DIGESTS: dict[int, tuple[AgentConfig, str]] = {}
+_DIGESTS_KEPT = 1024
+
 
 class AgentConfig(BaseModel):
     """The base of every agent config (`CommandAgent`, `ChatAgent`, `PromptAgent`)."""
@@ -22,7 +26,18 @@ class AgentConfig(BaseModel):
         their pins (their bytes are pinned by sha256); an agent without any has the digest
         it had before agents took MCP servers, and one that is no preset's CLI the digest it
         had before presets recorded their CLI's packages and bundle (a preset's bundle, by
-        its recipe's digest, is part of it)."""
+        its recipe's digest, is part of it). Computed once per config object (it is
+        frozen; every trial key of a sweep asks for it)."""
+        known = _DIGESTS.get(id(self))
+        if known is not None and known[0] is self:
+            return known[1]
+        if len(_DIGESTS) >= _DIGESTS_KEPT:
+            _DIGESTS.clear()
+        digest = self._digest()
+        _DIGESTS[id(self)] = (self, digest)  # held: its id is not reused meanwhile
+        return digest
+
+    def _digest(self) -> str:
         from hangar.agents.mcp import DIGEST_EXCLUDE
 
         exclude: Any = dict(DIGEST_EXCLUDE) if getattr(self, "mcp", None) else {"mcp": True}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import threading
 import time
@@ -272,3 +273,19 @@ def test_a_sweep_waits_on_the_drivers_trials_and_rays_alike(ray_local: None) -> 
     failed.set_exception(RuntimeError("the trial broke"))
     with pytest.raises(RuntimeError, match="the trial broke"):
         results(ray, [failed])
+    # The driver's pool hands its ended trials over in a queue: taken from there, those
+    # the driver gave up dropped.
+    finished: queue.SimpleQueue[Future[int]] = queue.SimpleQueue()
+    given_up, later = Future[int](), Future[int]()
+    given_up.set_result(0)
+    finished.put(given_up)
+    theirs = slow.remote(3)
+
+    def end_later() -> None:
+        later.set_result(4)
+        finished.put(later)
+
+    threading.Timer(0.1, end_later).start()
+    assert wait(ray, [theirs, later], 5, finished) == [later]
+    assert wait(ray, [theirs], 5, finished) == [theirs]
+    assert wait(ray, [Future()], 0.05, finished) == []
