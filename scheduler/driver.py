@@ -381,6 +381,7 @@ class SweepRunner:
         self._watched_at = 0.0
         self._dead_seen: set[str] | None = None  # nodes dead before the sweep: None
         self._window = 1
+        self._driver_only = False
         self._submit: Callable[[TrialSpec], Any] | None = None
         self._recorded: dict[str, Any] = {}
         plan = sweep.config.until_decided
@@ -430,7 +431,6 @@ class SweepRunner:
 
         self._window = config.concurrency.max_in_flight or 2 * slots
         board = f"hangar-board-{self.sweep.id}-{uuid.uuid4().hex[:8]}"
-        self._board = open_board(ray, board)
         self._pools = Pools(
             ray,
             self._window,
@@ -439,6 +439,11 @@ class SweepRunner:
             config.models,
             config.concurrency.prompt_trials,
         )
+        # Every trial the driver's own (prompts, on a cluster that is this machine): no
+        # node runs one, so there is no board to keep and no node to ask for a preflight.
+        sandboxed = any(kind_of(task.kind).sandboxed for task in self.sweep.tasks)
+        self._driver_only = not sandboxed and self._pools.in_driver()
+        self._board = None if self._driver_only else open_board(ray, board)
         self._warm = WarmPools(ray, board.replace("hangar-board-", "hangar-warm-", 1))
         try:
             final |= self._prepare(ray, final, last_attempt, slots, checks)
@@ -453,7 +458,8 @@ class SweepRunner:
         finally:
             self._warm.close()
             self._pools.kill()
-            ray.kill(self._board)
+            if self._board is not None:
+                ray.kill(self._board)
         self.tally.interrupted = self._stop > 0
         self._log_end()
         return self.tally
@@ -469,18 +475,16 @@ class SweepRunner:
         """The preflight on every node, the models' checks, the tally of earlier runs, the
         trials blocked by a missing image (returned: final now); announces the sweep."""
         nodes = sandbox_nodes()
-        everyone = ray.nodes()
-        _announce_metrics(everyone)
+        _announce_metrics(ray.nodes())
         check_evidence_reachable(self.evidence_url, len(nodes))
         assert self._pools is not None
-        sandboxed = {kind_of(task.kind).sandboxed for task in self.sweep.tasks}
-        # No node runs a trial when every trial is the driver's (prompts, on a cluster that
-        # is this machine): what the preflight would check there, nothing uses.
-        if True in sandboxed or not self._pools.in_driver(everyone):
-            reports = start_preflight(self.sweep, self.evidence_url, nodes)
-        else:
+        # No node runs a trial when every trial is the driver's: what the preflight would
+        # check there, nothing uses.
+        if self._driver_only:
             reports = list
-        if False in sandboxed:
+        else:
+            reports = start_preflight(self.sweep, self.evidence_url, nodes)
+        if any(not kind_of(task.kind).sandboxed for task in self.sweep.tasks):
             self._pools.open()  # their processes start while the preflight runs
         if checks is not None:
             self._take_model_checks(checks())
@@ -515,9 +519,12 @@ class SweepRunner:
         run): None."""
         if self._over_budget():
             return None
-        waiting = {
-            s.model for s in self.sweep.trials(self.evidence_url) if s.trial_key not in final
-        }
+        waiting: set[str] = set()
+        for spec in self.sweep.trials(self.evidence_url):
+            if spec.trial_key not in final:
+                waiting.add(spec.model)
+                if len(waiting) == len(self.sweep.config.models):
+                    break  # every model has a trial to run (a new sweep's first few)
         return start_checks([m for m in self.sweep.config.models if m.id in waiting])
 
     def _take_model_checks(self, checks: list[ModelCheck]) -> None:
@@ -726,7 +733,8 @@ class SweepRunner:
             if (self._stop or self.tally.budget_exhausted) and not self._stopping:
                 # Trials Ray queued for a slot must not start now (Ctrl-C, or the budget is
                 # spent: each would cost more): the board refuses them.
-                self._board.stop.remote()
+                if self._board is not None:
+                    self._board.stop.remote()
                 assert self._pools is not None
                 self._pools.stop()
                 self._stopping = True
@@ -849,6 +857,14 @@ class SweepRunner:
         """Refresh the tally's view of running trials from the board, without waiting:
         one read in flight at a time, at most every `BOARD_EVERY_S`."""
         now = time.monotonic()
+        assert self._pools is not None
+        if self._board is None:  # every trial is the driver's own
+            if now - self._board_at >= BOARD_EVERY_S:
+                self._board_at = now
+                running = sorted(self._pools.running(), key=lambda r: r.started)
+                self.tally.board = self.tally.board.model_copy(update={"running": running})
+                self.listener(self.tally, None)
+            return
         if self._board_read is None:
             if now - self._board_at >= BOARD_EVERY_S:
                 self._board_read, self._board_at = self._board.running.remote(in_flight), now
@@ -859,7 +875,6 @@ class SweepRunner:
             with contextlib.suppress(Exception):  # a stale display, never a failed sweep
                 keep = set(in_flight)  # some ended while the board answered
                 running = [r for r in ray.get(read) if r.trial_key in keep]
-                assert self._pools is not None
                 running += self._pools.running()  # the driver's own: never on the board
                 running.sort(key=lambda r: r.started)
                 self.tally.board = self.tally.board.model_copy(update={"running": running})
@@ -884,7 +899,8 @@ class SweepRunner:
         the board already asked for is ignored: it may hold them)."""
         if not trial_keys:
             return
-        self._board.forget.remote(trial_keys)
+        if self._board is not None:
+            self._board.forget.remote(trial_keys)
         self._board_read = None
         gone = set(trial_keys)
         running = [r for r in self.tally.board.running if r.trial_key not in gone]
