@@ -54,7 +54,7 @@ from hangar.scheduler import metrics
 from hangar.scheduler.board import Snapshot, node_slots, open_board
 from hangar.scheduler.dispatch import Dispatch
 from hangar.scheduler.pool import Pools, results
-from hangar.scheduler.preflight import missing_images, start_preflight
+from hangar.scheduler.preflight import NodeReport, missing_images, start_preflight
 from hangar.scheduler.sequential import Rounds
 from hangar.scheduler.sweep import Sweep
 from hangar.scheduler.task import put, run_trial_task
@@ -480,9 +480,8 @@ class SweepRunner:
         assert self._pools is not None
         # No node runs a trial when every trial is the driver's: what the preflight would
         # check there, nothing uses.
-        if self._driver_only:
-            reports = list
-        else:
+        reports: Callable[[], list[NodeReport]] = list
+        if not self._driver_only:
             reports = start_preflight(self.sweep, self.evidence_url, nodes)
         if any(not kind_of(task.kind).sandboxed for task in self.sweep.tasks):
             self._pools.open()  # their processes start while the preflight runs
@@ -756,6 +755,7 @@ class SweepRunner:
                 ready_at = dispatch.next_ready_at() or time.monotonic()
                 time.sleep(min(self.poll_s, max(0.0, ready_at - time.monotonic())))
                 continue
+            assert self._pools is not None
             ready = self._pools.wait(list(in_flight), self.poll_s)
             self._finish(dispatch, [(ref, *in_flight.pop(ref)) for ref in ready])
             self._read_board(ray, [spec.trial_key for spec, _ in in_flight.values()])
