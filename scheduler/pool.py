@@ -309,40 +309,19 @@ def wait(
     finished: queue.SimpleQueue[futures.Future[Any]] | None = None,
 ) -> list[Any]:
     """Those of `refs` that are ready, after waiting up to `timeout` for the first: Ray's
-    object references and the driver's own pool's futures (`DriverPool`) alike. With the
-    pool's `finished` queue, its futures are taken from there as they end (a future there
-    that is not among `refs` was given up: dropped), not looked at one by one."""
-    local = [r for r in refs if isinstance(r, futures.Future)] if finished is None else []
+    object references and the driver's own pool's futures (`DriverPool`) alike, the
+    futures taken from the pool's `finished` queue as they end (one there that is not
+    among `refs` was given up: dropped)."""
     remote = [r for r in refs if not isinstance(r, futures.Future)]
-    if finished is not None and len(remote) < len(refs):
-        return _wait_finished(ray, refs, remote, timeout, finished)
-    if not local:
+    if len(remote) == len(refs):
         ready, _ = ray.wait(remote, num_returns=1, timeout=timeout)
         if ready:
             ready, _ = ray.wait(remote, num_returns=len(remote), timeout=0)
         return list(ready)
-    if not remote:
-        futures.wait(local, timeout=timeout, return_when=futures.FIRST_COMPLETED)
-        return [r for r in local if r.done()]
-    end = time.monotonic() + timeout
-    while True:  # both: a short wait on Ray's, then a look at the threads'
-        ready, _ = ray.wait(remote, num_returns=len(remote), timeout=0)
-        found = list(ready) + [r for r in local if r.done()]
-        if found or time.monotonic() >= end:
-            return found
-        ray.wait(remote, num_returns=1, timeout=MIXED_POLL_S)
-
-
-def _wait_finished(
-    ray: Any,
-    refs: list[Any],
-    remote: list[Any],
-    timeout: float,
-    finished: queue.SimpleQueue[futures.Future[Any]],
-) -> list[Any]:
+    assert finished is not None, "the driver's own trials come back through its pool's queue"
     wanted = set(refs)
     end = time.monotonic() + timeout
-    while True:
+    while True:  # with Ray's too: a look at Ray's, then a short wait on the queue
         found = list(ray.wait(remote, num_returns=len(remote), timeout=0)[0]) if remote else []
         wait_s = 0.0 if found else min(MIXED_POLL_S if remote else timeout, end - time.monotonic())
         with contextlib.suppress(queue.Empty):

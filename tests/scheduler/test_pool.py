@@ -11,6 +11,7 @@ import queue
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -260,32 +261,51 @@ def test_a_sweep_waits_on_the_drivers_trials_and_rays_alike(ray_local: None) -> 
         time.sleep(0.5)
         return x
 
-    mine: Future[int] = Future()
+    # The driver's pool hands its ended trials over in a queue: taken from there, those
+    # the driver gave up dropped.
+    finished: queue.SimpleQueue[Future[int]] = queue.SimpleQueue()
+    given_up, mine = Future[int](), Future[int]()
+    given_up.set_result(0)
+    finished.put(given_up)
     theirs = slow.remote(2)
-    threading.Timer(0.1, lambda: mine.set_result(1)).start()
-    first = wait(ray, [theirs, mine], timeout=5)
-    assert first == [mine]  # the driver's, long before Ray's
-    assert wait(ray, [theirs], timeout=5) == [theirs]
+
+    def end_mine() -> None:
+        mine.set_result(1)
+        finished.put(mine)
+
+    threading.Timer(0.1, end_mine).start()
+    assert wait(ray, [theirs, mine], 5, finished) == [mine]  # long before Ray's
+    assert wait(ray, [theirs], 5, finished) == [theirs]
     assert results(ray, [mine, theirs]) == [1, 2]
-    never: Future[int] = Future()
-    assert wait(ray, [never], timeout=0.05) == []
+    assert wait(ray, [Future()], 0.05, finished) == []
     failed: Future[int] = Future()
     failed.set_exception(RuntimeError("the trial broke"))
     with pytest.raises(RuntimeError, match="the trial broke"):
         results(ray, [failed])
-    # The driver's pool hands its ended trials over in a queue: taken from there, those
-    # the driver gave up dropped.
-    finished: queue.SimpleQueue[Future[int]] = queue.SimpleQueue()
-    given_up, later = Future[int](), Future[int]()
-    given_up.set_result(0)
-    finished.put(given_up)
-    theirs = slow.remote(3)
 
-    def end_later() -> None:
-        later.set_result(4)
-        finished.put(later)
 
-    threading.Timer(0.1, end_later).start()
-    assert wait(ray, [theirs, later], 5, finished) == [later]
-    assert wait(ray, [theirs], 5, finished) == [theirs]
-    assert wait(ray, [Future()], 0.05, finished) == []
+@pytest.mark.ray
+def test_a_mixed_sweep_runs_prompts_in_the_driver_and_sandboxes_through_ray(
+    ray_local: None, tmp_path: Path, slow_model: ScriptedServer
+) -> None:
+    # Decision cases (the driver's threads) beside an execution scenario (Ray tasks on the
+    # local backend): both kinds of reference waited on together, every trial recorded.
+    path = write_sweep(tmp_path, slow_model.url, cases=3, in_flight=4, place="auto")
+    sweep = yaml.safe_load(path.read_text())
+    tiny = Path(__file__).resolve().parents[1] / "fixtures" / "tiny" / "scenario.yaml"
+    sweep["scenarios"].append(str(tiny))
+    sweep["agents"]["ok"] = {"command": "sleep 0.5"}
+    sweep["backend"] = "local"
+    path.write_text(yaml.safe_dump(sweep))
+    before = pool_threads()
+    seen: list[int] = []
+
+    def watch(tally: SweepTally, result: TrialResult | None) -> None:
+        seen.append(len(pool_threads() - before))
+
+    tally, store = go(path, watch)
+    results = list(store.results("pool"))
+    kinds = Counter(r.kind for r in results)
+    assert kinds["decision"] == 6 and kinds["execution"] >= 1, kinds
+    assert tally.done == len(results) and tally.verdicts["pass"] == len(results)
+    assert max(seen) == 5  # the driver's pool: a window's worth of threads and one more
