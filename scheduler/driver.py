@@ -381,7 +381,7 @@ class SweepRunner:
         self._watched_at = 0.0
         self._dead_seen: set[str] | None = None  # nodes dead before the sweep: None
         self._window = 1
-        self._driver_only = False
+        self._pooled = self._driver_only = False
         self._submit: Callable[[TrialSpec], Any] | None = None
         self._recorded: dict[str, Any] = {}
         plan = sweep.config.until_decided
@@ -441,8 +441,9 @@ class SweepRunner:
         )
         # Every trial the driver's own (prompts, on a cluster that is this machine): no
         # node runs one, so there is no board to keep and no node to ask for a preflight.
-        sandboxed = any(kind_of(task.kind).sandboxed for task in self.sweep.tasks)
-        self._driver_only = not sandboxed and self._pools.in_driver()
+        sandboxed = {kind_of(task.kind).sandboxed for task in self.sweep.tasks}
+        self._pooled = False in sandboxed  # some trials need no sandbox
+        self._driver_only = True not in sandboxed and self._pools.in_driver()
         self._board = None if self._driver_only else open_board(ray, board)
         self._warm = WarmPools(ray, board.replace("hangar-board-", "hangar-warm-", 1))
         try:
@@ -483,7 +484,7 @@ class SweepRunner:
         reports: Callable[[], list[NodeReport]] = list
         if not self._driver_only:
             reports = start_preflight(self.sweep, self.evidence_url, nodes)
-        if any(not kind_of(task.kind).sandboxed for task in self.sweep.tasks):
+        if self._pooled:
             self._pools.open()  # their processes start while the preflight runs
         if checks is not None:
             self._take_model_checks(checks())
