@@ -8,6 +8,7 @@ never followed.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import io
@@ -111,18 +112,49 @@ def bundle_bytes(files: dict[str, bytes]) -> tuple[bytes, str]:
 
 
 def _archive(raw: IO[bytes], contents: Iterator[tuple[str, bytes]]) -> str:
-    """Write the deterministic archive of `contents` (in order) to `raw`; its sha256."""
+    """Write the deterministic archive of `contents` (in order) to `raw`; its sha256.
+
+    The bytes are those `tarfile` writes (PAX format, mode 0644, owner 0, time 0) for the
+    same members, gzipped at level 6 without a name or time; each member's header is `tarfile`'s own
+    for its name, with the size put in (`_header`), 15 times cheaper than `TarFile.addfile`
+    for the small files of a prompt trial's evidence."""
     hashing = _Hashing(raw)
-    with (
-        # No file name in the gzip header: the archive depends on its contents alone.
-        gzip.GzipFile(filename="", fileobj=hashing, mode="wb", mtime=0) as gz,
-        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
-    ):
+    written = 0
+    # No file name in the gzip header: the archive depends on its contents alone. Level 6
+    # (gzip's own default) takes half the time of 9 for 1% more bytes on a prompt's evidence.
+    with gzip.GzipFile(filename="", fileobj=hashing, mode="wb", mtime=0, compresslevel=6) as gz:
         for rel, data in contents:
-            info = tarfile.TarInfo(rel)
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
-            tar.addfile(info, io.BytesIO(data))
+            pad = -len(data) % tarfile.BLOCKSIZE
+            member = b"".join((_header(rel, len(data)), data, tarfile.NUL * pad))
+            gz.write(member)
+            written += len(member)
+        # Two empty blocks end the archive, zeros fill its last record (as `TarFile.close`).
+        end = 2 * tarfile.BLOCKSIZE
+        gz.write(tarfile.NUL * (end + -(written + end) % tarfile.RECORDSIZE))
     return hashing.sha.hexdigest()
+
+
+@functools.lru_cache(maxsize=4096)
+def _template(rel: str) -> bytes:
+    """`tarfile`'s header for a bundled file `rel` of size 0."""
+    info = tarfile.TarInfo(rel)
+    info.mode, info.mtime = 0o644, 0
+    return info.tobuf(tarfile.PAX_FORMAT)
+
+
+def _header(rel: str, size: int) -> bytes:
+    """`tarfile`'s header for a bundled file `rel` of `size` bytes: the template's block
+    with its size and checksum fields rewritten, as `TarInfo.tobuf` fills them; a name
+    that needs a PAX record, or a size past the field's 8 GiB, takes `tarfile`'s own."""
+    block = bytearray(_template(rel))
+    if len(block) != tarfile.BLOCKSIZE or size >= 8**11:
+        info = tarfile.TarInfo(rel)
+        info.size, info.mode, info.mtime = size, 0o644, 0
+        return info.tobuf(tarfile.PAX_FORMAT)
+    block[124:136] = b"%011o\0" % size
+    block[148:156] = b" " * 8  # the checksum is taken with its own field as spaces
+    block[148:155] = b"%06o\0" % sum(block)
+    return bytes(block)
 
 
 class BundleCheck(BaseModel):

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from hangar.cli import app
 from hangar.errors import EvidenceStoreError
-from hangar.verifiers.bundle import build_bundle, bundle_bytes, verify_bundle
+from hangar.verifiers.bundle import _archive, build_bundle, bundle_bytes, verify_bundle
 from hangar.verifiers.object_store import FileEvidenceStore, bundle_key
 
 
@@ -52,6 +52,43 @@ def test_a_bundle_of_files_in_memory_is_the_folders_archive(
     uri = store.put_bytes("sw/k/1/n-1/bundle.tar.gz", data)
     assert verify_bundle(Path(uri.removeprefix("file://")), sha).ok
     assert not [p for p in (tmp_path / "store").rglob(".partial-*")]
+
+
+def _tarfile_archive(contents: list[tuple[str, bytes]]) -> bytes:
+    """The archive `tarfile` itself writes for `contents`, as bundles are described."""
+    out = io.BytesIO()
+    with (
+        gzip.GzipFile(filename="", fileobj=out, mode="wb", mtime=0, compresslevel=6) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for rel, data in contents:
+            info = tarfile.TarInfo(rel)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["manifest.json", "a.txt", "verifier/out.txt"],
+        ["x" * 99, "y" * 100, "z" * 101, "d/" * 60 + "f"],  # at, past the ustar name field
+        ["ünï.txt", "日本/語.txt", "sp ace", "back\\slash"],  # a PAX record each
+        [],
+    ],
+)
+def test_the_archive_is_tarfiles_byte_for_byte(names: list[str]) -> None:
+    """Headers are `tarfile`'s with the size put in: the same bytes as `TarFile.addfile`
+    for every size around the block and record boundaries, long and non-ASCII names."""
+    sizes = [0, 1, 511, 512, 513, 10240 - 1536, 10240, 70001]
+    for shift in range(len(sizes)):
+        contents = [
+            (name, bytes([i % 251]) * sizes[(i + shift) % len(sizes)])
+            for i, name in enumerate(names)
+        ]
+        out = io.BytesIO()
+        _archive(out, iter(contents))
+        assert out.getvalue() == _tarfile_archive(contents), (names, shift)
 
 
 def test_symlinks_are_listed_not_followed(artifacts: Path, tmp_path: Path) -> None:
