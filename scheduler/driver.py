@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import gc
 import logging
 import os
 import re
@@ -448,6 +449,7 @@ class SweepRunner:
         self._warm = WarmPools(ray, board.replace("hangar-board-", "hangar-warm-", 1))
         try:
             final |= self._prepare(ray, final, last_attempt, slots, checks)
+            gc.freeze()  # what start-up made lives as long as the run: no collection walks it
             previous = signal.signal(signal.SIGINT, self._on_sigint)
             try:
                 if self.rounds is None:

@@ -191,7 +191,11 @@ def run(
     out = reserve_stdout() if as_json else console
     with display, contextlib.redirect_stdout(sys.stderr):
         tally = SweepRunner(
-            sweep, store, address=address, listener=listen, retry_blocked=retry_blocked
+            sweep,
+            store,
+            address=address,
+            listener=None if quiet else listen,
+            retry_blocked=retry_blocked,
         ).run()
     if as_json:
         out.print_json(json.dumps(_outcome(tally, sweep.id, store.safe_url, allow_failures)))

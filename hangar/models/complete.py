@@ -74,8 +74,8 @@ def sdk_client(model: ModelSpec, refusals: list[str], trace: TraceWriter | None)
 
 
 def warm_up(models: Iterable[ModelSpec]) -> None:
-    """Import the SDK of each model's API and open this process's transport for it (TLS
-    context and connection pool), ahead of the first call: a pool does so while the
+    """Import the SDK of each model's API and open a transport for it (the process's TLS
+    context, and this thread's connection pool), ahead of the first call: a pool does so while the
     sweep's preflight runs, where its first trials each waited about 0.6 s on it. Only
     a head start: what fails here (an SDK not installed) is left to the first call, which
     says so in its trial's result."""

@@ -98,19 +98,19 @@ WARM = """
 import sys
 from hangar.models import ModelSpec
 from hangar.models.complete import warm_up
-from hangar.models.policy import shared_transport
+from hangar.models.policy import _TRANSPORTS, ssl_context
 models = [ModelSpec(id="claude-sonnet-4-5", provider="anthropic")]
 models.append(ModelSpec(id="x", provider="none"))
 warm_up(models)
 print(sorted(m for m in ("anthropic", "openai", "google.genai") if m in sys.modules))
-print(shared_transport.cache_info().currsize)
+print(len(_TRANSPORTS.by_http), ssl_context.cache_info().currsize)
 """
 
 
 def test_a_pool_loads_the_sdk_of_each_api_its_models_speak_before_a_call() -> None:
     # In a process of its own: what the test run imported must not count.
     out = subprocess.run([sys.executable, "-c", WARM], capture_output=True, text=True, check=True)
-    assert out.stdout.split("\n")[:2] == ["['anthropic']", "1"], out.stdout + out.stderr
+    assert out.stdout.split("\n")[:2] == ["['anthropic']", "1 1"], out.stdout + out.stderr
 
 
 def test_a_missing_sdk_is_left_to_the_first_call(monkeypatch: pytest.MonkeyPatch) -> None:
