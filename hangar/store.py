@@ -730,13 +730,17 @@ def latest_attempts(sweep_id: str | None = None) -> Any:
 _KEYS_AT_ONCE = 1000
 
 
+#: The later attempts of a trial (`_mark_latest`), aliased once (each batch did it anew).
+_NEWER = trials.alias("newer")
+
+
 def _mark_latest(conn: Any, rows: list[dict[str, Any]]) -> None:
     """Mark the attempts that the just recorded `rows` (or earlier ones: results may come
     in any order, a node that froze reporting last) made no longer the latest."""
     keys: dict[str, list[str]] = {}
     for row in rows:
         keys.setdefault(row["sweep_id"], []).append(row["trial_key"])
-    newer = trials.alias("newer")
+    newer = _NEWER
     for sweep_id, found in keys.items():
         for at in range(0, len(found), _KEYS_AT_ONCE):
             conn.execute(

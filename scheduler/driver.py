@@ -646,6 +646,8 @@ class SweepRunner:
         from datetime import UTC, datetime
 
         missing = missing_images(self.preflight)
+        if not missing:
+            return set()
         blocked: list[TrialResult] = []
         users: dict[str, set[str]] = {}
         now = datetime.now(UTC)

@@ -13,14 +13,21 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 
 from hangar.models import ModelSpec
 from hangar.models.errors import classify
-from hangar.models.policy import PolicyTransport, RelayPolicy, policy_client, shared_transport
+from hangar.models.policy import (
+    PolicyTransport,
+    RelayPolicy,
+    policy_client,
+    sdk_http,
+    shared_transport,
+)
 from hangar.models.pricing import cost_of
 from hangar.models.usage import (
     from_anthropic,
@@ -52,32 +59,59 @@ class Completion(BaseModel):
 def sdk_client(model: ModelSpec, refusals: list[str], trace: TraceWriter | None) -> Any:
     """The SDK client of `model`'s API (``anthropic`` for messages, else ``openai``), its
     calls held to `RelayPolicy`; refusals are appended to `refusals` and traced."""
+    policy, refused = RelayPolicy(model), _refused(refusals, trace)
+    if model.chat_api == "gemini":
+        return gemini_client(model, policy, refused)
+    return _sdk_client(model, policy, refused)[0]
 
+
+def _refused(refusals: list[str], trace: TraceWriter | None) -> Callable[[str, str], None]:
     def refused(path: str, reason: str) -> None:
         refusals.append(reason)
         if trace is not None:
             trace.event("model_refused", path=path, reason=reason)
 
-    policy = RelayPolicy(model)
+    return refused
+
+
+def _sdk_client(
+    model: ModelSpec, policy: RelayPolicy, refused: Callable[[str, str], None]
+) -> tuple[Any, PolicyTransport]:
+    """The Anthropic or OpenAI SDK's client of `model`, and the transport under it."""
     key, base = model.api_key() or "hangar-cloud", model.endpoint  # a cloud: credentials
+    sdk = importlib.import_module("anthropic" if model.chat_api == "messages" else "openai")
+    transport = PolicyTransport(policy, sdk_http(sdk), refused)
+    client = policy_client(sdk, transport, model.timeout_s)
+    made = sdk.Anthropic if model.chat_api == "messages" else sdk.OpenAI
+    return made(api_key=key, base_url=base, max_retries=5, http_client=client), transport
+
+
+def call_client(model: ModelSpec, refusals: list[str], trace: TraceWriter | None) -> Any:
+    """`sdk_client` for one call made now, on this thread: the client is made once per
+    thread and model settings, its transport given this call's policy and refusals at
+    each call (a client of each call's own was a twentieth of a prompt trial's CPU)."""
+    policy, refused = RelayPolicy(model), _refused(refusals, trace)
     if model.chat_api == "gemini":
         return gemini_client(model, policy, refused)
-    if model.chat_api == "messages":
-        import anthropic
+    held: dict[tuple[Any, ...], Any] = _CLIENTS.__dict__.setdefault("by_settings", {})
+    settings = (model.chat_api, model.api_key(), model.endpoint, model.timeout_s)
+    found = held.get(settings)
+    if found is None:
+        found = held[settings] = _sdk_client(model, policy, refused)
+    client, transport = found
+    transport.policy, transport.on_refused = policy, refused
+    return client
 
-        client = policy_client(anthropic, policy, refused, model.timeout_s)
-        return anthropic.Anthropic(api_key=key, base_url=base, max_retries=5, http_client=client)
-    import openai
 
-    client = policy_client(openai, policy, refused, model.timeout_s)
-    return openai.OpenAI(api_key=key, base_url=base, max_retries=5, http_client=client)
+#: Each thread's SDK clients for `call_client`, by the settings they were made with.
+_CLIENTS = threading.local()
 
 
 def warm_up(models: Iterable[ModelSpec]) -> None:
     """Import the SDK of each model's API and open a transport for it (the process's TLS
-    context, and this thread's connection pool), ahead of the first call: a pool does so while the
-    sweep's preflight runs, where its first trials each waited about 0.6 s on it. Only
-    a head start: what fails here (an SDK not installed) is left to the first call, which
+    context, this thread's connection pool), ahead of the first call: a pool does so
+    while the sweep's preflight runs, where its first trials each waited about 0.6 s on
+    it. Only a head start: what fails here (an SDK not installed) is left to the first call, which
     says so in its trial's result."""
     for api in sorted({m.chat_api for m in models if m.provider != "none"}):
         try:
@@ -86,7 +120,7 @@ def warm_up(models: Iterable[ModelSpec]) -> None:
                 http = "httpx2"
             else:
                 sdk = importlib.import_module("anthropic" if api == "messages" else "openai")
-                http = sdk.DefaultHttpxClient.__mro__[1].__module__.split(".")[0]
+                http = sdk_http(sdk).__name__
             shared_transport(http, os.getpid())
         except Exception as exc:
             log.debug("no head start for the %s API: %s", api, exc)
@@ -168,7 +202,7 @@ def complete(
         {"role": "user", "content": user},
     ]
     try:
-        client = sdk_client(model, refusals, trace)
+        client = call_client(model, refusals, trace)
         text, usage = _ask(
             client, model, system, messages, max_output_tokens, reasoning_effort, timeout
         )

@@ -442,11 +442,12 @@ def ssl_context(http: str) -> Any:
     return importlib.import_module(http).create_ssl_context()
 
 
-def policy_client(
-    sdk: Any, policy: RelayPolicy, on_refused: Callable[[str, str], None], timeout_s: float
-) -> Any:
-    """The `sdk`'s (``openai`` or ``anthropic``) own HTTP client, over `PolicyTransport`."""
-    client_class = sdk.DefaultHttpxClient
-    http = importlib.import_module(client_class.__mro__[1].__module__.split(".")[0])
-    transport = PolicyTransport(policy, http, on_refused)
-    return client_class(transport=transport, timeout=http.Timeout(timeout_s))
+def sdk_http(sdk: Any) -> Any:
+    """The HTTP module the `sdk` (``openai`` or ``anthropic``) is built on (``httpx``, or
+    ``httpx2`` in the newer SDKs)."""
+    return importlib.import_module(sdk.DefaultHttpxClient.__mro__[1].__module__.split(".")[0])
+
+
+def policy_client(sdk: Any, transport: PolicyTransport, timeout_s: float) -> Any:
+    """The `sdk`'s (``openai`` or ``anthropic``) own HTTP client, over `transport`."""
+    return sdk.DefaultHttpxClient(transport=transport, timeout=transport.http.Timeout(timeout_s))

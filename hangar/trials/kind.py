@@ -316,6 +316,10 @@ def registry() -> dict[str, str]:
     return {**REGISTRY, **plugin_targets("hangar.kinds", REGISTRY)}
 
 
+#: Each kind's object by the entry point that names it (`kind_of`).
+_LOADED: dict[str, Kind] = {}
+
+
 def kind_of(name: str) -> Kind:
     """The kind called `name` (imported when first asked for: a worker loads only what
     its trials need)."""
@@ -325,7 +329,9 @@ def kind_of(name: str) -> Kind:
         package = known[name]
     except KeyError:
         raise KeyError(f"no kind {name!r}; known: {', '.join(known)}") from None
-    kind: Kind = load_target(package, "KIND")
+    kind = _LOADED.get(package)
+    if kind is None:  # an import each time cost a sweep of 100,000 trials 1 s of its driver
+        kind = _LOADED[package] = load_target(package, "KIND")
     if kind.name != name:
         raise KeyError(f"kind {name!r} ({package}) is called {kind.name!r}: name them alike")
     return kind
