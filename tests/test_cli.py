@@ -41,6 +41,40 @@ def _hangar(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
 
 
 @pytest.mark.docker
+def test_each_command_is_found_in_the_module_named_for_it() -> None:
+    """`hangar <command>` loads only `COMMANDS[command]`: the map names the module that
+    registers each command and group, and every one there is (but the kinds' groups)."""
+    from hangar.cli import COMMANDS, _app
+    from hangar.trials.kind import kinds
+
+    found = {c.name or c.callback.__name__: c.callback.__module__ for c in app.registered_commands}  # type: ignore[union-attr]
+    for group in app.registered_groups:
+        sub = group.typer_instance
+        assert sub is not None
+        found[group.name] = sub.registered_commands[0].callback.__module__  # type: ignore[union-attr,index]
+    kind_groups = {name for kind in kinds() for name, _ in (*kind.cli, *kind.cli_aliases)}
+    mapped = {name: f"hangar.cli.{module}" for name, module in COMMANDS.items()}
+    assert {k: v for k, v in found.items() if k not in kind_groups} == mapped
+    assert _app.app is app
+
+
+@pytest.mark.parametrize("command", ["run", "status", "report", "trial", "version"])
+def test_a_command_runs_with_its_module_alone(command: str) -> None:
+    """Only the command's module is loaded, and its help (or its output) is whole."""
+    script = (
+        "import sys\n"
+        "from hangar.cli import main\n"
+        f"sys.argv = ['hangar', {command!r}] + ([] if {command!r} == 'version' else ['--help'])\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print(sorted(m for m in sys.modules if m.startswith('hangar.cli.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "Usage: hangar" in out.stdout or __version__ in out.stdout
+    loaded = out.stdout.strip().splitlines()[-1]
+    assert "hangar.cli.cluster" not in loaded and "hangar.cli.sandbox" not in loaded, loaded
+
+
 def test_hangar_error_is_one_clear_line(docker_client: object) -> None:
     proc = _hangar("sandbox", "exec", "--image", "hangar/nope:1", "--", "true")
     assert proc.returncode == 2

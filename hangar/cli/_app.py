@@ -143,7 +143,8 @@ def latest_run(sweep: Sweep, results: ResultsStore, *, any_day: bool) -> str:
 
 
 def main() -> None:
-    """Entry point of the `hangar` console script."""
+    """Run the command line with the commands loaded so far (`hangar.cli.main` loads the
+    one asked for)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from hangar.cli.help import conventional
 
