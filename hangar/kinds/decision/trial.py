@@ -41,6 +41,10 @@ def render_prompt(case: LoadedCase, arm: str) -> str:
     return "\n".join(parts) + "\n"
 
 
+#: The completion of a trial that has not called (each `Completion()` copies its defaults).
+_NOTHING_YET = Completion()
+
+
 class DecisionTrial(TrialRun):
     """One prompt trial's state; `run` walks its phases."""
 
@@ -51,7 +55,7 @@ class DecisionTrial(TrialRun):
         if not isinstance(spec.task, LoadedCase):
             raise TypeError(f"a prompt trial needs a decision case, not {spec.task.kind}")
         self.case = spec.task
-        self.completion = Completion()
+        self.completion = _NOTHING_YET
         self.grade: choice.Grade | None = None
         self.trace: TraceWriter | None = None
 
