@@ -43,6 +43,7 @@ from typing import Any
 from hangar.cluster.nodes import POOL_RESOURCE, of_this_machine
 from hangar.models import ModelSpec
 from hangar.models.complete import warm_up
+from hangar.models.policy import keep_own_transports
 from hangar.results import TrialResult
 from hangar.sandbox.build_once import use_coordinator
 from hangar.scheduler.board import Running, this_node, trial_label
@@ -148,6 +149,7 @@ class DriverPool:
             self._queue.put(None)
 
     def _work(self) -> None:
+        keep_own_transports()  # 32 threads calling at once: not all on one pool's lock
         while (item := self._queue.get()) is not None:
             future, spec, shipped = item
             if not future.set_running_or_notify_cancel():

@@ -108,10 +108,10 @@ _CLIENTS = threading.local()
 
 
 def warm_up(models: Iterable[ModelSpec]) -> None:
-    """Import the SDK of each model's API and open a transport for it (the process's TLS
-    context, this thread's connection pool), ahead of the first call: a pool does so
-    while the sweep's preflight runs, where its first trials each waited about 0.6 s on
-    it. Only a head start: what fails here (an SDK not installed) is left to the first call, which
+    """Import the SDK of each model's API and open this process's transport for it (TLS
+    context and connection pool), ahead of the first call: a pool does so while the
+    sweep's preflight runs, where its first trials each waited about 0.6 s on it. Only
+    a head start: what fails here (an SDK not installed) is left to the first call, which
     says so in its trial's result."""
     for api in sorted({m.chat_api for m in models if m.provider != "none"}):
         try:

@@ -414,24 +414,42 @@ class PolicyTransport:
 
 
 def shared_transport(http: str, pid: int) -> Any:
-    """The transport of HTTP module `http` (its connection pool) every model call of this
-    thread of process `pid` shares: a connection kept alive serves the next trial's call,
-    where a transport of each call's own paid a TCP (and with a provider, TLS) handshake
-    per call. Keyed by process, so that a forked child never writes on its parent's
-    connections, and by thread, so that 32 threads calling at once do not queue on one
-    pool's lock (a 2,000-prompt sweep's driver made a tenth fewer context switches, and
-    spent 5% less CPU); unbounded in connections, as each call was."""
-    held: dict[tuple[str, int], Any] = _TRANSPORTS.__dict__.setdefault("by_http", {})
+    """The transport of HTTP module `http` (its connection pool) every model call of
+    process `pid` shares, or of this thread where it keeps its own (`keep_own_transports`):
+    a connection kept alive serves the next trial's call, where a transport of each
+    call's own paid a TCP (and with a provider, TLS) handshake per call. Keyed by process,
+    so that a forked child never writes on its parent's connections; unbounded in
+    connections, as each call was."""
+    held: dict[tuple[str, int], Any] | None = getattr(_OWN, "transports", None)
+    if held is None:
+        return _process_transport(http, pid)
     transport = held.get((http, pid))
     if transport is None:
-        module = importlib.import_module(http)
-        limits = module.Limits(max_connections=None, max_keepalive_connections=64)
-        transport = held[http, pid] = module.HTTPTransport(verify=ssl_context(http), limits=limits)
+        transport = held[http, pid] = _new_transport(http)
     return transport
 
 
-#: Each thread's transports (`shared_transport`): they go, connections closed, with it.
-_TRANSPORTS = threading.local()
+def keep_own_transports() -> None:
+    """From now on, this thread's model calls have a connection pool of their own: for a
+    long-lived thread among many calling at once (`scheduler.pool.DriverPool`'s), which
+    would otherwise queue on the process pool's lock (32 threads: a 2,000-prompt sweep's
+    driver made a tenth fewer context switches, and spent 5% less CPU). It goes with the
+    thread, connections closed."""
+    _OWN.transports = {}
+
+
+_OWN = threading.local()
+
+
+@functools.cache
+def _process_transport(http: str, pid: int) -> Any:
+    return _new_transport(http)
+
+
+def _new_transport(http: str) -> Any:
+    module = importlib.import_module(http)
+    limits = module.Limits(max_connections=None, max_keepalive_connections=64)
+    return module.HTTPTransport(verify=ssl_context(http), limits=limits)
 
 
 @functools.cache

@@ -98,19 +98,19 @@ WARM = """
 import sys
 from hangar.models import ModelSpec
 from hangar.models.complete import warm_up
-from hangar.models.policy import _TRANSPORTS, ssl_context
+from hangar.models.policy import _process_transport
 models = [ModelSpec(id="claude-sonnet-4-5", provider="anthropic")]
 models.append(ModelSpec(id="x", provider="none"))
 warm_up(models)
 print(sorted(m for m in ("anthropic", "openai", "google.genai") if m in sys.modules))
-print(len(_TRANSPORTS.by_http), ssl_context.cache_info().currsize)
+print(_process_transport.cache_info().currsize)
 """
 
 
 def test_a_pool_loads_the_sdk_of_each_api_its_models_speak_before_a_call() -> None:
     # In a process of its own: what the test run imported must not count.
     out = subprocess.run([sys.executable, "-c", WARM], capture_output=True, text=True, check=True)
-    assert out.stdout.split("\n")[:2] == ["['anthropic']", "1 1"], out.stdout + out.stderr
+    assert out.stdout.split("\n")[:2] == ["['anthropic']", "1"], out.stdout + out.stderr
 
 
 def test_a_missing_sdk_is_left_to_the_first_call(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -127,3 +127,39 @@ def test_a_missing_sdk_is_left_to_the_first_call(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(complete.importlib, "import_module", missing)
     complete.warm_up([ModelSpec(id="gemini-2.5-pro", provider="google")])
     assert tried == ["google.genai"]
+
+
+def test_a_thread_that_keeps_its_own_transport_uses_it_and_others_share_one() -> None:
+    """The driver's pool threads each keep a connection pool (`keep_own_transports`);
+    any other thread (a rubric's judge calls, a model check) shares the process's, so
+    a short-lived thread still finds a connection kept alive."""
+    import os
+    import threading
+
+    from hangar.models.policy import keep_own_transports, shared_transport
+
+    seen: dict[str, list[object]] = {}
+
+    def calls(name: str, own: bool) -> None:
+        if own:
+            keep_own_transports()
+        seen[name] = [shared_transport("httpx2", os.getpid()) for _ in range(2)]
+
+    threads = [
+        threading.Thread(target=calls, args=(name, own))
+        for name, own in (
+            ("own-1", True),
+            ("own-2", True),
+            ("shared-1", False),
+            ("shared-2", False),
+        )
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    process = shared_transport("httpx2", os.getpid())
+    assert all(a is b for a, b in seen.values())  # the same one at each call
+    assert seen["shared-1"][0] is seen["shared-2"][0] is process
+    assert seen["own-1"][0] is not seen["own-2"][0]
+    assert process not in (seen["own-1"][0], seen["own-2"][0])
