@@ -40,7 +40,6 @@ def _hangar(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
     )
 
 
-@pytest.mark.docker
 def test_each_command_is_found_in_the_module_named_for_it() -> None:
     """`hangar <command>` loads only `COMMANDS[command]`: the map names the module that
     registers each command and group, and every one there is (but the kinds' groups)."""
@@ -75,6 +74,7 @@ def test_a_command_runs_with_its_module_alone(command: str) -> None:
     assert "hangar.cli.cluster" not in loaded and "hangar.cli.sandbox" not in loaded, loaded
 
 
+@pytest.mark.docker
 def test_hangar_error_is_one_clear_line(docker_client: object) -> None:
     proc = _hangar("sandbox", "exec", "--image", "hangar/nope:1", "--", "true")
     assert proc.returncode == 2
