@@ -115,9 +115,9 @@ def _archive(raw: IO[bytes], contents: Iterator[tuple[str, bytes]]) -> str:
     """Write the deterministic archive of `contents` (in order) to `raw`; its sha256.
 
     The bytes are those `tarfile` writes (PAX format, mode 0644, owner 0, time 0) for the
-    same members, gzipped at level 6 without a name or time; each member's header is `tarfile`'s own
-    for its name, with the size put in (`_header`), 15 times cheaper than `TarFile.addfile`
-    for the small files of a prompt trial's evidence."""
+    same members, gzipped at level 6 without a name or time; each member's header is
+    `tarfile`'s own for its name, with the size put in (`_header`), 15 times cheaper than
+    `TarFile.addfile` for the small files of a prompt trial's evidence."""
     hashing = _Hashing(raw)
     written = 0
     # No file name in the gzip header: the archive depends on its contents alone. Level 6
@@ -134,12 +134,15 @@ def _archive(raw: IO[bytes], contents: Iterator[tuple[str, bytes]]) -> str:
     return hashing.sha.hexdigest()
 
 
-@functools.lru_cache(maxsize=4096)
-def _template(rel: str) -> bytes:
-    """`tarfile`'s header for a bundled file `rel` of size 0."""
+def _tar_header(rel: str, size: int) -> bytes:
+    """`tarfile`'s own header (and PAX record, if any) for a bundled file."""
     info = tarfile.TarInfo(rel)
-    info.mode, info.mtime = 0o644, 0
+    info.size, info.mode, info.mtime = size, 0o644, 0
     return info.tobuf(tarfile.PAX_FORMAT)
+
+
+#: `tarfile`'s header of each bundled name at size 0 (`_header` puts the size in).
+_template = functools.lru_cache(maxsize=4096)(functools.partial(_tar_header, size=0))
 
 
 def _header(rel: str, size: int) -> bytes:
@@ -148,9 +151,7 @@ def _header(rel: str, size: int) -> bytes:
     that needs a PAX record, or a size past the field's 8 GiB, takes `tarfile`'s own."""
     block = bytearray(_template(rel))
     if len(block) != tarfile.BLOCKSIZE or size >= 8**11:
-        info = tarfile.TarInfo(rel)
-        info.size, info.mode, info.mtime = size, 0o644, 0
-        return info.tobuf(tarfile.PAX_FORMAT)
+        return _tar_header(rel, size)
     block[124:136] = b"%011o\0" % size
     block[148:156] = b" " * 8  # the checksum is taken with its own field as spaces
     block[148:155] = b"%06o\0" % sum(block)

@@ -90,9 +90,9 @@ def call_client(model: ModelSpec, refusals: list[str], trace: TraceWriter | None
     """`sdk_client` for one call made now, on this thread: the client is made once per
     thread and model settings, its transport given this call's policy and refusals at
     each call (a client of each call's own was a twentieth of a prompt trial's CPU)."""
-    policy, refused = RelayPolicy(model), _refused(refusals, trace)
     if model.chat_api == "gemini":
-        return gemini_client(model, policy, refused)
+        return sdk_client(model, refusals, trace)
+    policy, refused = RelayPolicy(model), _refused(refusals, trace)
     held: dict[tuple[Any, ...], Any] = _CLIENTS.__dict__.setdefault("by_settings", {})
     settings = (model.chat_api, model.api_key(), model.endpoint, model.timeout_s)
     found = held.get(settings)
