@@ -6,6 +6,10 @@ library (the kubernetes client) is only needed when that backend is used.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from pydantic import BaseModel
 
 from hangar.errors import ConfigError
@@ -28,10 +32,13 @@ BACKENDS: dict[str, str] = {
 }
 
 
-def backends() -> dict[str, str]:
+@functools.cache
+def backends() -> Mapping[str, str]:
     """Every backend: hangar's (`BACKENDS`) and installed packages' (entry points of
-    ``hangar.sandboxes``, `hangar.plugins`)."""
-    return {**BACKENDS, **plugin_targets("hangar.sandboxes", BACKENDS)}
+    ``hangar.sandboxes``, `hangar.plugins`), read once per process as the other
+    registries are (scanning every installed package's entry points took 5 ms, once for
+    each sandbox a trial or a warm pool made)."""
+    return MappingProxyType({**BACKENDS, **plugin_targets("hangar.sandboxes", BACKENDS)})
 
 
 def sandbox_class(backend: str) -> type[Sandbox]:

@@ -93,6 +93,8 @@ def docker_client() -> docker.DockerClient:
             "(`sudo systemctl start docker`, or `sudo dockerd &`), install it "
             "(Debian: `sudo apt-get install docker.io`), or point DOCKER_HOST at one."
         ) from exc
+    if client.api.base_url.startswith("http+docker://"):  # a unix socket: no proxy applies
+        client.api.trust_env = False  # (requests reads the proxy variables per request)
     return client
 
 

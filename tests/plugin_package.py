@@ -92,9 +92,10 @@ def clear_caches() -> None:
     from hangar import plugins
     from hangar.agents.presets import presets
     from hangar.kinds.execution.sources import sources
+    from hangar.sandbox import backends
     from hangar.trials.kind import registry
 
-    for cached in (presets, sources, registry):
+    for cached in (presets, sources, registry, backends):
         cached.cache_clear()
     plugins._WARNED.clear()
     importlib.invalidate_caches()
