@@ -99,8 +99,10 @@ def copy_untrusted_tree(
     more: `source` itself must be a real folder (not a link), links are copied as links
     and never followed, and the copy passes the same filter as `extract_untrusted`.
     With `skipped`, what cannot be copied (an entry the filter refuses, such as an
-    absolute link; one that cannot be read) is left out and named there instead of
-    failing the copy.
+    absolute link; one that cannot be read; a file that would take the copy past `limit`)
+    is left out and named there instead of failing the copy. Sizes are read before any
+    byte is: a sparse file of a terabyte is never read, and a FIFO or a device is never
+    opened.
     """
     if source.is_symlink() or not source.is_dir():
         raise SandboxError(f"{source.name} is not a folder (a link or a file was put there)")
@@ -110,6 +112,7 @@ def copy_untrusted_tree(
             raise SandboxError(f"cannot read {path}: {exc}") from exc
         skipped.append(f"{Path(path).relative_to(source.parent)}: {exc.strerror or exc}")
 
+    total = 0
     with tempfile.TemporaryFile() as spool:
         with tarfile.open(fileobj=spool, mode="w") as tar:
             tar.add(source, arcname=source.name, recursive=False)
@@ -117,6 +120,16 @@ def copy_untrusted_tree(
                 for name in sorted(dirs) + sorted(files):
                     path = Path(folder) / name
                     try:
+                        size = (
+                            path.lstat().st_size if path.is_file() and not path.is_symlink() else 0
+                        )
+                        if total + size > limit:
+                            message = f"larger than the cap of {limit} bytes in all"
+                            if skipped is None:
+                                raise SandboxFileTooLarge(f"the folder is {message}")
+                            skipped.append(f"{path.relative_to(source.parent)}: {message}")
+                            continue
+                        total += size
                         tar.add(path, arcname=str(path.relative_to(source.parent)), recursive=False)
                     except OSError as exc:
                         left_out(str(path), exc)

@@ -514,6 +514,11 @@ class Sandbox(ABC):
         data = self._read_bytes(self.resolve(path))
         return data.decode("utf-8") if text else data
 
+    def file_mode(self, path: str) -> tuple[bytes, int]:
+        """A file's bytes and its permission bits (where the backend cannot tell them,
+        0o644), as `read_file` reads it."""
+        return self.read_file(path, text=False), 0o644
+
     def write_file(self, path: str, data: str | bytes, *, mode: int = 0o644) -> None:
         """Write a file as the sandbox user, creating parent folders as needed."""
         payload = data.encode("utf-8") if isinstance(data, str) else data

@@ -569,6 +569,13 @@ class DockerSandbox(Sandbox):
         return stream, stat or {}
 
     def _read_bytes(self, path: str) -> bytes:
+        return self._read_member(path)[0]
+
+    def file_mode(self, path: str) -> tuple[bytes, int]:
+        """A file's bytes and its permission bits (see `Sandbox.file_mode`)."""
+        return self._read_member(self.resolve(path))
+
+    def _read_member(self, path: str) -> tuple[bytes, int]:
         for _ in range(8):  # follow symlinks, inside the container's own file system
             stream, stat = self._get(path)
             mode = int(stat.get("mode", 0))
@@ -593,7 +600,7 @@ class DockerSandbox(Sandbox):
                     handle = tar.extractfile(member)
                     if handle is None:
                         raise SandboxError(f"{path} is not a regular file")
-                    return handle.read()
+                    return handle.read(), member.mode & 0o777
         raise SandboxError(f"too many levels of symbolic links at {path}")
 
     def _write_bytes(self, path: str, data: bytes, mode: int) -> None:

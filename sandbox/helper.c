@@ -13,6 +13,7 @@
  *   hangar-helper remove PATH...                  rm -rf (never following a symlink)
  *   hangar-helper ids                             "UID GID" of the caller
  *   hangar-helper cat FILE                        a file's bytes on stdout
+ *   hangar-helper observe [-k DUR] DUR PROG...    a verifier run and watched (observe.c)
  *
  * The forwarder speaks the frames of hangar/models/forwarder.py: kind (1 byte) | channel
  * (4, big-endian) | length (4) | payload; READY=0, OPEN=1, DATA=2, EOF=3. A frame longer
@@ -368,6 +369,8 @@ static int forward(int argc, char **argv) {
     }
 }
 
+#include "observe.c"
+
 /* -- files ------------------------------------------------------------------------------ */
 
 static int make_dirs(int argc, char **argv) {
@@ -435,7 +438,7 @@ static int cat(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        dprintf(2, "usage: hangar-helper keeper|timeout|forward|mkdir|remove|ids|cat ...\n");
+        dprintf(2, "usage: hangar-helper keeper|timeout|forward|mkdir|remove|ids|cat|observe ...\n");
         return 2;
     }
     const char *what = argv[1];
@@ -447,6 +450,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "mkdir")) return make_dirs(argc, argv);
     if (!strcmp(what, "remove")) return remove_paths(argc, argv);
     if (!strcmp(what, "cat")) return cat(argc, argv);
+    if (!strcmp(what, "observe")) return observe(argc, argv);
     if (!strcmp(what, "ids")) {
         printf("%u %u\n", (unsigned)getuid(), (unsigned)getgid());
         return 0;

@@ -33,6 +33,8 @@ from hangar.errors import SandboxUnavailable
 from hangar.paths import cache_dir
 
 SOURCE = Path(__file__).with_name("helper.c")
+#: Every file of its source (`helper.c` includes the observer, `observe.c`).
+SOURCES = (SOURCE, SOURCE.with_name("observe.c"))
 #: Where the binary is in a sandbox (a read-only bind mount of the one file).
 PATH = "/run/hangar/helper"
 #: The user the keeper and the forwarders run as: not root, not the agent's user.
@@ -65,7 +67,7 @@ def _compilers() -> list[list[str]]:
 def helper_binary() -> Path:
     """The node's helper binary (built on first use). Raises `SandboxUnavailable` with
     what to install when no compiler can build it."""
-    source = SOURCE.read_bytes()
+    source = b"".join(path.read_bytes() for path in SOURCES)
     digest = hashlib.sha256(source + platform.machine().encode()).hexdigest()[:16]
     target = cache_dir() / "helpers" / digest / "hangar-helper"
     if target.is_file():

@@ -302,7 +302,7 @@ def stock_image(base_tag: str = DEFAULT_BASE_TAG) -> ImageBuildOutcome:
 
 
 def image_settings(reference: str) -> dict[str, str]:
-    """The working directory and user of the local image `reference`."""
+    """The working directory, user, PATH and PYTHONPATH of the local image `reference`."""
     try:
         config = docker_client().images.get(reference).attrs.get("Config") or {}
     except docker.errors.ImageNotFound as exc:
@@ -312,4 +312,10 @@ def image_settings(reference: str) -> dict[str, str]:
         ) from exc
     except docker.errors.APIError as exc:
         raise ImageBuildError(f"cannot inspect image {reference!r}: {exc}") from exc
-    return {"workdir": str(config.get("WorkingDir") or ""), "user": str(config.get("User") or "")}
+    env = dict(str(e).partition("=")[::2] for e in config.get("Env") or [])
+    return {
+        "workdir": str(config.get("WorkingDir") or ""),
+        "user": str(config.get("User") or ""),
+        "path": env.get("PATH", ""),
+        "pythonpath": env.get("PYTHONPATH", ""),
+    }

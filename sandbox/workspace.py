@@ -19,6 +19,7 @@ import hashlib
 import os
 import posixpath
 import shutil
+import stat
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -214,6 +215,11 @@ def workspace_state(dest: Path, revision: str) -> dict[str, str]:
 
 #: The most of a workspace diff kept (the rest is cut off and the cut recorded).
 DIFF_LIMIT = 100 * 1024 * 1024
+#: A file larger than this is left out of a diff, unread (a sparse file of a terabyte
+#: would keep git hashing zeros until its time ran out).
+DIFF_FILE_LIMIT = 256 * 1024 * 1024
+#: The most files of a workspace looked at for their size before a diff.
+DIFF_FILES = 2_000_000
 
 
 class WorkspaceChanges(BaseModel):
@@ -223,6 +229,8 @@ class WorkspaceChanges(BaseModel):
     """``git diff --name-status`` against the pinned commit."""
     diff_truncated: bool
     """The diff was longer than `DIFF_LIMIT` and was cut there."""
+    left_out: list[str] = []
+    """Files larger than `DIFF_FILE_LIMIT`, not read (and so not in the diff)."""
 
 
 def diff_against_pin(
@@ -288,8 +296,14 @@ def _diff_index(
 ) -> WorkspaceChanges:
     """Every file of `workspace` into the index of `env`, diffed against `base` (a commit
     or a tree) into `diff` (`force`: ignored files too); the repository and its index
-    removed afterwards."""
-    _git(*_SAFE, "add", "--all", *(("--force",) if force else ()), cwd=workspace, env=env)
+    removed afterwards. Files larger than `DIFF_FILE_LIMIT` are left out unread."""
+    big = _too_large(workspace)
+    spec: tuple[str, ...] = ()
+    if big:
+        listed = git_dir.parent / "pathspec"
+        listed.write_bytes(b"\0".join([b".", *(b":(exclude,literal)" + p for p in big)]) + b"\0")
+        spec = ("--pathspec-from-file", str(listed), "--pathspec-file-nul")
+    _git(*_SAFE, "add", "--all", *(("--force",) if force else ()), *spec, cwd=workspace, env=env)
     # One diff: the raw lines (a name and status each), a blank line, then the patch.
     whole = git_dir.parent / "diff-with-raw"
     with whole.open("wb") as out:
@@ -310,7 +324,21 @@ def _diff_index(
     whole.unlink()
     shutil.rmtree(git_dir, ignore_errors=True)
     Path(env["GIT_INDEX_FILE"]).unlink(missing_ok=True)
-    return WorkspaceChanges(changes=changes, diff_truncated=truncated)
+    left_out = [os.fsdecode(p) for p in big]
+    return WorkspaceChanges(changes=changes, diff_truncated=truncated, left_out=left_out)
+
+
+def _too_large(workspace: Path) -> list[bytes]:
+    """The workspace's regular files larger than `DIFF_FILE_LIMIT` (relative paths), read
+    by their size alone. More than `DIFF_FILES` files is a `WorkspaceError`."""
+    state = tree_state(workspace, DIFF_FILES)
+    if state is None:
+        raise WorkspaceError(f"the workspace has more than {DIFF_FILES} files: no diff is taken")
+    return [
+        p
+        for p, (_, _, size, mode) in state.items()
+        if stat.S_ISREG(mode) and size > DIFF_FILE_LIMIT
+    ]
 
 
 def _split_raw(whole: Path, diff: Path) -> tuple[str, bool]:
@@ -396,6 +424,56 @@ def hand_over(dest: Path, owner: int) -> None:
         os.chown(dest, owner, owner)
     else:
         subprocess.run(["chmod", "-R", "a+rwX", str(dest)], check=True)
+
+
+#: The most files of a folder whose states are read (past it, every path under it counts
+#: as changed).
+WORKSPACE_FILES = 1_000_000
+#: A file's state, read without opening it: its inode, change time, size and mode. Any
+#: write, chmod, chown, link or rename of a file changes its change time, which no user
+#: can set, and a new file has a new inode: a state that is the same is the same file.
+FileState = tuple[int, int, int, int]
+
+
+def tree_state(root: Path, limit: int) -> dict[bytes, FileState] | None:
+    """Every entry under `root` (its path relative to `root`, as bytes) and its state,
+    read without following a link; None when there are more than `limit`."""
+    base = os.fsencode(root)
+    found: dict[bytes, FileState] = {}
+    folders = [b""]
+    while folders:
+        folder = folders.pop()
+        try:
+            entries = list(os.scandir(base + b"/" + folder if folder else base))
+        except OSError:
+            continue
+        for entry in entries:
+            path = folder + b"/" + entry.name if folder else entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            found[path] = (st.st_ino, st.st_ctime_ns, st.st_size, st.st_mode)
+            if len(found) > limit:
+                return None
+            if stat.S_ISDIR(st.st_mode):
+                folders.append(path)
+    return found
+
+
+def changed_entries(
+    before: dict[bytes, FileState], root: Path, limit: int
+) -> dict[bytes, str] | None:
+    """What under `root` is not as `before` (`tree_state`): each file, link or special
+    file added (``A``) or changed (``C``); folders are not listed. None past `limit`."""
+    after = tree_state(root, limit)
+    if after is None:
+        return None
+    return {
+        path: "C" if path in before else "A"
+        for path, state in after.items()
+        if before.get(path) != state and not stat.S_ISDIR(state[3])
+    }
 
 
 def in_scope(path: str, patterns: list[str]) -> bool:

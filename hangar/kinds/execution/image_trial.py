@@ -78,9 +78,19 @@ from hangar.sandbox.base import ExecResult
 from hangar.sandbox.disk import RESERVE_UID, TrialDisk
 from hangar.sandbox.egress import EgressProxy, proxy_env
 from hangar.sandbox.helper import helper_argv
+from hangar.sandbox.observe import canonical
 from hangar.sandbox.services import ServiceNetwork
 from hangar.sandbox.task_images import ensure_task_image, image_settings
-from hangar.sandbox.workspace import MirrorCache, diff_against_tree, hand_over, make_workspace
+from hangar.sandbox.workspace import (
+    WORKSPACE_FILES,
+    FileState,
+    MirrorCache,
+    changed_entries,
+    diff_against_tree,
+    hand_over,
+    make_workspace,
+    tree_state,
+)
 from hangar.trials.boundary import Outcome, unless_provider_failed
 from hangar.trials.sandboxed import SandboxedTrial, free_port
 from hangar.trials.spec import TrialSpec
@@ -138,8 +148,20 @@ class ImageTaskTrial(SandboxedTrial):
         self.egress_tunnels: list[RelayTunnel] = []
         #: The snapshot of the agent's sandbox a shared verifier starts from.
         self.snapshot: str | None = None
-        #: What the agent changed that the shared verifier would execute.
+        #: What of the agent's changes the shared verifier's machinery used.
         self.takeover: list[str] = []
+        #: What the verifier's processes were still doing when its time ran out.
+        self.stalled: list[str] = []
+        #: What the agent's code did to the verifier's own output folder.
+        self.interfered: list[str] = []
+        #: The image's PATH and PYTHONPATH (`image_settings`).
+        self.image_env: dict[str, str] = {}
+        #: The egress proxies' ports in the sandbox that has them open.
+        self.egress_ports: list[int] = []
+        #: The workspace's files as the agent was given them, and what it changed at
+        #: earlier steps (a shared verifier is told of each).
+        self.workspace_state: dict[bytes, FileState] | None = None
+        self.workspace_changed: dict[bytes, str] | None = {}
         self.tests = self.folder / "tests"
         self.place: VerifierPlace | None = None
 
@@ -283,11 +305,8 @@ class ImageTaskTrial(SandboxedTrial):
         words = steps_words(records, len(self.whole.steps), strategy, stopped)
         threshold = self.whole.threshold
         if self.takeovers:
-            shown = "; ".join(self.takeovers[:5])
             self.verdict = Verdict.FAIL
-            self.reason = (
-                f"not counted ({words}): the agent changed what the verifier executes: {shown}"
-            )
+            self.reason = f"not counted ({words}): {USED} {_shown(self.takeovers)}"
         elif any(
             r["verdict"] == Verdict.FAIL.value and (r["reward"] or 0) >= threshold for r in records
         ):
@@ -362,6 +381,7 @@ class ImageTaskTrial(SandboxedTrial):
         except ImageNotFound as exc:
             raise Outcome(Verdict.BLOCKED_SETUP, str(exc)) from exc
         self.write("image.json", {"reference": image, **settings})
+        self.image_env = settings
         workdir = str(self.task.workdir or settings["workdir"] or "/").rstrip("/")
         if not workdir:
             raise Outcome(
@@ -406,8 +426,28 @@ class ImageTaskTrial(SandboxedTrial):
                 f"{res.stderr.strip()}",
             )
         uid = int(res.stdout.split()[0])
+        self.workspace_changes()  # an earlier step's (the folder is given again)
         hand_over(self.workspace, uid)
         hand_over(self.logs, uid)
+        if self.task.verifier.mode == "shared" and self.task.grading is None:
+            self.workspace_state = tree_state(self.workspace, WORKSPACE_FILES)
+
+    def workspace_changes(self) -> dict[str, str]:
+        """Every file of the workspace the agent added or changed since it was given it
+        (at every step so far), by path in the sandbox: each file's state compared, none
+        read (`tree_state`). Past `WORKSPACE_FILES` files, every path under the workspace
+        is taken as changed."""
+        state, changed = self.workspace_state, self.workspace_changed
+        if state is not None and changed is not None:
+            now = changed_entries(state, self.workspace, WORKSPACE_FILES)
+            self.workspace_changed = None if now is None else {**changed, **now}
+        self.workspace_state = None
+        if self.workspace_changed is None:
+            return {self.workdir + "/": "C"}  # every path under it
+        return {
+            canonical(self.workdir.encode() + b"/" + path): kind
+            for path, kind in self.workspace_changed.items()
+        }
 
     def budget(self) -> float:
         """The trial's whole time: build excluded, agent and verifier included."""
@@ -464,6 +504,7 @@ class ImageTaskTrial(SandboxedTrial):
         ).start()
         self.egress.append(proxy)
         port = EGRESS_PORT if box.isolated else free_port()
+        self.egress_ports.append(port)
         try:
             self.egress_tunnels.append(RelayTunnel.open(box, port, proxy.socket_path))
         except MissingPython as exc:
@@ -496,6 +537,7 @@ class ImageTaskTrial(SandboxedTrial):
                 self.write("network/tunnel.json", {"problem": tunnel.problem})
         while self.egress:
             self.egress.pop().stop()
+        self.egress_ports.clear()
 
     def tear_down(self, *, wait: bool) -> None:
         """The proxies and the snapshot too."""
@@ -578,13 +620,16 @@ class ImageTaskTrial(SandboxedTrial):
         self.place = place_of(self)
         return self.place.open(self, sandbox)
 
-    def verifier_spec(self, image: str, workspace: bool) -> SandboxSpec:
-        """A verifier's sandbox of `image`: the tests (read-only), its logs, and the
-        workspace when `workspace`."""
+    def verifier_spec(
+        self, image: str, workspace: bool, more: tuple[Mount, ...] = ()
+    ) -> SandboxSpec:
+        """A verifier's sandbox of `image`: the tests (read-only), its logs, the workspace
+        when `workspace`, and `more` of hangar's (its place's)."""
         verifier = self.task.verifier
         mounts = [
             Mount(source=self.tests, target=TESTS, read_only=True),
             Mount(source=self.verifier_logs, target=f"{LOGS}/verifier"),
+            *more,
         ]
         if workspace:
             mounts.insert(0, Mount(source=self.workspace, target=self.workdir))
@@ -621,20 +666,17 @@ class ImageTaskTrial(SandboxedTrial):
             self.write("status-final.json", {"damage": [f"no diff could be taken: {exc}"]})
 
     def run_tests(self, box: Sandbox) -> ExecResult:
-        """The test script from the read-only ``/tests``, as the verifier's user."""
+        """The test script, run as its place runs it (`VerifierPlace.run`)."""
+        assert self.place is not None
         verifier = self.task.verifier
         network = self.open_egress(box, "verifier", verifier.network)
-        res = box.exec(
-            ["bash", f"{TESTS}/{verifier.script}"],
-            timeout=verifier.timeout_s,
-            env={**(self.place.env if self.place else {}), **verifier.env, **network},
-            user=verifier.user,
-        )
+        res = self.place.run(self, box, {**self.place.env, **verifier.env, **network})
         self.close_egress()
-        self.write("verifier/test.json", _record(res))
         self.write("verifier/stdout.txt", res.stdout)
         self.write("verifier/stderr.txt", res.stderr)
         box.stop()  # nothing writes the logs while the host reads them
+        res = self.place.judged(self, res)
+        self.write("verifier/test.json", _record(res))
         return res
 
     def judge(self, res: ExecResult) -> None:
@@ -646,7 +688,22 @@ class ImageTaskTrial(SandboxedTrial):
             self.write("verifier/skipped.json", skipped)
         self.reward = self.read_reward(logs)
         how = "timed out" if res.timed_out else f"exit {res.returncode}"
-        if self.reward.value is None and self.task.verifier.mode == "separate":
+        if res.timed_out and self.stalled:
+            how += " while still at " + ", ".join(self.stalled[:3])
+        if self.reward.value is None and self.interfered:
+            self.verdict = Verdict.FAIL
+            self.reason = (
+                f"no reward: the agent's code changed the verifier's output: "
+                f"{'; '.join(self.interfered[:3])} ({verifier_tail(res, how)})"
+            )
+        elif self.reward.value is None and self.task.verifier.mode == "separate" and res.timed_out:
+            # The task's tests ran on the agent's artifacts in a sandbox of their own and
+            # ran out of time (the reference solution's do not: `hangar dataset validate`).
+            self.verdict = Verdict.FAIL
+            self.reason = (
+                f"the tests ran out of time on the agent's artifacts ({verifier_tail(res, how)})"
+            )
+        elif self.reward.value is None and self.task.verifier.mode == "separate":
             # The verifier ran in its own sandbox: its failure is the task's, not the agent's.
             self.verdict = Verdict.VERIFIER_ERROR
             self.reason = f"verifier failure: {self.reward.problem} ({verifier_tail(res, how)})"
@@ -658,6 +715,8 @@ class ImageTaskTrial(SandboxedTrial):
                 f"verifier failure in the agent's environment: {self.reward.problem} "
                 f"({verifier_tail(res, how)})"
             )
+            if self.takeover:
+                self.reason += f"; {USED} {_shown(self.takeover)}"
         elif self.reward.value >= self.task.threshold:
             self.verdict, self.reason = Verdict.PASS, self.reward_words()
             self.not_earned(res, logs)
@@ -671,16 +730,12 @@ class ImageTaskTrial(SandboxedTrial):
         )
 
     def not_earned(self, res: ExecResult, logs: Path) -> None:
-        """A pass is not counted when the agent changed what the verifier executes, or
-        when a reward of 1 stands beside a test log that reports failures."""
+        """A pass is not counted when the judge's machinery used what the agent changed
+        (`hangar.kinds.execution.takeover`), or when a reward of 1 stands beside a test log
+        that reports failures."""
         if self.takeover:
-            shown = "; ".join(self.takeover[:5])
-            more = f" and {len(self.takeover) - 5} more" if len(self.takeover) > 5 else ""
             self.verdict = Verdict.FAIL
-            self.reason = (
-                f"not counted ({self.reason}): the agent changed what the verifier executes: "
-                f"{shown}{more}"
-            )
+            self.reason = f"not counted ({self.reason}): {USED} {_shown(self.takeover)}"
             return
         assert self.reward is not None and self.reward.value is not None
         if self.task.grading is None and self.reward.value >= 1:
@@ -720,6 +775,15 @@ class ImageTaskTrial(SandboxedTrial):
             scores = (Score(metric="pass", value=float(self.verdict is Verdict.PASS)),)
             scores += self.reward.scores if self.reward is not None else ()
         return {"checks": self.checks, "scores": scores}
+
+
+#: How a pass the judge's machinery did not earn is told.
+USED = "the judge's machinery used what the agent changed:"
+
+
+def _shown(takeover: list[str]) -> str:
+    more = f" and {len(takeover) - 5} more" if len(takeover) > 5 else ""
+    return "; ".join(takeover[:5]) + more
 
 
 def verifier_tail(res: ExecResult, how: str) -> str:

@@ -18,11 +18,14 @@ The places:
 - `Shared` (Harbor's ``shared``, the default): the verifier judges the system the agent
   left (installed packages and changed configuration are the task), in a new container
   made from a snapshot of the agent's (``docker commit``), with the workspace. The
-  agent's changes (``docker diff``) are in the evidence; what of them the verifier would
-  execute is named (`hangar.kinds.execution.takeover`), and a pass beside it is not
-  counted; bytecode caches and pytest configuration the agent put above ``/tests`` are
-  removed before the tests. Python runs without the current folder on its path and
-  without a user site (`PYTHON_ENV`).
+  agent's changes (``docker diff``, and the workspace's by each file's state) are in the
+  evidence; the test script runs under hangar's observer (`hangar.sandbox.observe`),
+  started with the image's own shell, and what its processes did with those changes is
+  judged (`hangar.kinds.execution.takeover`): a pass beside the judge's machinery using
+  any of them is not counted, the agent's code is refused the verifier's network, and
+  nothing the agent made can stall the tests. Bytecode caches the agent wrote are
+  removed first. Python runs without the current folder on its path and without a user
+  site (`PYTHON_ENV`), with hangar's start-up mark first on ``PYTHONPATH``.
 - `Separate` (Harbor's ``separate``): a fresh sandbox of the verifier's image (the task's
   by default) with only the declared artifacts copied over.
 - `RepositoryOnly` (SWE-bench instances): a fresh sandbox of the task's image with the
@@ -36,18 +39,35 @@ goes, say) while it starts in a pristine sandbox of the task's image is the agen
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from abc import ABC, abstractmethod
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, ClassVar
 
 from hangar.errors import ImageNotFound, SandboxError
-from hangar.kinds.execution.takeover import neutralised, takeover
+from hangar.kinds.execution.takeover import RUNNER_MARK, AgentChanges, judge, neutralised
 from hangar.results import Verdict
-from hangar.sandbox import Sandbox, create_sandbox
+from hangar.sandbox import Mount, Sandbox, create_sandbox
 from hangar.sandbox.archive import copy_untrusted_tree
-from hangar.sandbox.base import Change
+from hangar.sandbox.base import ExecResult
 from hangar.sandbox.helper import helper_argv
+from hangar.sandbox.observe import (
+    COMPLETE,
+    NO_PROGRAM,
+    RECORD_LIMIT,
+    RECORD_MOUNT,
+    STARTUP,
+    STARTUP_MOUNT,
+    Record,
+    RecordError,
+    Settings,
+    canonical,
+    observe_argv,
+    read_record,
+)
+from hangar.sandbox.workspace import WORKSPACE_FILES, tree_state
 from hangar.trials.boundary import Outcome
 
 if TYPE_CHECKING:
@@ -76,10 +96,25 @@ class VerifierPlace(ABC):
     def open(self, trial: ImageTaskTrial, agent: Sandbox) -> Sandbox:
         """The verifier's sandbox, started, once the agent's `agent` is stopped."""
 
+    def mounts(self, trial: ImageTaskTrial) -> tuple[Mount, ...]:
+        """Folders of hangar's the verifier's sandbox has besides the tests and logs."""
+        return ()
+
+    def run(self, trial: ImageTaskTrial, box: Sandbox, env: dict[str, str]) -> ExecResult:
+        """The test script from the read-only ``/tests``, as the verifier's user."""
+        verifier = trial.task.verifier
+        script = f"{TESTS}/{verifier.script}"
+        return box.exec(["bash", script], timeout=verifier.timeout_s, env=env, user=verifier.user)
+
+    def judged(self, trial: ImageTaskTrial, res: ExecResult) -> ExecResult:
+        """The script's result as the verdict reads it, once its sandbox is stopped."""
+        return res
+
     def start(self, trial: ImageTaskTrial, image: str) -> Sandbox:
         """A verifier sandbox of `image`: its tests, its logs, the workspace if any. A
         start that fails where one of the task's own image succeeds is the agent's."""
-        box = create_sandbox(trial.spec.backend, trial.verifier_spec(image, self.workspace))
+        spec = trial.verifier_spec(image, self.workspace, self.mounts(trial))
+        box = create_sandbox(trial.spec.backend, spec)
         trial.sandboxes.append(box)
         try:
             box.start()
@@ -97,8 +132,108 @@ class VerifierPlace(ABC):
         return box
 
 
-class Shared(VerifierPlace):
-    """A snapshot of the agent's sandbox, its changes read (see the module docstring)."""
+class Observed(VerifierPlace):
+    """A place whose test script runs under hangar's observer (`hangar.sandbox.observe`),
+    started with the image's own shell, and whose pass stands only where the judge's
+    machinery used nothing of `changes`, the agent's (set by `open`; see
+    `hangar.kinds.execution.takeover`)."""
+
+    def __init__(self) -> None:
+        self.changes = AgentChanges(kinds={}, workspace="")
+        self.removed: list[str] = []
+        self.settings: Settings | None = None
+
+    def mounts(self, trial: ImageTaskTrial) -> tuple[Mount, ...]:
+        """hangar's start-up mark for Python, and the folder the observer's record goes
+        to (on the verifier's own disk)."""
+        record = trial.verifier_disk.root / "observed"
+        shutil.rmtree(record, ignore_errors=True)
+        record.mkdir()
+        record.chmod(0o777)  # the verifier's user, whoever it is, writes the record
+        return (
+            Mount(source=STARTUP, target=STARTUP_MOUNT, read_only=True),
+            Mount(source=record, target=RECORD_MOUNT),
+        )
+
+    def run(self, trial: ImageTaskTrial, box: Sandbox, env: dict[str, str]) -> ExecResult:
+        """The test script under the observer, which keeps the verifier's time itself (the
+        agent's code is refused the egress proxy's port)."""
+        verifier = trial.task.verifier
+        image = trial.image_env
+        python_path = env.get("PYTHONPATH", image.get("pythonpath", ""))
+        self.settings = Settings(
+            tests=TESTS,
+            changed=sorted(self.changes.kinds),
+            path=env.get("PATH") or image.get("path") or Settings.path,
+            home=box.spec.home,
+            guards=tuple(trial.egress_ports),
+            marks=(RUNNER_MARK,),
+        )
+        env = {**env, "PYTHONPATH": ":".join(p for p in (STARTUP_MOUNT, python_path) if p)}
+        kill_after = box.spec.kill_after_s
+        argv = observe_argv(verifier.timeout_s, kill_after, "bash", f"{TESTS}/{verifier.script}")
+        return box.exec(
+            argv,
+            timeout=verifier.timeout_s + kill_after + 15,  # the observer's own end is first
+            env=env,
+            user=verifier.user,
+            stdin=self.settings.encode(),
+        )
+
+    def judged(self, trial: ImageTaskTrial, res: ExecResult) -> ExecResult:
+        """The observer's record judged: each use of the agent's changes by the judge's
+        machinery is a takeover (`ImageTaskTrial.takeover`), as is a record that is not
+        whole. The test script's own end stands for the exec's."""
+        record, raw, problems = self.record(trial, res)
+        found: dict[str, object] = {"removed": self.removed}
+        if record is not None:
+            judgement = judge(self.changes, TESTS, record)
+            if not judgement.complete:
+                problems.append("the verifier did more than its observer can record")
+            problems[:0] = [str(f) for f in judgement.findings]
+            trial.stalled = judgement.in_progress
+            trial.interfered = judgement.interfered(f"{LOGS}/verifier")
+            found |= {
+                "refused_network": judgement.refused_network,
+                "ran_agent_code": judgement.tainted,
+                "in_progress_at_deadline": judgement.in_progress,
+                "script": record.status,
+                "summary": record.summary,
+            }
+            trial.write("verifier/observed.txt", raw.decode("ascii", "replace"))
+            status = record.status
+            code = int(status) if status.isdigit() else 128 + int(status.rpartition("-")[2] or 9)
+            res = res.model_copy(update={"returncode": code, "timed_out": record.deadline})
+        trial.takeover = problems
+        trial.write("verifier/takeover.json", {"findings": problems, **found})
+        return res
+
+    def record(
+        self, trial: ImageTaskTrial, res: ExecResult
+    ) -> tuple[Record | None, bytes, list[str]]:
+        """The observer's record (from the verifier's disk on the host, never through a
+        link, never more than the observer writes), or why there is none."""
+        assert self.settings is not None
+        if res.returncode == NO_PROGRAM:
+            return (
+                None,
+                b"",
+                ["the agent changed every bash on the image's PATH: no shell of the image's own"],
+            )
+        if res.returncode != COMPLETE:
+            return None, b"", [f"the verifier's observer ended early (exit {res.returncode})"]
+        path = trial.verifier_disk.root / "observed" / self.settings.record_name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as stream:
+                raw = stream.read(RECORD_LIMIT + (1 << 20))
+            return read_record(raw), raw, []
+        except (OSError, RecordError) as exc:
+            return None, b"", [f"the verifier's observation cannot be read: {exc}"]
+
+
+class Shared(Observed):
+    """A snapshot of the agent's sandbox (see the module docstring)."""
 
     def open(self, trial: ImageTaskTrial, agent: Sandbox) -> Sandbox:
         changes = agent.changes()
@@ -106,34 +241,28 @@ class Shared(VerifierPlace):
             "agent/changes.json",
             {"count": len(changes), "changes": [[c.kind, c.path] for c in changes[:CHANGES_KEPT]]},
         )
+        workspace = trial.workspace_changes()
         trial.snapshot = agent.snapshot()
         trial.release(agent, stop=False)
         box = self.start(trial, trial.snapshot)
-        removed = neutralised(changes)
-        for i in range(0, len(removed), _BATCH):
-            res = box.exec(helper_argv("remove", *removed[i : i + _BATCH]), user="0")
+        self.removed = neutralised(changes)
+        for i in range(0, len(self.removed), _BATCH):
+            res = box.exec(helper_argv("remove", *self.removed[i : i + _BATCH]), user="0")
             if not res.ok:
                 raise SandboxError(f"cannot clear what the agent left: {res.stderr.strip()}")
-        trial.takeover = self.findings(trial, box, changes)
-        trial.write("verifier/takeover.json", {"removed": removed, "findings": trial.takeover})
+        gone = set(self.removed)
+        self.changes = AgentChanges.of(
+            (c for c in changes if c.path not in gone),
+            trial.workdir,
+            workspace,
+            trial.task.agent_may_change,
+        )
         return box
 
-    @staticmethod
-    def findings(trial: ImageTaskTrial, box: Sandbox, changes: list[Change]) -> list[str]:
-        """What of `changes` the verifier would execute (read in the verifier's sandbox,
-        by hangar's helper)."""
 
-        def read(path: str) -> str | None:
-            res = box.exec(helper_argv("cat", path), user="0")
-            return res.stdout if res.ok and not res.stdout_truncated else None
-
-        script = trial.task.local(trial.task.verifier.tests) / trial.task.verifier.script
-        text = script.read_text(encoding="utf-8", errors="replace")
-        return takeover(changes, text, read, trial.task.agent_may_change)
-
-
-class Separate(VerifierPlace):
-    """The verifier's own image with the declared artifacts (see the module docstring)."""
+class Separate(Observed):
+    """The verifier's own image with the declared artifacts (see the module docstring):
+    what the artifacts bring is the agent's."""
 
     workspace = False
 
@@ -148,9 +277,29 @@ class Separate(VerifierPlace):
             image = trial.build(trial.task.verifier.image, "verifier-image")
         trial.write("verifier/image.json", {"reference": image})
         box = self.start(trial, image)
+        placed: dict[str, str] = {}
         for i, artifact in enumerate(trial.task.verifier.artifacts):
             _place_artifact(box, handoff / str(i), artifact.target, trial)
+            placed |= _placed(handoff / str(i), artifact.target)
+        self.changes = AgentChanges(kinds=placed, workspace=trial.workdir)
         return box
+
+
+def _placed(handoff: Path, target: str) -> dict[str, str]:
+    """The paths an artifact put in the verifier's sandbox (each the agent's, added)."""
+    if (handoff / "file").is_file():
+        return {canonical(target): "A"}
+    folder = handoff / "dir"
+    if not folder.is_dir():
+        return {}
+    state = tree_state(folder, WORKSPACE_FILES)
+    if state is None:
+        return {target.rstrip("/") + "/": "A"}  # every path under it
+    return {
+        canonical(os.fsencode(target.rstrip("/")) + b"/" + path): "A"
+        for path, (_, _, _, mode) in state.items()
+        if not stat.S_ISDIR(mode)
+    }
 
 
 class RepositoryOnly(VerifierPlace):
@@ -219,16 +368,18 @@ def _copy_artifact(
             elif path.is_file() and not path.is_symlink():
                 target.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, target / "file")
+                (target / "mode").write_text(f"{path.lstat().st_mode & 0o755:o}")
             return
     try:
         sandbox.copy_out(source, target / "dir")
     except SandboxError:
         try:
-            data = sandbox.read_file(source, text=False)
+            data, mode = sandbox.file_mode(source)
         except SandboxError:
             return
         target.mkdir(parents=True, exist_ok=True)
         (target / "file").write_bytes(data)
+        (target / "mode").write_text(f"{mode & 0o755:o}")
 
 
 def _place_artifact(box: Sandbox, handoff: Path, target: str, trial: ImageTaskTrial) -> None:
@@ -238,4 +389,6 @@ def _place_artifact(box: Sandbox, handoff: Path, target: str, trial: ImageTaskTr
         box.copy_in(handoff / "dir", target)
     elif (handoff / "file").is_file():
         trial.mkdirs(box, str(Path(target).parent))
-        box.write_file(target, (handoff / "file").read_bytes())
+        kept = handoff / "mode"
+        mode = int(kept.read_text(), 8) if kept.is_file() else 0o644  # executable stays so
+        box.write_file(target, (handoff / "file").read_bytes(), mode=mode)
