@@ -86,6 +86,10 @@ class SandboxFileTooLarge(SandboxError):
     """A file read from a sandbox is larger than the read cap."""
 
 
+class TooManyChanges(SandboxError):
+    """A sandbox changed more files than are read back (`hangar.sandbox.layers`)."""
+
+
 class MissingPython(SandboxError):
     """The sandbox image has no python3 to run the model relay's forwarder."""
 

@@ -39,6 +39,7 @@ from hangar.errors import (
     SandboxFileTooLarge,
     SandboxIsADirectory,
     SandboxUnavailable,
+    TooManyChanges,
 )
 from hangar.sandbox.archive import extract_untrusted, tar_directory
 from hangar.sandbox.base import (
@@ -65,6 +66,7 @@ from hangar.sandbox.ending import (
 )
 from hangar.sandbox.helper import HELPER_USER, helper_argv, helper_binary
 from hangar.sandbox.helper import PATH as HELPER_PATH
+from hangar.sandbox.layers import LAYER_ENTRIES, overlay_changes
 from hangar.sandbox.lease import MOUNT as LEASE_MOUNT
 from hangar.sandbox.lease import Lease, keeper_argv
 
@@ -657,7 +659,23 @@ class DockerSandbox(Sandbox):
                 raise _unavailable(f"kill container {container.id}", exc) from exc
 
     def changes(self) -> list[Change]:
-        """``docker diff`` of the container (see `Sandbox.changes`)."""
+        """What the container changed (see `Sandbox.changes`): read from its overlay
+        layer where this machine has it (`hangar.sandbox.layers`), else ``docker diff``.
+        More changes than a layer is read for (`LAYER_ENTRIES`) are `TooManyChanges`."""
+        driver = self.container.attrs.get("GraphDriver") or {}
+        data = driver.get("Data") or {}
+        if driver.get("Name") == "overlay2" and data.get("UpperDir"):
+            lowers = [Path(p) for p in str(data.get("LowerDir") or "").split(":") if p]
+            read = overlay_changes(Path(data["UpperDir"]), lowers)
+            if read is not None:
+                found, whole = read
+                if not whole:
+                    raise TooManyChanges(f"the sandbox changed more than {LAYER_ENTRIES} files")
+                return found
+        return self.engine_changes()
+
+    def engine_changes(self) -> list[Change]:
+        """``docker diff`` of the container: the engine's own listing of its changes."""
         try:
             found = self.container.diff() or []
         except docker.errors.APIError as exc:

@@ -42,6 +42,10 @@ def canonical(path: str | bytes) -> str:
     """A path as the observer and the engine spell it: each byte that is not part of
     valid UTF-8 is U+FFFD (as the engine's JSON writes a name of invalid UTF-8)."""
     raw = path if isinstance(path, bytes) else path.encode("utf-8", "surrogateescape")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
     out: list[str] = []
     i = 0
     while i < len(raw):

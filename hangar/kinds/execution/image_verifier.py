@@ -46,12 +46,12 @@ from abc import ABC, abstractmethod
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, ClassVar
 
-from hangar.errors import ImageNotFound, SandboxError
+from hangar.errors import ImageNotFound, SandboxError, TooManyChanges
 from hangar.kinds.execution.takeover import RUNNER_MARK, AgentChanges, judge, neutralised
 from hangar.results import Verdict
 from hangar.sandbox import Mount, Sandbox, create_sandbox
 from hangar.sandbox.archive import copy_untrusted_tree
-from hangar.sandbox.base import ExecResult
+from hangar.sandbox.base import Change, ExecResult
 from hangar.sandbox.helper import helper_argv
 from hangar.sandbox.observe import (
     COMPLETE,
@@ -142,6 +142,8 @@ class Observed(VerifierPlace):
         self.changes = AgentChanges(kinds={}, workspace="")
         self.removed: list[str] = []
         self.settings: Settings | None = None
+        #: What keeps a pass from standing whatever the record shows.
+        self.problems: list[str] = []
 
     def mounts(self, trial: ImageTaskTrial) -> tuple[Mount, ...]:
         """hangar's start-up mark for Python, and the folder the observer's record goes
@@ -185,6 +187,7 @@ class Observed(VerifierPlace):
         machinery is a takeover (`ImageTaskTrial.takeover`), as is a record that is not
         whole. The test script's own end stands for the exec's."""
         record, raw, problems = self.record(trial, res)
+        problems += self.problems
         found: dict[str, object] = {"removed": self.removed}
         if record is not None:
             judgement = judge(self.changes, TESTS, record)
@@ -236,7 +239,11 @@ class Shared(Observed):
     """A snapshot of the agent's sandbox (see the module docstring)."""
 
     def open(self, trial: ImageTaskTrial, agent: Sandbox) -> Sandbox:
-        changes = agent.changes()
+        try:
+            changes = agent.changes()
+        except TooManyChanges as exc:  # every path is taken as the agent's: no pass
+            self.problems.append(f"{exc}: too many to judge")
+            changes = [Change(kind="A", path="/")]
         trial.write(
             "agent/changes.json",
             {"count": len(changes), "changes": [[c.kind, c.path] for c in changes[:CHANGES_KEPT]]},
