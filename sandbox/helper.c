@@ -12,7 +12,7 @@
  *   hangar-helper mkdir PATH...                   mkdir -p
  *   hangar-helper remove PATH...                  rm -rf (never following a symlink)
  *   hangar-helper ids                             "UID GID" of the caller
- *   hangar-helper cat FILE                        a file's bytes on stdout
+ *   hangar-helper cat FILE                        a regular file's bytes (1 MiB at most)
  *   hangar-helper observe [-k DUR] DUR PROG...    a verifier run and watched (observe.c)
  *
  * The forwarder speaks the frames of hangar/models/forwarder.py: kind (1 byte) | channel
@@ -425,13 +425,27 @@ static int remove_paths(int argc, char **argv) {
     return status;
 }
 
+/* A regular file's first CAT_LIMIT bytes: never a FIFO, socket or device (opened without
+ * waiting, refused unless regular), never more than the limit. */
+#define CAT_LIMIT (1 << 20)
 static int cat(int argc, char **argv) {
     if (argc != 1) return 2;
-    int fd = open(argv[0], O_RDONLY | O_CLOEXEC);
+    int fd = open(argv[0], O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return fail(argv[0]);
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        dprintf(2, "hangar-helper cat: %s is not a regular file\n", argv[0]);
+        return 1;
+    }
     char buf[CHUNK];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0) write_all(1, buf, (size_t)n);
+    ssize_t n = 0;
+    size_t total = 0;
+    while (total < CAT_LIMIT && (n = read(fd, buf, sizeof buf)) > 0) {
+        size_t keep = (size_t)n > CAT_LIMIT - total ? CAT_LIMIT - total : (size_t)n;
+        write_all(1, buf, keep);
+        total += keep;
+    }
     close(fd);
     return n < 0 ? 1 : 0;
 }

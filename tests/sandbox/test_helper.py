@@ -99,6 +99,13 @@ def test_files(tmp_path: Path) -> None:
     (deep / "link").symlink_to(tmp_path / "keep")
     cat = subprocess.run([HELPER, "cat", str(deep / "f")], capture_output=True)
     assert cat.stdout == b"hi"
+    os.mkfifo(tmp_path / "fifo")  # never opened to wait on, nor read from a device
+    for special in (tmp_path / "fifo", Path("/dev/zero")):
+        cat = subprocess.run([HELPER, "cat", str(special)], capture_output=True, timeout=10)
+        assert cat.returncode == 1 and b"not a regular file" in cat.stderr
+    (tmp_path / "big").write_bytes(b"x" * (3 << 20))
+    cat = subprocess.run([HELPER, "cat", str(tmp_path / "big")], capture_output=True)
+    assert len(cat.stdout) == 1 << 20
     assert (
         subprocess.run([HELPER, "remove", str(tmp_path / "a"), str(tmp_path / "none")]).returncode
         == 0

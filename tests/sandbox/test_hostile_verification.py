@@ -354,7 +354,7 @@ TAKEOVERS: dict[str, tuple[str, str, str | None]] = {
         f"{_FAKE_EXIT_0} > /app/py && chmod +x /app/py && ln -s /app/py /opt/tools/bin/python3",
         "/app/py",
     ),
-    "path-pytest-console-script": (
+    "path-python-link": (
         "calc-path",
         f"{_FAKE_EXIT_0} > /opt/tools/bin/python3.11 && chmod +x /opt/tools/bin/python3.11 && "
         "ln -s python3.11 /opt/tools/bin/python3",

@@ -42,6 +42,11 @@ def backend_problems(task: ImageTask, backend: str) -> list[str]:
     for who, user in users.items():
         if user in _ROOT:
             found.append(f"{who} runs as root; {where} every command runs as the sandbox user")
+    if task.grading is None:
+        found.append(
+            f"the verifier's tests run under hangar's observer (the helper that watches what "
+            f"the judge's processes use of the agent's changes), which pods {where} lack"
+        )
     found.append(
         f"the hand-over to the verifier (a stopped sandbox's files read back, a new "
         f"verifier sandbox) is implemented on the docker backend only, not {where}"

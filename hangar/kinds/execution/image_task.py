@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict, Field
 
 from hangar.files import tree_digest
+from hangar.sandbox import observe
 from hangar.sandbox.service_specs import ServiceRun
 from hangar.trials.limits import ScenarioLimits
 from hangar.trials.spec import Task
@@ -253,9 +254,9 @@ class ImageTask(Task):
     workdir: str | None = None
     """Where the workspace is in the sandbox (default: the image's WORKDIR)."""
     agent_may_change: tuple[str, ...] = ()
-    """Paths (fnmatch patterns) the agent may change although a shared verifier executes
-    them (``[metadata.hangar] agent_may_change``): a task that asks for a tool the tests
-    run, say (`hangar.kinds.execution.takeover`)."""
+    """Paths (fnmatch patterns) the agent may change although the verifier's machinery
+    uses them (``[metadata.hangar] agent_may_change``): a task that asks for a newer
+    version of a tool the tests run, say (`hangar.kinds.execution.takeover`)."""
     grading: SwebenchGrading | None = None
     """How the test log is graded on the host (None: the reward file the script writes)."""
     allow_public: bool = False
@@ -377,6 +378,9 @@ _JUDGING_CODE = (
     "steps.py",
     "healthcheck.py",
 )
+#: The sandbox's code that judges it too: the verifier's observer, hangar's start-up mark
+#: for Python, the reading of a container's changes.
+_JUDGING_SANDBOX = ("observe.c", "observe.py", "startup/sitecustomize.py", "layers.py")
 
 
 _LATER_FIELDS = (
@@ -392,7 +396,7 @@ _LATER_FIELDS = (
 
 def image_task_digest(task: ImageTask) -> str:
     """sha256 of the task's settings, every byte of its folder, and its judging code."""
-    here = Path(__file__).parent
+    here, sandbox = Path(__file__).parent, Path(observe.__file__).parent
     # fields added since digests were first taken count only when set, so tasks without
     # them keep their digests (and their validations)
     later = {
@@ -409,6 +413,7 @@ def image_task_digest(task: ImageTask) -> str:
     payload = {
         "task": task.model_dump(mode="json", exclude=exclude),
         "folder": tree_digest(task.folder),
-        "judging": [[name, tree_digest(here / name)] for name in _JUDGING_CODE],
+        "judging": [[name, tree_digest(here / name)] for name in _JUDGING_CODE]
+        + [[name, tree_digest(sandbox / name)] for name in _JUDGING_SANDBOX],
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()

@@ -12,13 +12,16 @@ Hand-over (`hangar.kinds.execution.image_verifier`): the agent's sandbox is stop
 every process of the agent is gone, its logs are copied out, and the tests run in a new
 sandbox with a fresh read-only ``/tests`` and a ``/logs/verifier`` on a disk of their
 own: a snapshot of the agent's for ``shared`` (the verifier sees the file system the
-agent left, as Harbor's does, and what of it the verifier would execute is named), the
-verifier's image with the declared artifacts for ``separate``, the task's image with the
-workspace for a SWE-bench instance. The reward is read on the host from what the script
-wrote. No reward is the agent's ``fail`` after ``shared`` (it could have broken the
-environment the tests ran in) and a ``verifier_error`` after ``separate`` (the task's
-problem); a pass beside a takeover, or a reward of 1 beside a log that reports failures,
-is not counted.
+agent left, as Harbor's does), the verifier's image with the declared artifacts for
+``separate`` (both with the test script under hangar's observer, which records what the
+judge's processes used of the agent's changes), the task's image with the workspace for
+a SWE-bench instance. The reward is read on the host from what the script wrote. No
+reward is the agent's ``fail`` after ``shared`` (it could have broken the environment the
+tests ran in), and after ``separate`` where the agent's artifacts ran the tests out of
+time or its code changed the verifier's output; otherwise a ``verifier_error`` after
+``separate`` (the task's problem). A pass beside a takeover (the judge's machinery used
+what the agent changed), or a reward of 1 beside a log that reports failures, is not
+counted.
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ A step whose rewards fall below its ``min_reward`` (a missing one counts as belo
 the trial, as does a step that could not be verified. The trial's reward comes from the
 steps' rewards: each reward's mean over the steps that ran (``mean``, Harbor's default;
 a step whose tests wrote no reward counts 0: only what the agent achieved counts for it)
-or the last step's (``final``). A takeover found at any step voids a pass: a change the
-agent made in an early step stays in the environment of every later one.
+or the last step's (``final``). A takeover found at any step (the judge's machinery used
+what the agent changed) voids a pass: a change the agent made in an early step stays in
+the environment of every later one.
 
 Evidence: each step but the last that ran is moved to ``steps/<name>/`` (its trace, its
 agent and verifier files, its logs); the last stays where a single-step trial's is; and
