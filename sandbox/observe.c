@@ -74,6 +74,7 @@
 #define OBS_TASKS 65536
 #define OBS_GUARDS 8
 #define OBS_MARKS 8
+#define OBS_WRITTEN (1u << 20) /* paths the agent's code wrote, remembered at most */
 #define OBS_ROOTS 64
 
 /* The kernel's PTRACE_GET_SYSCALL_INFO (Linux 5.3), declared here as every libc spells it
@@ -317,6 +318,17 @@ static void set_add(Set *set, const char *s) {
 
 static int by_text(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A path the agent's code wrote: the agent's from now on. Past OBS_WRITTEN of them the
+ * record is not whole (a pass cannot stand on it). */
+static void remember_written(const char *path) {
+    set_remove(&obs.rewritten, path);
+    if (obs.written.size >= OBS_WRITTEN) {
+        obs.dropped++;
+        return;
+    }
+    set_add(&obs.written, path);
 }
 
 /* Whether the agent changed `path` (canonical): added or changed before the tests, or
@@ -898,8 +910,7 @@ static void on_open_exit(Task *t, long result) {
     if (writes && S_ISREG(st.st_mode)) {
         if (t->proc->tainted) {
             if (!agent_made(path)) event('W', pid, 1, path);
-            set_remove(&obs.rewritten, path);
-            set_add(&obs.written, path);
+            remember_written(path);
         } else if (made && !t->via && ((t->flags & O_TRUNC) || ((t->flags & O_CREAT) && (t->flags & O_EXCL)))) {
             event('J', pid, 1, path);
             set_add(&obs.rewritten, path);
@@ -1095,8 +1106,7 @@ static void on_naming(Task *t, SyscallInfo *info) {
     pid_t pid = t->proc->pid;
     if (t->proc->tainted || (source[0] && agent_made(source))) {
         if (!agent_made(target)) event('W', pid, 1, target);
-        set_remove(&obs.rewritten, target);
-        set_add(&obs.written, target);
+        remember_written(target);
     } else if (source[0] && agent_made(target) && nr != SYS_linkat
 #ifdef SYS_link
                && nr != SYS_link
@@ -1262,6 +1272,10 @@ static void trace_loop(double kill_after) {
             continue;
         }
         if (!WIFSTOPPED(status)) continue;
+        if (obs.root_done) { /* a process the script left, seen late: it ends too */
+            kill(tid, SIGKILL);
+            continue;
+        }
         int sig = WSTOPSIG(status), ev = status >> 16;
         if (!t->ready) { /* a new task before its creator's event: held */
             t->stopped = 1;

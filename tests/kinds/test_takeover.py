@@ -360,3 +360,12 @@ def test_the_agents_changes_less_what_the_task_declares() -> None:
         declared=("/usr/local/bin/*",),
     )
     assert changes.kinds == {"/etc/passwd": "C", "/app/calc.py": "C"}
+
+
+def test_code_with_no_file_run_by_the_machinery_is_named() -> None:
+    lines = [
+        *bash(),
+        line("F", 12, "10"),
+        line("E", 12, "/proc/self/fd/3", "", "/memfd:x (deleted)", "", "", ""),
+    ]
+    assert set(found(judged(lines, {}))) == {"/memfd:x (deleted)"}

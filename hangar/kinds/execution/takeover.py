@@ -157,10 +157,12 @@ class Judgement:
     """Files the agent's code wrote while the tests ran."""
 
     def interfered(self, logs: str) -> list[str]:
-        """What the agent's code did to the verifier's own output folder `logs`: a file
-        of its written there, or a special file it made refused."""
+        """What the agent's code did to the verifier's reward in its output folder `logs`:
+        a special file it made there, refused, or a reward file it wrote (a test runner
+        that imported the agent's code writing its own report there is not this)."""
+        rewards = {f"{logs}/reward.txt", f"{logs}/reward.json"}
         return [f"{p} (a special file the agent made)" for p in self.refused if _under(p, logs)] + [
-            f"{p} (written by the agent's code)" for p in self.written if _under(p, logs)
+            f"{p} (written by the agent's code)" for p in self.written if p in rewards
         ]
 
 
@@ -291,6 +293,9 @@ class _Judge:
             proc.role = Role.TAKEN
         elif content:
             proc.role = Role.SUBJECT  # a program the agent made, named like none of the image's
+        elif exe.startswith("/memfd:") or exe.endswith(" (deleted)"):
+            self.find(exe, f"code with no file of the image's, run as `{name}` by {who}")
+            proc.role = Role.TAKEN
         elif was is Role.SHELL and fresh:
             proc.role = Role.SHELL  # the image's shell, started by hangar for the script
         else:
