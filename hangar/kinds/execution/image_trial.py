@@ -77,7 +77,7 @@ from hangar.models.tunnel import RelayTunnel
 from hangar.results import COUNTED_VERDICTS, CheckOutcome, Score, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxSpec, create_sandbox
 from hangar.sandbox.archive import copy_untrusted_tree, extract_untrusted
-from hangar.sandbox.base import ExecResult
+from hangar.sandbox.base import Change, ExecResult
 from hangar.sandbox.disk import RESERVE_UID, TrialDisk
 from hangar.sandbox.egress import EgressProxy, proxy_env
 from hangar.sandbox.helper import helper_argv
@@ -164,6 +164,9 @@ class ImageTaskTrial(SandboxedTrial):
         #: The workspace's files as the agent was given them, and what it changed at
         #: earlier steps (a shared verifier is told of each).
         self.workspace_state: dict[bytes, FileState] | None = None
+        #: The agent's changes to its container at every step so far (a shared verifier
+        #: is told of them all: an earlier step's are in a later step's image).
+        self.earlier_changes: list[Change] = []
         self.workspace_changed: dict[bytes, str] | None = {}
         self.tests = self.folder / "tests"
         self.place: VerifierPlace | None = None

@@ -252,6 +252,8 @@ class Shared(Observed):
         trial.snapshot = agent.snapshot()
         trial.release(agent, stop=False)
         box = self.start(trial, trial.snapshot)
+        # an earlier step's changes are in this step's image: still the agent's
+        changes = trial.earlier_changes = [*trial.earlier_changes, *changes]
         self.removed = neutralised(changes)
         for i in range(0, len(self.removed), _BATCH):
             res = box.exec(helper_argv("remove", *self.removed[i : i + _BATCH]), user="0")

@@ -98,7 +98,10 @@ class AgentChanges:
         declared: tuple[str, ...] = (),
     ) -> AgentChanges:
         """The agent's changes, less the paths the task declares as its to change."""
-        kinds: dict[str, str] = {c.path: c.kind for c in container if c.kind != "D"}
+        kinds: dict[str, str] = {}
+        for change in container:  # the first kind stays (added at one step, changed later)
+            if change.kind != "D":
+                kinds.setdefault(change.path, change.kind)
         kinds.update(workspace_changes)
         if declared:
             kinds = {
