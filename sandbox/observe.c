@@ -566,20 +566,12 @@ static void on_nr(Filter *f, long nr, struct sock_filter then) {
     emit_op(f, then);
 }
 
-/* if nr == `nr` and (args[arg] & bits): `then`; reloads nr after */
-static void on_bits(Filter *f, long nr, int arg, unsigned bits, struct sock_filter then) {
+/* if nr == `nr` and args[arg] (its low word) passes `test` with `value` (BPF_JEQ: equals
+ * it; BPF_JSET: has those bits): `then`; reloads nr after */
+static void on_arg(Filter *f, long nr, int arg, int test, unsigned value, struct sock_filter then) {
     emit_op(f, JUMP(BPF_JEQ, (unsigned)nr, 0, 4));
     emit_op(f, LD_ARG(arg));
-    emit_op(f, JUMP(BPF_JSET, bits, 0, 1));
-    emit_op(f, then);
-    emit_op(f, LD_NR);
-}
-
-/* if nr == `nr` and args[arg] (low word) == `value`: `then`; reloads nr after */
-static void on_arg(Filter *f, long nr, int arg, unsigned value, struct sock_filter then) {
-    emit_op(f, JUMP(BPF_JEQ, (unsigned)nr, 0, 4));
-    emit_op(f, LD_ARG(arg));
-    emit_op(f, JUMP(BPF_JEQ, value, 0, 1));
+    emit_op(f, OP(BPF_JUMP(BPF_JMP | test | BPF_K, value, 0, 1)));
     emit_op(f, then);
     emit_op(f, LD_NR);
 }
@@ -614,8 +606,8 @@ static void build_filter(Filter *f, pid_t tracer, pid_t group, pid_t parent) {
     emit_op(f, JUMP(BPF_JSET, MAP_ANONYMOUS, 1, 0));
     emit_op(f, trace);
     emit_op(f, LD_NR);
-    on_bits(f, SYS_sendto, 3, MSG_FASTOPEN, trace);
-    on_bits(f, SYS_sendmsg, 2, MSG_FASTOPEN, trace);
+    on_arg(f, SYS_sendto, 3, BPF_JSET, MSG_FASTOPEN, trace);
+    on_arg(f, SYS_sendmsg, 2, BPF_JSET, MSG_FASTOPEN, trace);
     /* what would escape the watch */
     long refused[] = {
         SYS_ptrace, SYS_process_vm_readv, SYS_process_vm_writev, SYS_io_uring_setup,
@@ -628,22 +620,22 @@ static void build_filter(Filter *f, pid_t tracer, pid_t group, pid_t parent) {
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) on_nr(f, refused[i], deny);
     on_nr(f, SYS_clone3, ERRNO(ENOSYS)); /* libc falls back to clone */
-    on_bits(f, SYS_clone, 0,
+    on_arg(f, SYS_clone, 0, BPF_JSET,
             CLONE_NEWNS | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                 CLONE_NEWUTS | CLONE_NEWCGROUP,
             deny);
-    on_arg(f, SYS_prctl, 0, PR_SET_SECCOMP, deny);
-    on_arg(f, SYS_prctl, 0, PR_SET_DUMPABLE, ERRNO(0)); /* stays readable to the watch */
+    on_arg(f, SYS_prctl, 0, BPF_JEQ, PR_SET_SECCOMP, deny);
+    on_arg(f, SYS_prctl, 0, BPF_JEQ, PR_SET_DUMPABLE, ERRNO(0)); /* stays readable to the watch */
     /* no signal reaches this process */
     long signalling[] = {SYS_kill, SYS_tkill, SYS_tgkill, SYS_rt_sigqueueinfo,
                          SYS_rt_tgsigqueueinfo, SYS_pidfd_open};
     for (size_t i = 0; i < sizeof signalling / sizeof *signalling; i++) {
-        on_arg(f, signalling[i], 0, (unsigned)tracer, deny);
-        on_arg(f, signalling[i], 0, (unsigned)-tracer, deny);
-        on_arg(f, signalling[i], 0, (unsigned)-group, deny);
-        on_arg(f, signalling[i], 0, (unsigned)parent, deny); /* the timeout around it */
+        on_arg(f, signalling[i], 0, BPF_JEQ, (unsigned)tracer, deny);
+        on_arg(f, signalling[i], 0, BPF_JEQ, (unsigned)-tracer, deny);
+        on_arg(f, signalling[i], 0, BPF_JEQ, (unsigned)-group, deny);
+        on_arg(f, signalling[i], 0, BPF_JEQ, (unsigned)parent, deny); /* the timeout around it */
     }
-    on_arg(f, SYS_kill, 0, (unsigned)-1, deny);
+    on_arg(f, SYS_kill, 0, BPF_JEQ, (unsigned)-1, deny);
     emit_op(f, RET(SECCOMP_RET_ALLOW));
 }
 
@@ -1233,111 +1225,124 @@ static void adopt(Task *t, pid_t creator) {
     t->ready = 1;
 }
 
+/* The verifier's time is up: what waited is noted, then TERM, and KILL after a while. */
+static void on_deadline(int *terminating, double kill_after) {
+    if (*terminating) {
+        kill_all(SIGKILL);
+        return;
+    }
+    *terminating = 1;
+    event('D', obs.root, 0);
+    in_progress();
+    kill_all(SIGTERM);
+    if (kill_after > 0) arm(kill_after);
+    else kill_all(SIGKILL);
+}
+
+/* A new process or thread: its creator's state, and it goes on once both sides met. */
+static void on_new_task(pid_t creator) {
+    unsigned long child = 0;
+    ptrace(PTRACE_GETEVENTMSG, creator, 0, &child);
+    Task *c = task((pid_t)child, 1);
+    if (!c || c->ready) return;
+    c->fresh = !c->stopped;
+    adopt(c, creator);
+    if (c->stopped) {
+        c->stopped = 0;
+        resume(c, PTRACE_CONT, 0);
+    }
+}
+
+/* A program ran (a thread that ran it takes the process's id: its state moves). */
+static Task *on_exec_stop(Task *t) {
+    unsigned long former = 0;
+    ptrace(PTRACE_GETEVENTMSG, t->tid, 0, &former);
+    Task *old = task((pid_t)former, 0);
+    pid_t tid = t->tid;
+    if (old && old != t) {
+        free(t->exec_path);
+        t->exec_path = old->exec_path;
+        old->exec_path = NULL;
+        t->exec_via = old->exec_via;
+        task_forget(old);
+        t = task(tid, 0);
+    }
+    if (t) on_exec_event(t);
+    return t;
+}
+
+/* One stop of a traced task, handled, and the task resumed. */
+static void on_stop(Task *t, int status) {
+    int sig = WSTOPSIG(status), ev = status >> 16;
+    if (!t->ready) { /* a new task before its creator's event: held */
+        t->stopped = 1;
+        t->fresh = 0;
+        return;
+    }
+    if (t->fresh && sig == SIGSTOP && !ev) { /* a new task's first stop */
+        t->fresh = 0;
+        resume(t, PTRACE_CONT, 0);
+        return;
+    }
+    if (sig == SIGTRAP && ev == PTRACE_EVENT_SECCOMP) {
+        t->in_syscall = on_seccomp(t);
+        resume(t, t->in_syscall ? PTRACE_SYSCALL : PTRACE_CONT, 0);
+        return;
+    }
+    if (sig == SIGTRAP && ev) {
+        pid_t tid = t->tid;
+        if (ev == PTRACE_EVENT_FORK || ev == PTRACE_EVENT_VFORK || ev == PTRACE_EVENT_CLONE) {
+            on_new_task(tid);
+            t = task(tid, 0);
+        } else if (ev == PTRACE_EVENT_EXEC) {
+            t = on_exec_stop(t);
+        }
+        if (t) resume(t, PTRACE_CONT, 0);
+        return;
+    }
+    if (sig == (SIGTRAP | 0x80)) { /* a syscall's exit */
+        on_syscall_exit(t);
+        resume(t, PTRACE_CONT, 0);
+        return;
+    }
+    siginfo_t si;
+    if (ptrace(PTRACE_GETSIGINFO, t->tid, 0, &si) < 0) {
+        resume(t, PTRACE_CONT, 0); /* a group stop: keep it running */
+        return;
+    }
+    resume(t, PTRACE_CONT, sig); /* the signal, delivered */
+}
+
+/* Until every traced task has ended. */
 static void trace_loop(double kill_after) {
     int terminating = 0;
     for (;;) {
         if (obs_alarm) {
             obs_alarm = 0;
-            if (!terminating) {
-                event('D', obs.root, 0);
-                in_progress();
-                terminating = 1;
-                kill_all(SIGTERM);
-                if (kill_after > 0) arm(kill_after);
-                else kill_all(SIGKILL);
-            } else {
-                kill_all(SIGKILL);
-            }
+            on_deadline(&terminating, kill_after);
         }
         int status;
         pid_t tid = waitpid(-1, &status, __WALL);
         if (tid < 0) {
             if (errno == EINTR) continue;
-            if (errno == ECHILD) return;
-            fail("waitpid");
+            if (errno != ECHILD) fail("waitpid");
             return;
         }
         Task *t = task(tid, 1);
-        if (!t) {
+        if (!t) { /* more tasks than the table holds: the pids limit keeps it far off */
             kill(tid, SIGKILL);
-            continue;
-        }
-        if (WIFEXITED(status) || WIFSIGNALED(status)) {
+        } else if (WIFEXITED(status) || WIFSIGNALED(status)) {
             if (tid == obs.root) {
                 obs.root_status = status;
                 obs.root_done = 1;
                 kill_all(SIGKILL); /* what the script left running ends with it */
             }
             task_forget(t);
-            continue;
+        } else if (WIFSTOPPED(status) && obs.root_done) {
+            kill(tid, SIGKILL); /* a process the script left, seen late: it ends too */
+        } else if (WIFSTOPPED(status)) {
+            on_stop(t, status);
         }
-        if (!WIFSTOPPED(status)) continue;
-        if (obs.root_done) { /* a process the script left, seen late: it ends too */
-            kill(tid, SIGKILL);
-            continue;
-        }
-        int sig = WSTOPSIG(status), ev = status >> 16;
-        if (!t->ready) { /* a new task before its creator's event: held */
-            t->stopped = 1;
-            t->fresh = 0;
-            continue;
-        }
-        if (t->fresh && sig == SIGSTOP && !ev) { /* a new task's first stop */
-            t->fresh = 0;
-            resume(t, PTRACE_CONT, 0);
-            continue;
-        }
-        if (sig == SIGTRAP && ev) {
-            if (ev == PTRACE_EVENT_SECCOMP) {
-                if (on_seccomp(t)) {
-                    t->in_syscall = 1;
-                    resume(t, PTRACE_SYSCALL, 0);
-                } else {
-                    resume(t, PTRACE_CONT, 0);
-                }
-                continue;
-            }
-            if (ev == PTRACE_EVENT_FORK || ev == PTRACE_EVENT_VFORK || ev == PTRACE_EVENT_CLONE) {
-                unsigned long child = 0;
-                ptrace(PTRACE_GETEVENTMSG, tid, 0, &child);
-                Task *c = task((pid_t)child, 1);
-                if (c && !c->ready) {
-                    c->fresh = !c->stopped;
-                    adopt(c, tid);
-                    if (c->stopped) {
-                        c->stopped = 0;
-                        resume(c, PTRACE_CONT, 0);
-                    }
-                }
-                t = task(tid, 0);
-            } else if (ev == PTRACE_EVENT_EXEC) {
-                unsigned long former = 0;
-                ptrace(PTRACE_GETEVENTMSG, tid, 0, &former);
-                Task *old = task((pid_t)former, 0);
-                if (old && old != t && old->tid != tid) { /* a thread ran the exec */
-                    free(t->exec_path);
-                    t->exec_path = old->exec_path;
-                    old->exec_path = NULL;
-                    t->exec_via = old->exec_via;
-                    task_forget(old);
-                    t = task(tid, 0);
-                }
-                if (t) on_exec_event(t);
-            }
-            if (t) resume(t, PTRACE_CONT, 0);
-            continue;
-        }
-        if (sig == (SIGTRAP | 0x80)) { /* a syscall's exit */
-            on_syscall_exit(t);
-            resume(t, PTRACE_CONT, 0);
-            continue;
-        }
-        siginfo_t si;
-        if (ptrace(PTRACE_GETSIGINFO, tid, 0, &si) < 0) {
-            resume(t, PTRACE_CONT, 0); /* a group stop: keep it running */
-            continue;
-        }
-        resume(t, PTRACE_CONT, sig); /* the signal, delivered */
     }
 }
 

@@ -877,7 +877,9 @@ def test_a_program_the_task_asks_the_agent_to_replace_is_declared(
         tmp_path / "tasks",
         "shared",
         "calc-upgrade",
-        dockerfile="COPY calc-tool /usr/local/bin/calc-tool\nRUN chmod 755 /usr/local/bin/calc-tool\n",
+        dockerfile=(
+            "COPY calc-tool /usr/local/bin/calc-tool\nRUN chmod 755 /usr/local/bin/calc-tool\n"
+        ),
         files={"calc-tool": b"#!/bin/sh\necho old\n"},
         before="calc-tool | grep -qx new || { echo 0 > /logs/verifier/reward.txt; exit 0; }\n",
         solve=f"{HONEST_FIX} && {upgrade}",

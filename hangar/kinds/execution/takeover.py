@@ -48,7 +48,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import PurePosixPath
 
@@ -135,14 +135,8 @@ class Process:
     tentative: list[Finding] = field(default_factory=list)  # read before the runner showed
 
     def forked(self) -> Process:
-        return Process(
-            role=self.role,
-            name=self.name,
-            started=self.started,
-            runner=self.runner,
-            tests_seen=self.tests_seen,
-            roots=list(self.roots),
-        )
+        """A new process's: its program's state, none of its own reads yet."""
+        return replace(self, fresh=False, roots=list(self.roots), pending=[], tentative=[])
 
 
 @dataclass
