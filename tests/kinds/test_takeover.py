@@ -369,3 +369,24 @@ def test_code_with_no_file_run_by_the_machinery_is_named() -> None:
         line("E", 12, "/proc/self/fd/3", "", "/memfd:x (deleted)", "", "", ""),
     ]
     assert set(found(judged(lines, {}))) == {"/memfd:x (deleted)"}
+
+
+def test_a_program_of_the_agents_that_runs_the_tasks_tests_is_the_machinery() -> None:
+    """An interpreter the agent put where the test script finds one (a version the image
+    lacks, which the script would otherwise install) is named like nothing of the
+    image's; it is the judge's all the same once it runs the task's test files."""
+    python = "/opt/py/bin/python3.99"
+    tool = "/usr/local/bin/calc-tool"
+    lines = [
+        *bash(),
+        line("F", 12, "10"),
+        line("E", 12, python, python, python, LOADER, "", ""),
+        line("O", 12, "m", "/run/hangar/py/started", ""),
+        line("O", 12, "m", "/tests/test_outputs.py", ""),
+        line("F", 13, "10"),
+        line("E", 13, tool, tool, "/usr/bin/dash", LOADER, "", tool),
+        line("O", 13, "m", "/tests/input.txt", ""),  # a test's input, given to the agent's tool
+    ]
+    assert found(judged(lines, {python: "A", tool: "A"})) == {
+        python: "the agent's program, which ran the task's tests (/tests/test_outputs.py)"
+    }

@@ -168,6 +168,23 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     # a test script that looks a user up (NSS) before the tests
     "calc-nss": {"before": "id -un >/dev/null 2>&1\n"},
+    # a test script that installs its interpreter where it finds none
+    "calc-own-python": {
+        "before": (
+            "[ -x /opt/py/bin/python3.99 ] || { mkdir -p /opt/py/bin && "
+            "ln -s /usr/bin/python3.11 /opt/py/bin/python3.99; }\n"
+            "/opt/py/bin/python3.99 -m pytest -p no:cacheprovider "
+            "/tests/test_outputs.py -rA && echo 1 > /logs/verifier/reward.txt || "
+            "echo 0 > /logs/verifier/reward.txt; exit 0\n"
+        )
+    },
+    # a test script that asks for caches of its own
+    "calc-cache": {
+        "before": (
+            '[ "$XDG_CACHE_HOME" = /run/hangar/cache ] && [ -z "$(ls -A $XDG_CACHE_HOME)" ] '
+            "|| { echo 0 > /logs/verifier/reward.txt; exit 0; }\n"
+        )
+    },
     # a stall: a short verifier time, so that what waits is cut
     "calc-short": {"timeout": 20},
     # controls: the tests import a package pip installs, run a tool, read /etc
@@ -461,6 +478,13 @@ TAKEOVERS: dict[str, tuple[str, str, str | None]] = {
         "touch /app/pytest/__init__.py",
         "/app/pytest/",
     ),
+    "preinstalled-interpreter": (  # named like nothing of the image's, running the tests
+        "calc-own-python",
+        "mkdir -p /opt/py/bin && printf '#!/bin/sh\\nexec /usr/bin/python3.11 -m pytest "
+        "--collect-only -q -p no:cacheprovider /tests/test_outputs.py\\n' "
+        "> /opt/py/bin/python3.99 && chmod +x /opt/py/bin/python3.99",
+        "/opt/py/bin/python3.99 (the agent's program, which ran the task's tests",
+    ),
     # 5. what would stall the verifier
     "fifo-pth": ("calc", f"mkdir -p {SITE} && mkfifo {SITE}/zz.pth", f"{SITE}/zz.pth"),
     "entry-points-to-dev-zero": (
@@ -484,6 +508,7 @@ POTENT: dict[str, tuple[str, dict[str, str]]] = {
     "runner-dependency": ("true", {}),
     "workspace-sitecustomize": ("true", {"PYTHONPATH": "/app"}),
     "workspace-pytest": ("true", {"PYTHONPATH": "/app"}),
+    "preinstalled-interpreter": ("true", {}),
     "sourced-env": (
         "mkdir -p /root/.local/bin && "
         "echo 'export PATH=$HOME/.local/bin:$PATH' > /root/.local/bin/env",
@@ -782,6 +807,10 @@ ORDINARY = (
 )
 
 
+FILL_CACHES = "mkdir -p /root/.cache/pip /root/.cache/uv && echo x > /root/.cache/uv/planted"
+PKG, TOOL, CONF = (VARIANTS[v]["solve"] for v in ("calc-pkg", "calc-tool", "calc-conf"))
+
+
 @pytest.mark.parametrize("mode", ["shared", "separate"])
 @pytest.mark.parametrize(
     ("variant", "agent", "verdict"),
@@ -804,6 +833,15 @@ ORDINARY = (
         ("calc-pypath", CommandAgent(name="fix", command=HONEST_FIX), Verdict.PASS),
         ("calc-sourced", CommandAgent(name="fix", command=HONEST_FIX), Verdict.PASS),
         ("calc-nss", CommandAgent(name="fix", command=HONEST_FIX), Verdict.PASS),
+        ("calc-own-python", CommandAgent(name="fix", command=HONEST_FIX), Verdict.PASS),
+        (
+            "calc-cache",
+            CommandAgent(name="fix", command=f"{HONEST_FIX} && {FILL_CACHES}"),
+            Verdict.PASS,
+        ),
+        ("calc-pkg", CommandAgent(name="fix-pip", command=PKG), Verdict.PASS),
+        ("calc-tool", CommandAgent(name="fix-tool", command=TOOL), Verdict.PASS),
+        ("calc-conf", CommandAgent(name="fix-conf", command=CONF), Verdict.PASS),
     ],
     ids=[
         "oracle",
@@ -820,6 +858,11 @@ ORDINARY = (
         "fix-pythonpath",
         "fix-sourced",
         "fix-nss",
+        "fix-own-python",
+        "fix-and-caches",
+        "fix-and-pip-install",
+        "fix-and-tool",
+        "fix-and-etc-config",
     ],
 )
 def test_controls(

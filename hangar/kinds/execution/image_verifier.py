@@ -80,6 +80,9 @@ TESTS, LOGS = "/tests", "/logs"
 PYTHON_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1"}
 #: The agent's changes kept in the evidence (the analysis reads all of them).
 CHANGES_KEPT = 20_000
+#: The verifier's own caches (``XDG_CACHE_HOME``: pip's, uv's): what the test script
+#: downloads or builds is never taken from a cache the agent filled.
+CACHE = "/run/hangar/cache"
 #: Paths removed in one exec of the helper.
 _BATCH = 500
 
@@ -146,15 +149,19 @@ class Observed(VerifierPlace):
         self.problems: list[str] = []
 
     def mounts(self, trial: ImageTaskTrial) -> tuple[Mount, ...]:
-        """hangar's start-up mark for Python, and the folder the observer's record goes
-        to (on the verifier's own disk)."""
-        record = trial.verifier_disk.root / "observed"
-        shutil.rmtree(record, ignore_errors=True)
-        record.mkdir()
-        record.chmod(0o777)  # the verifier's user, whoever it is, writes the record
+        """hangar's start-up mark for Python; on the verifier's own disk, the folder the
+        observer's record goes to and the verifier's own caches (`CACHE`)."""
+        made = []
+        for name in ("observed", "cache"):
+            folder = trial.verifier_disk.root / name
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            folder.chmod(0o777)  # the verifier's user, whoever it is, writes here
+            made.append(folder)
         return (
             Mount(source=STARTUP, target=STARTUP_MOUNT, read_only=True),
-            Mount(source=record, target=RECORD_MOUNT),
+            Mount(source=made[0], target=RECORD_MOUNT),
+            Mount(source=made[1], target=CACHE),
         )
 
     def run(self, trial: ImageTaskTrial, box: Sandbox, env: dict[str, str]) -> ExecResult:
@@ -171,7 +178,11 @@ class Observed(VerifierPlace):
             guards=tuple(trial.egress_ports),
             marks=(RUNNER_MARK,),
         )
-        env = {**env, "PYTHONPATH": ":".join(p for p in (STARTUP_MOUNT, python_path) if p)}
+        env = {
+            "XDG_CACHE_HOME": CACHE,
+            **env,
+            "PYTHONPATH": ":".join(p for p in (STARTUP_MOUNT, python_path) if p),
+        }
         kill_after = box.spec.kill_after_s
         argv = observe_argv(verifier.timeout_s, kill_after, "bash", f"{TESTS}/{verifier.script}")
         return box.exec(

@@ -25,8 +25,9 @@ rules, by what a process is:
   changed program, one reached through a link the agent made, or an added one that takes
   the name of a program on the image's PATH: a folder put first on PATH); an added program
   no image program is named like, or one in the workspace, is the subject's: it and all
-  it runs. The dynamic loader, and every agent's library mapped as code, in any process of
-  the machinery.
+  it runs, unless it runs the task's test files or the test runner (an interpreter the
+  agent put where the script looks for one). The dynamic loader, and every agent's
+  library mapped as code, in any process of the machinery.
 - **A Python of the machinery**: every agent's file read before its start-up ends
   (hangar's ``sitecustomize`` says when, `hangar.sandbox.observe.STARTUP`); where it runs
   the test runner (it loads pytest's own package), every agent's file read from then to
@@ -130,6 +131,7 @@ class Process:
     runner: bool = False  # it loaded the test runner
     tests_seen: bool = False  # it opened its first test file
     fresh: bool = False  # the test script's process before its shell ran
+    program: str = ""  # the agent's file it runs, when it runs one
     roots: list[str] = field(default_factory=list)
     pending: list[Finding] = field(default_factory=list)  # a shell's reads, if it runs nothing
     tentative: list[Finding] = field(default_factory=list)  # read before the runner showed
@@ -272,7 +274,8 @@ class _Judge:
         proc.started = proc.runner = proc.tests_seen = False
         proc.roots, proc.tentative = [], []
         if was in (Role.SUBJECT, Role.TAKEN):
-            return
+            return  # and what the agent's program runs is still its program's
+        proc.program = ""
         if self.agents(loader):
             self.find(loader, f"the dynamic loader of {name}, run by {who}")
         hides = self.pristine(alts, requested)
@@ -290,6 +293,7 @@ class _Judge:
             proc.role = Role.TAKEN
         elif content:
             proc.role = Role.SUBJECT  # a program the agent made, named like none of the image's
+            proc.program = content
         elif exe.startswith("/memfd:") or exe.endswith(" (deleted)"):
             self.find(exe, f"code with no file of the image's, run as `{name}` by {who}")
             proc.role = Role.TAKEN
@@ -321,6 +325,10 @@ class _Judge:
             self.on_python_read(proc, path, alts)
 
     def on_mark(self, proc: Process, path: str) -> None:
+        runs_tests = RUNNER_MARK in path or (_under(path, self.tests) and path.endswith(".py"))
+        if proc.role is Role.SUBJECT and runs_tests and proc.program:
+            # named like nothing of the image's, but running the task's tests: the judge's
+            self.find(proc.program, f"the agent's program, which ran the task's tests ({path})")
         if path == f"{STARTUP_MOUNT}/started":
             proc.started = True
         elif RUNNER_MARK in path and proc.started and not proc.tests_seen:
