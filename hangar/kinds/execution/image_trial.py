@@ -164,10 +164,10 @@ class ImageTaskTrial(SandboxedTrial):
         #: The workspace's files as the agent was given them, and what it changed at
         #: earlier steps (a shared verifier is told of each).
         self.workspace_state: dict[bytes, FileState] | None = None
+        self.workspace_changed: dict[bytes, str] | None = {}
         #: The agent's changes to its container at every step so far (a shared verifier
         #: is told of them all: an earlier step's are in a later step's image).
         self.earlier_changes: list[Change] = []
-        self.workspace_changed: dict[bytes, str] | None = {}
         self.tests = self.folder / "tests"
         self.place: VerifierPlace | None = None
 
