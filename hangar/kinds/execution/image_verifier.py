@@ -18,8 +18,9 @@ The places:
 - `Shared` (Harbor's ``shared``, the default): the verifier judges the system the agent
   left (installed packages and changed configuration are the task), in a new container
   made from a snapshot of the agent's (``docker commit``), with the workspace. The
-  agent's changes (``docker diff``, and the workspace's by each file's state) are in the
-  evidence; the test script runs under hangar's observer (`hangar.sandbox.observe`),
+  agent's changes (its container's, read from its layer by `Sandbox.changes`, and the
+  workspace's by each file's state) are in the evidence; the test script runs under
+  hangar's observer (`hangar.sandbox.observe`, `Observed`),
   started with the image's own shell, and what its processes did with those changes is
   judged (`hangar.kinds.execution.takeover`): a pass beside the judge's machinery using
   any of them is not counted, the agent's code is refused the verifier's network, and
@@ -27,7 +28,8 @@ The places:
   removed first. Python runs without the current folder on its path and without a user
   site (`PYTHON_ENV`), with hangar's start-up mark first on ``PYTHONPATH``.
 - `Separate` (Harbor's ``separate``): a fresh sandbox of the verifier's image (the task's
-  by default) with only the declared artifacts copied over.
+  by default) with only the declared artifacts copied over, the test script observed as
+  in `Shared` with what the artifacts brought as the agent's changes.
 - `RepositoryOnly` (SWE-bench instances): a fresh sandbox of the task's image with the
   workspace: only the repository the agent changed crosses, as SWE-bench's harness
   applies only the patch.
