@@ -124,6 +124,7 @@ class DockerSandbox(Sandbox):
         self.config = config or DockerConfig()
         self._client = client
         self._container: Container | None = None
+        self._path: str | None = None  # the PATH the container was created with
         self._ids: tuple[int, int] | None = None
         self._oom_seen = 0
         self._lease: Lease | None = None
@@ -240,6 +241,23 @@ class DockerSandbox(Sandbox):
         if self._container is None:
             raise SandboxError("the sandbox is not started (call start() or use `with`)")
         return self._container
+
+    @property
+    def timeout_program(self) -> tuple[str, ...]:
+        """The helper's ``timeout``, finding a command named without a ``/`` in the PATH
+        the container was created with (never in an environment the helper reads)."""
+        return self.timeout_in(None)
+
+    def timeout_in(self, env: dict[str, str] | None) -> tuple[str, ...]:
+        """The helper's ``timeout`` for a command run with `env`: its PATH, if it names
+        one, else the container's."""
+        if env and env.get("PATH"):
+            return (*helper_argv("timeout"), "-p", env["PATH"])
+        if self._path is None:
+            configured = self.container.attrs.get("Config", {}).get("Env") or []
+            paths = [e.removeprefix("PATH=") for e in configured if e.startswith("PATH=")]
+            self._path = paths[-1] if paths else ""
+        return (*helper_argv("timeout"), *(("-p", self._path) if self._path else ()))
 
     @property
     def container_id(self) -> str:
@@ -379,7 +397,7 @@ class DockerSandbox(Sandbox):
     ) -> ExecResult:
         """Run a command in the container (see `Sandbox.exec`)."""
         argv = timeout_argv(
-            command_argv(cmd), timeout, self.spec.kill_after_s, self.timeout_program
+            command_argv(cmd), timeout, self.spec.kill_after_s, self.timeout_in(env)
         )
         output = ExecOutput(self.spec, timeout, on_output)
         exec_id, sock, raw = self._start_exec(
@@ -540,7 +558,7 @@ class DockerSandbox(Sandbox):
         return self._ids
 
     def _mkdir(self, path: str) -> None:
-        res = self.exec(["mkdir", "-p", "--", path])
+        res = self.exec(helper_argv("mkdir", path))  # the helper's: never the image's mkdir
         if not res.ok:
             raise SandboxError(f"cannot create folder {path} in the sandbox: {res.stderr.strip()}")
 
@@ -802,7 +820,7 @@ class _DockerHeld(HeldExec):
             kill_after=kill_after,
             env=env,
             end_user=end_user,
-            program=self._sandbox.timeout_program,
+            program=self._sandbox.timeout_in(env),
         )
         output = ExecOutput(self._sandbox.spec, timeout, None)
         try:

@@ -4,10 +4,14 @@
  * docker sandbox and run there by absolute path, so nothing of the image's file system
  * (its shell, its coreutils, its python3, its dynamic loader, /etc/ld.so.preload) runs
  * inside hangar's own helpers, whatever an agent running as root changed. It reads no
- * environment variable (`timeout` passes the environment on to the command it runs).
+ * environment variable: `timeout` passes the environment on to the command it runs, but
+ * finds a command named without a `/` only in the folders `-p` lists (the sandbox's PATH
+ * as hangar configured it, given on the command line), else in SEARCH below, never in
+ * the PATH of its own environment.
  *
  *   hangar-helper keeper LEASE STALE_S CHECK_S   live while LEASE is fresher than STALE_S
- *   hangar-helper timeout [-k DUR] DUR CMD...     coreutils' timeout: 124, or 137 once killed
+ *   hangar-helper timeout [-k DUR] [-p DIRS] DUR CMD...
+ *                                                 coreutils' timeout: 124, or 137 once killed
  *   hangar-helper forward PORT                    the relay's and egress proxy's tunnel end
  *   hangar-helper mkdir PATH...                   mkdir -p
  *   hangar-helper remove PATH...                  rm -rf (never following a symlink)
@@ -106,19 +110,54 @@ static void signal_all(int sig) {
     kill(0, sig);
 }
 
+/* Where `timeout` finds a command named without a `/` when no -p is given. */
+#define SEARCH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+/* Run `argv`: a name with a `/` as it is, else the first of `search`'s folders that has
+ * it (execvp's rules, minus the environment): EACCES is kept if nothing else runs. */
+static void run_found(const char *search, char **argv) {
+    const char *name = argv[0];
+    if (strchr(name, '/')) {
+        execv(name, argv);
+        return;
+    }
+    int denied = 0;
+    char path[4096];
+    for (const char *dir = search; dir;) {
+        const char *end = strchr(dir, ':');
+        int length = (int)(end ? (size_t)(end - dir) : strlen(dir));
+        const char *folder = length ? dir : "."; /* an empty entry is the current folder */
+        if (snprintf(path, sizeof path, "%.*s/%s", length ? length : 1, folder, name) <
+            (int)sizeof path) {
+            execv(path, argv);
+            if (errno == EACCES) denied = 1;
+        }
+        dir = end ? end + 1 : NULL;
+    }
+    errno = denied ? EACCES : ENOENT;
+}
+
 static int timeout(int argc, char **argv) {
     double kill_after = -1;
+    const char *search = SEARCH;
     int i = 0;
-    if (i < argc && strcmp(argv[i], "-k") == 0 && i + 1 < argc) {
-        kill_after = duration(argv[i + 1]);
-        i += 2;
-    } else if (i < argc && strncmp(argv[i], "-k", 2) == 0 && argv[i][2]) {
-        kill_after = duration(argv[i] + 2);
-        i += 1;
+    for (;;) {
+        if (i + 1 < argc && strcmp(argv[i], "-k") == 0) {
+            kill_after = duration(argv[i + 1]);
+            i += 2;
+        } else if (i < argc && strncmp(argv[i], "-k", 2) == 0 && argv[i][2]) {
+            kill_after = duration(argv[i] + 2);
+            i += 1;
+        } else if (i + 1 < argc && strcmp(argv[i], "-p") == 0) {
+            search = argv[i + 1];
+            i += 2;
+        } else {
+            break;
+        }
     }
     if (i < argc && strcmp(argv[i], "--") == 0) i++;
     if (argc - i < 2) {
-        dprintf(2, "usage: hangar-helper timeout [-k DURATION] DURATION COMMAND...\n");
+        dprintf(2, "usage: hangar-helper timeout [-k DURATION] [-p DIRS] DURATION COMMAND...\n");
         return 125;
     }
     double limit = duration(argv[i]);
@@ -143,7 +182,7 @@ static int timeout(int argc, char **argv) {
         signal(SIGTERM, SIG_DFL);
         signal(SIGINT, SIG_DFL);
         signal(SIGHUP, SIG_DFL);
-        execvp(argv[i + 1], argv + i + 1);
+        run_found(search, argv + i + 1);
         int code = errno == ENOENT ? 127 : 126;
         dprintf(2, "hangar-helper timeout: %s: %s\n", argv[i + 1], strerror(errno));
         _exit(code);

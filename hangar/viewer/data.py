@@ -10,8 +10,9 @@
 - `Catalog.trials`: one page of a sweep's trials (latest attempts), filtered.
 - `Evidence`: a trial's bundle fetched from its store (file or S3) once, its hashes
   verified (`verify_bundle`: the archive's sha256 against the result's, every file against
-  the manifest), and extracted with the untrusted-archive rules (`extract_untrusted`:
-  no link out, no device, a size cap).
+  the manifest), and only when that check passes extracted with the untrusted-archive
+  rules (`extract_untrusted`: nothing written outside, no link out, no device, a size
+  cap). A bundle that fails its check is never opened; the page says so.
 """
 
 from __future__ import annotations
@@ -545,6 +546,27 @@ class Bundle(BaseModel):
     """Its files (manifest order), relative."""
 
 
+def _opened(archive: Path, check: BundleCheck) -> Bundle:
+    """The bundle at `archive`, extracted beside it only when its check passed: one whose
+    hashes differ from what the result recorded is never opened (its files are not the
+    evidence the trial was judged on, and anyone may have written them)."""
+    folder = archive.parent / "files"
+    folder.mkdir()
+    if not check.ok:
+        return Bundle(folder=folder, archive=archive, check=check, files=[])
+    skipped: list[str] = []
+    with archive.open("rb") as handle:
+        extract_untrusted(handle, folder, strip=0, limit=BUNDLE_LIMIT, skipped=skipped)
+    files = sorted(
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.is_file() and not p.is_symlink()
+    )
+    if skipped:
+        check = check.model_copy(update={"ok": False, "problems": [*check.problems, *skipped]})
+    return Bundle(folder=folder, archive=archive, check=check, files=files)
+
+
 class Evidence:
     """Bundles fetched once per viewer process into a private temporary folder."""
 
@@ -579,21 +601,7 @@ class Evidence:
                 fetch(uri, archive)
             else:
                 self._fetch(result, archive)
-            check = verify_bundle(archive, result.evidence_sha256)
-            folder = slot / "files"
-            skipped: list[str] = []
-            with archive.open("rb") as handle:
-                extract_untrusted(handle, folder, strip=0, limit=BUNDLE_LIMIT, skipped=skipped)
-            files = sorted(
-                p.relative_to(folder).as_posix()
-                for p in folder.rglob("*")
-                if p.is_file() and not p.is_symlink()
-            )
-            if skipped:
-                check = check.model_copy(
-                    update={"ok": False, "problems": [*check.problems, *skipped]}
-                )
-            found = Bundle(folder=folder, archive=archive, check=check, files=files)
+            found = _opened(archive, verify_bundle(archive, result.evidence_sha256))
             self._bundles[uri] = found
             return found
 

@@ -143,3 +143,21 @@ def test_a_runtime_the_engine_lacks_is_named(docker_client: docker.DockerClient)
         box.start()
     assert "docker info" in str(e.value)
     assert not _ours(docker_client, "no-runtime")
+
+
+def test_timed_commands_are_found_in_the_path_the_container_was_given() -> None:
+    """The helper's ``timeout`` reads no environment: the backend hands it the PATH the
+    container was created with (or the command's own), and it looks nowhere else."""
+    spec = SandboxSpec(
+        image=BASE_IMAGE,
+        sweep="sw-1",
+        trial="path-check",
+        env={"PATH": "/tmp/tools/bin:/usr/bin:/bin"},
+    )
+    with DockerSandbox(spec) as sb:
+        assert sb.exec(["mkdir", "-p", "/tmp/other"], timeout=10).ok
+        sb.write_file("/tmp/tools/bin/tool", "#!/bin/sh\necho tool\n", mode=0o755)
+        sb.write_file("/tmp/other/tool", "#!/bin/sh\necho other\n", mode=0o755)
+        assert sb.exec(["tool"], timeout=10).stdout == "tool\n"
+        assert sb.exec(["tool"], timeout=10, env={"PATH": "/tmp/other"}).stdout == "other\n"
+        assert sb.exec(["no-such-tool"], timeout=10).returncode == 127

@@ -57,6 +57,21 @@ def test_timeout_answers_as_coreutils_does(argv: list[str], code: int) -> None:
         assert time.monotonic() - started < 4
 
 
+def test_timeout_finds_commands_only_where_it_is_told(tmp_path: Path) -> None:
+    """The PATH of its own environment is never read: only `-p`, else the system's folders."""
+    planted = tmp_path / "sh"
+    planted.write_text(f"#!/bin/sh\ntouch {tmp_path}/ran\nexit 9\n")
+    planted.chmod(0o755)
+    (tmp_path / "locked").write_text("#!/bin/sh\n")
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    run = lambda *argv: subprocess.run([HELPER, "timeout", *argv], env=env).returncode  # noqa: E731
+    assert run("5", "sh", "-c", "exit 7") == 7 and not (tmp_path / "ran").exists()
+    assert run("-p", f"/nowhere::{tmp_path}", "5", "sh") == 9 and (tmp_path / "ran").exists()
+    assert run("-p", str(tmp_path), "5", "locked") == 126  # there, but not executable
+    assert run("-p", str(tmp_path), "5", "cat", "/dev/null") == 127  # not in the folders given
+    assert run("-k", "1s", "-p", "/usr/bin:/bin", "5", "sh", "-c", "exit 3") == 3
+
+
 def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     marker = tmp_path / "survived"
     subprocess.run(

@@ -5,9 +5,11 @@ HTML file in the evidence, megabytes of output, a non-UTF-8 file, a tampered bun
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import socket
+import tarfile
 import threading
 import time
 from collections.abc import Iterator
@@ -557,6 +559,13 @@ def test_a_tampered_bundle_is_named(farm: Farm, page: Any) -> None:
     page.goto(f"{farm.base}/trials/{sweep}/{result.trial_key}")
     check = page.inner_text("#bundle-check")
     assert "does not match" in check and "the result recorded" in check
+    # never opened: nothing of it is listed or served as the trial's evidence
+    assert "It was not opened" in check
+    assert page.locator("#files a").count() == 0
+    with tarfile.open(fileobj=io.BytesIO(kept)) as tar:
+        held = next(m.name for m in tar if m.isfile())
+    served = httpx.get(f"{page.url.split('?')[0].rstrip('/')}/file", params={"path": held})
+    assert served.status_code == 404, held
 
 
 def test_new_trials_appear_while_a_sweep_runs(farm: Farm, page: Any) -> None:
