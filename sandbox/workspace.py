@@ -38,6 +38,8 @@ _GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_CONFIG_GLOBAL": os.devnull,
     "GIT_TERMINAL_PROMPT": "0",
+    # the transports a repository may be fetched by: never ext:: (runs a command) or fd::
+    "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",
     "LANG": "C.UTF-8",
 }
 
@@ -102,7 +104,7 @@ class MirrorCache:
                 tmp = mirror.with_suffix(".partial")
                 shutil.rmtree(tmp, ignore_errors=True)
                 _check_source(url)
-                _git("clone", "--quiet", "--mirror", url, str(tmp))
+                _git("clone", "--quiet", "--mirror", "--", url, str(tmp))
                 # Lets a workspace fetch exactly one commit (and its history) by its id.
                 _git("config", "uploadpack.allowAnySHA1InWant", "true", cwd=tmp)
                 tmp.rename(mirror)
@@ -160,6 +162,8 @@ class MirrorCache:
 
 
 def _check_source(url: str) -> None:
+    if url.startswith("-"):
+        raise WorkspaceError(f"repository {url} is not a URL or a path (it reads as an option)")
     if "://" not in url and not url.startswith("git@") and not Path(url).exists():
         raise WorkspaceError(f"repository {url} does not exist")
 

@@ -178,3 +178,54 @@ def test_a_pulled_dataset_runs(
     assert {t["name"]: t["digest"] for t in lock["tasks"]} == {
         name: content_digest(folder / name) for name in TASKS
     }
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("name", "../../../../escaped"),
+        ("name", "a/b"),
+        ("path", "../../outside"),
+        ("path", "/etc"),
+        ("git_url", "--upload-pack=touch /tmp/hangar-pwned"),
+        ("git_url", "ext::sh -c touch% /tmp/hangar-pwned"),
+        ("git_commit_id", "--output=/tmp/hangar-pwned"),
+    ],
+)
+def test_hostile_registry_entries_are_refused_by_name(
+    registry: tuple[Path, Path, str], tmp_path: Path, field: str, value: str
+) -> None:
+    """Every name, path, URL and revision of a registry is checked like an id; the error
+    names the dataset, the task and the field, and nothing is written anywhere."""
+    _, tasks, first = registry
+    entry = {"name": "t", "git_url": str(tasks), "git_commit_id": first, "path": "tasks/hello-file"}
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "registry.json").write_text(
+        json.dumps([{"name": "x", "version": "1", "tasks": [entry | {field: value}]}])
+    )
+    with pytest.raises(ConfigError, match=rf"(?s)dataset 1 'x'\).*tasks\.0\.{field}"):
+        pull("x@1", str(bad))
+    assert not Path("/tmp/hangar-pwned").exists()
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "cache" / "escaped").exists()
+    assert not dataset_folder("x", "1").exists()
+
+
+def test_a_local_task_folder_never_leads_outside_its_registry(tmp_path: Path) -> None:
+    """A task beside the registry file reached through a link out is refused, and links
+    inside a task folder that lead out are left behind when it is copied."""
+    outside = tmp_path / "outside"
+    shutil.copytree(DATASET / "hello-file", outside)
+    reg = tmp_path / "reg"
+    reg.mkdir()
+    (reg / "away").symlink_to(outside)
+    shutil.copytree(DATASET / "hello-file", reg / "local")
+    (reg / "local" / "tests" / "secret").symlink_to("/etc/passwd")
+    tasks = [{"name": "away", "path": "away"}]
+    (reg / "registry.json").write_text(json.dumps([{"name": "x", "version": "1", "tasks": tasks}]))
+    with pytest.raises(ConfigError, match=r"task away: its path away leads outside"):
+        pull("x@1", str(reg), cache=tmp_path / "cache")
+    tasks = [{"name": "local", "path": "local"}]
+    (reg / "registry.json").write_text(json.dumps([{"name": "x", "version": "1", "tasks": tasks}]))
+    with pytest.raises(ConfigError, match=r"task local: .*unsafe entry.*secret"):
+        pull("x@1", str(reg), cache=tmp_path / "cache")

@@ -22,18 +22,18 @@ import shutil
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from hangar._version import __version__
-from hangar.errors import ConfigError, WorkspaceError
+from hangar.errors import ConfigError, SandboxError, WorkspaceError
 from hangar.kinds.execution.harbor import is_task_dir
 from hangar.kinds.execution.harbor_digest import content_digest
 from hangar.paths import cache_dir
-from hangar.sandbox.archive import extract_untrusted
+from hangar.sandbox.archive import copy_untrusted_tree, extract_untrusted
 from hangar.sandbox.workspace import MirrorCache
-from hangar.validation import validation_message
+from hangar.validation import check_name, validation_message
 
 REGISTRY_FILE = "registry.json"
 LOCK_FILE = "lock.json"
@@ -42,20 +42,71 @@ SCHEME = "registry"
 _REF = re.compile(r"^(?P<name>[A-Za-z0-9][\w.\-/]*)@(?P<version>[\w.\-+]+)$")
 
 
-class RegistryTask(BaseModel):
-    """One task of a registry dataset, as Harbor's ``registry.json`` gives it."""
+def _dataset_name(value: str) -> str:
+    """A dataset's name: names joined by '/' (``org/bench``), none of them '.' or '..'."""
+    if len(value) > 200 or not all(_NAME.match(p) for p in value.split("/")):
+        raise ValueError(
+            f"expected names (letters, digits, '_', '.', '-') joined by '/', got {value!r}"
+        )
+    return value
 
-    name: str
-    git_url: str | None = None
-    git_commit_id: str | None = None
-    path: str
+
+def _version(value: str) -> str:
+    if len(value) > 100 or not _VERSION.match(value):
+        raise ValueError(f"expected letters, digits, '_', '.', '-', '+', got {value!r}")
+    return value
+
+
+def _task_path(value: str) -> str:
+    """A folder inside the repository (or beside the registry): relative, no '..'."""
+    parts = value.strip("/").split("/")
+    if value.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in value:
+        raise ValueError(f"expected a relative path with no '.' or '..' part, got {value!r}")
+    return value
+
+
+def _git_url(value: str) -> str:
+    """A repository by a transport git fetches with (never an option, never ext::)."""
+    if not _GIT_URL.match(value) or any(c in value for c in "\n\0"):
+        raise ValueError(
+            "expected an https://, http://, ssh://, git:// or file:// URL, user@host:path "
+            "or an absolute path, "
+            f"got {value!r}"
+        )
+    return value
+
+
+def _commit(value: str) -> str:
+    """A commit id, or a branch or tag git resolves (never an option: no leading '-')."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/+-]{0,199}", value) or ".." in value:
+        raise ValueError(f"expected a commit id, a branch or a tag, got {value!r}")
+    return value
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_GIT_URL = re.compile(
+    r"^((https?|ssh|git|file)://\S+|[A-Za-z0-9_.-]+@[A-Za-z0-9_.-]+:[^\s-]\S*|/\S*)$"
+)
+
+
+class RegistryTask(BaseModel):
+    """One task of a registry dataset, as Harbor's ``registry.json`` gives it. Every field
+    names a place hangar writes to or fetches from, so each is checked like an id: the
+    name is one folder name, the path stays inside its repository, the URL is a git
+    transport (never an option or ``ext::``), the commit an id."""
+
+    name: Annotated[str, AfterValidator(check_name), Field(max_length=128)]
+    git_url: Annotated[str, AfterValidator(_git_url)] | None = None
+    git_commit_id: Annotated[str, AfterValidator(_commit)] | None = None
+    path: Annotated[str, AfterValidator(_task_path)]
 
 
 class Dataset(BaseModel):
     """One dataset version of a registry."""
 
-    name: str
-    version: str
+    name: Annotated[str, AfterValidator(_dataset_name)]
+    version: Annotated[str, AfterValidator(_version)]
     description: str = ""
     tasks: list[RegistryTask]
     metrics: list[dict[str, Any]] = Field(default_factory=list)
@@ -91,7 +142,7 @@ class DatasetLock(BaseModel):
 def parse_ref(ref: str) -> tuple[str, str]:
     """(name, version) of ``NAME@VERSION``; errors say the form."""
     match = _REF.match(ref.strip())
-    if match is None:
+    if match is None or any(p in (".", "..") for p in match["name"].split("/")):
         raise ConfigError(
             f"{ref!r} is not a dataset reference: give NAME@VERSION (terminal-bench@2.0)"
         )
@@ -141,7 +192,8 @@ def read_registry(source: str, mirrors: MirrorCache | None = None) -> list[Datas
             try:
                 datasets.append(Dataset.model_validate(row))
             except ValidationError as exc:
-                where = f"{source} ({REGISTRY_FILE}, dataset {i + 1})"
+                named = f" {row['name']!r}" if isinstance(row, dict) and "name" in row else ""
+                where = f"{source} ({REGISTRY_FILE}, dataset {i + 1}{named})"
                 raise ConfigError(validation_message(where, "registry dataset", exc)) from None
         return datasets
     finally:
@@ -167,11 +219,16 @@ def _fetch(
 ) -> tuple[str | None, Path]:
     """Copy the task's folder into `into`; (the commit it was taken at, the folder)."""
     into.mkdir(parents=True)
-    if task.git_url is None:  # a folder beside the registry file
+    if task.git_url is None:  # a folder beside the registry file, never through a link out
         source = (base / task.path).resolve()
+        if not source.is_relative_to(base.resolve()):
+            raise ConfigError(f"task {task.name}: its path {task.path} leads outside {base}")
         if not is_task_dir(source):
             raise ConfigError(f"task {task.name}: {source} is not a task folder (no task.toml)")
-        shutil.copytree(source, into / "task", symlinks=True)
+        try:
+            copy_untrusted_tree(source, into / "task", limit=1 << 34)
+        except SandboxError as exc:
+            raise ConfigError(f"task {task.name}: {exc}") from None
         return None, into / "task"
     try:
         commit = mirrors.resolve(task.git_url, task.git_commit_id)
@@ -179,8 +236,11 @@ def _fetch(
             mirrors.archive(task.git_url, commit, task.path.strip("/"), out)
     except WorkspaceError as exc:
         raise ConfigError(f"task {task.name}: {exc}") from None
-    with (into / "task.tar").open("rb") as handle:
-        extract_untrusted(handle, into / "tree", strip=0, limit=1 << 34)
+    try:
+        with (into / "task.tar").open("rb") as handle:
+            extract_untrusted(handle, into / "tree", strip=0, limit=1 << 34)
+    except SandboxError as exc:
+        raise ConfigError(f"task {task.name}: {task.git_url}: {exc}") from None
     folder = into / "tree" / task.path.strip("/")
     if not is_task_dir(folder):
         raise ConfigError(f"task {task.name}: {task.git_url} has no task.toml in {task.path}")
