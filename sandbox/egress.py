@@ -14,7 +14,8 @@ The proxy speaks HTTP CONNECT (any protocol inside, TLS included) and plain HTTP
   ``*.domain``, ``host:port``, ``host:*``; a public network is ``*:*``), to port 443
   (CONNECT) or 80 (plain HTTP) unless the entry names another. A raw address is refused in
   every spelling the system resolver accepts (``127.1``, ``2130706433``, ``0x7f000001``,
-  ``0177.0.0.1``, IPv6, mapped IPv4). The name is then resolved on the host, and every
+  ``0177.0.0.1``, IPv6, mapped IPv4), with a final dot too (``127.0.0.1.``). The name
+  is then resolved on the host, and every
   address that is not public (loopback, private, link-local, unique-local, shared,
   multicast, unspecified, reserved) or is a cloud's metadata service is refused, unless
   the sweep names that exact ``address:port`` (or ``name:port``) in `host_services`; the
@@ -25,7 +26,15 @@ The proxy speaks HTTP CONNECT (any protocol inside, TLS included) and plain HTTP
   ``Content-Length``. Anything else is refused with its reason, never a crash.
 - **Bounded.** A request head must arrive within `HEAD_TIMEOUT_S`; a connection idle for
   `IDLE_TIMEOUT_S` is cut; at most `max_connections` are open at once (`max_total` in
-  all) and `max_bytes` cross in all, per proxy (one sandbox's phase).
+  all) and `max_bytes` cross in all, per proxy (one sandbox's phase). A refused client
+  is read for `DRAIN_S` at most; past `max_total` refusals further ones are only counted
+  (one record, logged at 1, 2, 4, 8... of them), and every text of a record is cut to
+  `MAX_FIELD` characters.
+- **What it does not see.** A CONNECT tunnel carries whatever the client sends once it
+  is open: the proxy judges the name in the CONNECT line, never the TLS SNI or the HTTP
+  ``Host`` inside. A host behind a CDN that serves many sites can therefore reach any
+  of them (domain fronting) if the CDN allows it; an allowlist entry for a shared CDN
+  name is an allowlist entry for what that CDN fronts.
 
 Every attempt, let through or refused, is written to the trial's folder as it happens
 (`log`, one JSON line when decided, one more when an allowed connection ends, with bytes
@@ -62,6 +71,10 @@ IDLE_TIMEOUT_S = 300.0
 CONNECT_TIMEOUT_S = 10
 #: Connections open at once through one proxy, and in all.
 MAX_CONNECTIONS, MAX_TOTAL = 64, 4096
+#: Longest text of a record (a host, a path, a reason) kept and logged.
+MAX_FIELD = 512
+#: Seconds the proxy reads what a refused client still sends, at most.
+DRAIN_S = 1.0
 #: Bytes (both ways) through one proxy in all.
 MAX_BYTES = 4 * 1024**3
 #: Environment that points a sandbox's HTTP clients at the proxy on `port`.
@@ -118,12 +131,14 @@ def host_name(host: str) -> str:
     """`host` as a name to match and resolve (lower case, no final dot). Raises `Refused`
     for a raw address or for what is not a host name (non-ASCII, empty labels...)."""
     if raw_address(host) is not None:
-        raise Refused(f"{host} is a raw IP address: only named hosts are let through")
+        raise Refused(f"{host[:80]} is a raw IP address: only named hosts are let through")
     name = host.lower().removesuffix(".")
+    if raw_address(name) is not None:  # 127.0.0.1. (a final dot) is the same address
+        raise Refused(f"{host[:80]} is a raw IP address: only named hosts are let through")
     if not name.isascii() or len(name) > 253:
-        raise Refused(f"{host!r} is not a host name")
+        raise Refused(f"{host[:80]!r} is not a host name")
     if not all(_LABEL.fullmatch(label) for label in name.split(".")):
-        raise Refused(f"{host!r} is not a host name")
+        raise Refused(f"{host[:80]!r} is not a host name")
     return name
 
 
@@ -367,6 +382,7 @@ class EgressProxy:
         self._open = 0
         self._total = 0
         self._bytes = 0
+        self._unrecorded = self._refusals = 0
         if log is not None:
             log.parent.mkdir(parents=True, exist_ok=True)
         proxy = self
@@ -400,16 +416,44 @@ class EgressProxy:
 
     def record(self, attempt: dict[str, Any], **update: Any) -> dict[str, Any]:
         """Record a new attempt (no ``id``) or an update of one; each goes to the log at
-        once, as one line."""
+        once, as one line. Every text is cut to `MAX_FIELD` characters, and past
+        `max_total` refusals a new one is only counted (`_overflow`; connections let
+        through are `max_total` at most anyway): what a sandbox can make the proxy keep
+        and write is bounded."""
+        update = {k: v[:MAX_FIELD] if isinstance(v, str) else v for k, v in update.items()}
         with self._lock:
             if "id" not in attempt:
+                refused = update.get("allowed") is False
+                if refused and self._refusals >= self.max_total:
+                    return self._overflow(attempt, update)
+                self._refusals += refused
+                attempt.update({k: v[:MAX_FIELD] if isinstance(v, str) else v
+                                for k, v in attempt.items()})  # fmt: skip
                 attempt.update(id=next(self._ids), phase=self.phase, time=round(time.time(), 3))
                 self._records[attempt["id"]] = attempt
             attempt.update(update)
-            if self.log is not None:
-                with self.log.open("a", encoding="utf-8") as out:
-                    out.write(json.dumps(attempt, sort_keys=True) + "\n")
+            self._write(attempt)
         return attempt
+
+    def _overflow(self, attempt: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+        """Count an attempt past `max_total` in one record (written again at 1, 2, 4, 8...
+        of them: a log of a few lines, however many come)."""
+        self._unrecorded += 1
+        summary = {"id": 0, "phase": self.phase, "time": round(time.time(), 3),
+                   "method": "", "host": "", "port": 0, "allowed": False,
+                   "decision": "refused", "count": self._unrecorded,
+                   "reason": f"refusals past the first {self.max_total}, counted only "
+                   f"(the last: {update.get('reason', '')[:200]})"}  # fmt: skip
+        self._records[0] = summary
+        if self._unrecorded & (self._unrecorded - 1) == 0:
+            self._write(summary)
+        attempt.update(update)
+        return attempt
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self.log is not None:
+            with self.log.open("a", encoding="utf-8") as out:
+                out.write(json.dumps(record, sort_keys=True) + "\n")
 
     def serve(self, client: socket.socket) -> None:
         """One client connection: one request, let through or refused; never raises."""
@@ -589,7 +633,8 @@ def read_attempts(log: Path) -> list[dict[str, Any]]:
 
 def _answer(client: socket.socket, status: int, message: str) -> None:
     """Answer `status` and close gracefully: what the client still sends is read (up to
-    `MAX_HEAD`, for a second at most), so the answer is not lost to a reset."""
+    `MAX_HEAD`, for `DRAIN_S` in all, however slowly it drips), so the answer is not lost
+    to a reset."""
     reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway", 503: "Service Unavailable"}[
         status
     ]
@@ -602,6 +647,9 @@ def _answer(client: socket.socket, status: int, message: str) -> None:
             + body
         )
         client.shutdown(socket.SHUT_WR)
-        drained = 0
-        while drained < MAX_HEAD and (chunk := client.recv(4096)):
+        drained, deadline = 0, time.monotonic() + DRAIN_S
+        while drained < MAX_HEAD and (left := deadline - time.monotonic()) > 0:
+            client.settimeout(left)
+            if not (chunk := client.recv(4096)):
+                break
             drained += len(chunk)

@@ -101,6 +101,14 @@ class ModelSpec(BaseModel):
     """Provider id for the price table, when it differs from `provider` (e.g. a gateway)."""
     timeout_s: float = Field(default=600.0, gt=0)
     """Longest wait for one model call before the agent gets a 504."""
+    max_request_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    """Largest request body the relay takes from the agent (bytes; the providers' own
+    limits are about 32 MB). A larger one gets a 413 before a byte of it is read."""
+    request_fields: tuple[str, ...] = ()
+    """Request fields the relay passes on beyond its own list for this API (a compatible
+    server's own sampling settings, such as ``mirostat``). Every other field it does not
+    know is refused: name only settings here, never one that makes the provider use a
+    tool, a URL, another model or the account's state."""
 
     @model_validator(mode="before")
     @classmethod

@@ -32,7 +32,11 @@ provider's endpoint) and body:
   ``conversation``, ``background`` runs) and no URL for the provider to fetch (an image
   or file by ``http(s)://``; ``data:`` URLs carry their bytes and are fine);
 - ``store`` forced off (Responses and Chat Completions), and ``previous_response_id``
-  only for a response this trial created (`note_response` records them).
+  only for a response this trial created (`note_response` records them);
+- only request fields the relay knows for that API (`_FIELDS`, plus the model's own
+  `ModelSpec.request_fields`): a field it does not know may be a tool the provider runs
+  (OpenRouter's ``plugins``, xAI's ``search_parameters``), another model (``models``,
+  ``fallbacks``) or the account's state, and is refused by name.
 
 A refused request never reaches the provider. The same policy guards the chat agents'
 host-side calls (`PolicyTransport`), so both kinds of agent live by one set of rules.
@@ -68,6 +72,44 @@ _OPENAI_CLIENT_TOOLS = {"function", "custom", "local_shell", "shell", "apply_pat
 _ANTHROPIC_CLIENT_TOOLS = re.compile(r"(custom|(bash|text_editor|computer|memory)_\d+)$")
 #: Query parameters passed on (Claude Code's ``beta=true``, Azure's ``api-version``).
 _QUERY = {"beta", "api-version"}
+#: Request fields passed on, per API path: those the providers document for inference
+#: (and a few settings of compatible servers'), nothing else. A field the relay does not
+#: know may be a provider-run tool (OpenRouter's ``plugins``, xAI's ``search_parameters``),
+#: another model (``models``, ``fallbacks``) or account state, so it is refused by name;
+#: `ModelSpec.request_fields` adds a model's own settings.
+_OPENAI_COMMON = {
+    "model", "stream", "stream_options", "temperature", "top_p", "tools", "tool_choice",
+    "parallel_tool_calls", "metadata", "store", "user", "safety_identifier", "service_tier",
+    "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options", "top_logprobs",
+    "moderation",
+}  # fmt: skip
+_FIELDS: dict[str, frozenset[str]] = {
+    "/chat/completions": frozenset(_OPENAI_COMMON | {
+        "messages", "audio", "frequency_penalty", "presence_penalty", "function_call",
+        "functions", "logit_bias", "logprobs", "max_completion_tokens", "max_tokens",
+        "modalities", "n", "prediction", "reasoning_effort", "response_format", "seed",
+        "stop", "verbosity", "web_search_options",
+        # settings of OpenAI-compatible servers (vLLM, SGLang, OpenRouter, DashScope...)
+        "top_k", "min_p", "repetition_penalty", "reasoning", "include_reasoning",
+        "thinking", "enable_thinking", "thinking_budget", "chat_template_kwargs", "usage",
+    }),
+    "/responses": frozenset(_OPENAI_COMMON | {
+        "input", "instructions", "include", "max_output_tokens", "max_tool_calls",
+        "reasoning", "text", "truncation", "previous_response_id", "context_management",
+        "background", "conversation", "prompt",
+    }),
+    "/v1/messages": frozenset({
+        "model", "messages", "max_tokens", "system", "tools", "tool_choice", "thinking",
+        "metadata", "stop_sequences", "stream", "temperature", "top_k", "top_p",
+        "service_tier", "context_management", "output_config", "output_format",
+        "cache_control", "inference_geo", "speed", "compaction", "container", "mcp_servers",
+    }),
+    "/v1/messages/count_tokens": frozenset({
+        "model", "messages", "system", "tools", "tool_choice", "thinking",
+        "context_management", "output_config", "output_format", "cache_control", "speed",
+        "compaction", "mcp_servers",
+    }),
+}  # fmt: skip
 #: Body fields that name state kept on the provider's account.
 _ACCOUNT_STATE = ("conversation", "prompt", "background", "container")
 _EPOCH = "1970-01-01T00:00:00Z"
@@ -241,6 +283,11 @@ class RelayPolicy:
             return f"previous_response_id {previous!r} is not a response this trial created"
         if problem := self._tools_problem(body):
             return problem
+        if unknown := sorted(set(body) - _FIELDS[path] - set(self.model.request_fields)):
+            return (
+                f"request fields {unknown} are not passed on (the relay does not know them; "
+                "a model's own settings may be named in its request_fields)"
+            )
         sent = [body.get(key) for key in ("input", "messages", "system")]
         for block in _walk(sent):
             if "file_id" in block:

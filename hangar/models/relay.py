@@ -7,7 +7,9 @@ listens there and tunnels each connection over its own exec stream to the host
 (`tunnel.py`), which joins it to a unix socket on the host. On that socket,
 `ModelRelay` serves HTTP:
 
-- it refuses a request without the trial's token (401), and everything the trial's
+- it checks the trial's token from the request's head and the body's length against
+  the model's ``max_request_bytes`` before reading any of the body (401, 413; a chunked
+  body gets 411); it refuses everything the trial's
   `RelayPolicy` does not allow (403: another model, another endpoint or method,
   provider-hosted tools, the account's files and stored state, URLs for the provider to
   fetch), and logs each refusal in the trace as ``model_refused``; a refused request
@@ -194,13 +196,34 @@ class ModelRelay:
         self._event("model_refused", path=path, method=h.command, reason=reason, **fields)
         self._reply(h, status, f"hangar relay: {reason}")
 
+    def _body(self, h: _Handler, path: str) -> bytes | None:
+        """The request's body, read only once its length is known and within the cap
+        (None: refused, and answered)."""
+        if h.headers.get("Transfer-Encoding"):
+            self._refused(h, 411, path, "send the body with a Content-Length (not chunked)")
+            return None
+        given = h.headers.get("Content-Length") or "0"
+        if not given.isascii() or not given.isdigit():
+            self._refused(h, 400, path, f"Content-Length {given[:40]!r} is not a number")
+            return None
+        if int(given) > self.model.max_request_bytes:
+            self._refused(
+                h, 413, path, f"the request body is {given} bytes, over the relay's cap of "
+                f"{self.model.max_request_bytes} (the model's max_request_bytes)",
+            )  # fmt: skip
+            return None
+        return h.rfile.read(int(given))
+
     def handle(self, h: _Handler) -> None:
-        """Serve one request (see the module docstring)."""
+        """Serve one request (see the module docstring). The token is checked from the
+        request's head, and the body's length against the cap, before any of the body
+        is read."""
         path, _, raw_query = h.path.partition("?")
-        body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
         query = dict(parse_qsl(raw_query, keep_blank_values=True))
         if not self._authorised(h, query):
             self._refused(h, 401, path, "missing or wrong trial token")
+            return
+        if (body := self._body(h, path)) is None:
             return
         payload: Any = None
         if body:

@@ -178,6 +178,15 @@ OPENAI_REFUSED = {
         },
     ),
     "an unknown query parameter": ("POST", "/v1/chat/completions?organization=o", chat()),
+    # fields the relay does not know: provider-run searches, other models, account state
+    "OpenRouter's web plugin": ("POST", "/v1/chat/completions", chat(plugins=[{"id": "web"}])),
+    "xAI's live search": (
+        "POST",
+        "/v1/chat/completions",
+        chat(search_parameters={"mode": "on"}),
+    ),
+    "fallback models": ("POST", "/v1/chat/completions", chat(models=["gpt-5", "m1"])),
+    "a field in the responses API": ("POST", "/v1/responses", responses(web_search=True)),
 }
 
 
@@ -245,6 +254,8 @@ ANTHROPIC_REFUSED = {
         ),
     ),
     "another model": ("POST", "/v1/messages", messages(model="claude-opus-4")),
+    "fallback models": ("POST", "/v1/messages", messages(fallbacks=[{"model": "claude-x"}])),
+    "an unknown field": ("POST", "/v1/messages", messages(search={"enabled": True})),
 }
 
 
@@ -369,3 +380,84 @@ def test_policy_directly() -> None:
         messages=[{"role": "user", "content": [{"type": "image_url", "image_url": data_url}]}]
     )
     assert policy.decide("POST", "/chat/completions", {}, inline).allowed
+
+
+def test_unknown_fields_are_named_and_a_models_own_settings_pass() -> None:
+    policy = RelayPolicy(ModelSpec(id="m1"))
+    refused = policy.decide("POST", "/chat/completions", {}, chat(plugins=[], mirostat=2))
+    assert not refused.allowed and "['mirostat', 'plugins']" in refused.reason
+    own = RelayPolicy(ModelSpec(id="m1", request_fields=("mirostat",)))
+    assert own.decide("POST", "/chat/completions", {}, chat(mirostat=2)).allowed
+    assert not own.decide("POST", "/chat/completions", {}, chat(plugins=[])).allowed
+    # what the providers document (and agent CLIs send) passes
+    codex = responses(
+        instructions="i", tools=[], tool_choice="auto", parallel_tool_calls=False,
+        reasoning={"effort": "low"}, store=False, stream=True, include=[],
+        prompt_cache_key="k", text={"verbosity": "low"},
+    )  # fmt: skip
+    assert policy.decide("POST", "/responses", {}, codex).allowed
+    claude = messages(
+        system=[], tools=[], metadata={"user_id": "u"}, thinking={"type": "enabled"},
+        stream=True, temperature=1, context_management={}, output_config={},
+    )  # fmt: skip
+    assert (
+        RelayPolicy(ModelSpec(id="m1", provider="anthropic"))
+        .decide("POST", "/v1/messages", {}, claude)
+        .allowed
+    )
+
+
+def _raw(relay: ModelRelay, head: str) -> bytes:
+    """Send only a request's head on the relay's socket; what comes back (the relay must
+    answer without waiting for a body it was told of)."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(20)
+        sock.connect(str(relay.socket_path))
+        sock.sendall(head.encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_the_token_and_the_size_are_checked_before_any_body_is_read(
+    openai: Agent, upstream: ScriptedServer
+) -> None:
+    """300 MiB announced with no token: a 401 from the head alone. A body over the cap,
+    with the token, or a length that is no number: a 413 or a 400, at once. Nothing of
+    it reaches the provider."""
+    token = openai.relay.token
+    head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+    no_token = _raw(openai.relay, head + f"Content-Length: {300 << 20}\r\n\r\n")
+    assert no_token.startswith(b"HTTP/1.1 401"), no_token[:200]
+    auth = f"Authorization: Bearer {token}\r\n"
+    huge = _raw(openai.relay, head + auth + "Content-Length: 99999999999999\r\n\r\n")
+    assert huge.startswith(b"HTTP/1.1 413") and b"max_request_bytes" in huge, huge[:300]
+    assert _raw(openai.relay, head + auth + "Content-Length: -1\r\n\r\n").startswith(
+        b"HTTP/1.1 400"
+    )
+    chunked = _raw(openai.relay, head + auth + "Transfer-Encoding: chunked\r\n\r\n")
+    assert chunked.startswith(b"HTTP/1.1 411")
+    assert upstream.requests == [] and openai.relay.refused == 4
+    # a body within the cap is read and served as before
+    assert openai.call("POST", "/v1/chat/completions", chat()).status_code == 200
+
+
+def test_the_cap_is_the_models_setting(
+    tmp_path: Path, upstream: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HANGAR_POLICY_KEY", SECRET)
+    spec = ModelSpec(
+        id="m1", base_url=f"{upstream.url}/v1", api_key_env="HANGAR_POLICY_KEY",
+        max_request_bytes=1000,
+    )  # fmt: skip
+    relay = ModelRelay(tmp_path / "cap.sock", spec).start()
+    try:
+        agent = Agent(relay, tmp_path / "none.jsonl")
+        big = chat(messages=[{"role": "user", "content": "hello " + "x" * 2000}])
+        assert agent.call("POST", "/v1/chat/completions", big).status_code == 413
+        assert agent.call("POST", "/v1/chat/completions", chat()).status_code == 200
+    finally:
+        relay.stop()

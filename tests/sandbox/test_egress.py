@@ -32,6 +32,7 @@ from hangar.kinds.execution.harbor import load_task
 from hangar.kinds.execution.settings import execution_settings
 from hangar.results import Verdict
 from hangar.sandbox.egress import (
+    MAX_FIELD,
     EgressProxy,
     HostServices,
     Refused,
@@ -452,6 +453,47 @@ def test_bounds_head_time_idle_tunnels_connections_and_bytes(tmp_path: Path) -> 
     assert "idle for 0.5 s: cut" in reasons[1]
     assert any("too many connections (at most 2 at once" in r for r in reasons)
     assert "byte cap (50000) is reached: cut" in reasons[-1]
+
+
+def test_what_a_sandbox_makes_the_proxy_keep_and_write_is_bounded(tmp_path: Path) -> None:
+    """1,500 refused connections past a cap of 20 keep 21 records and a log of a few
+    dozen lines; a 60 KB host name makes no 60 KB line; a client that drips a byte every
+    half second after its refusal is let go after `DRAIN_S`."""
+    proxy = _proxy(tmp_path, ("allowed.example",), max_total=20)
+    try:
+        huge = b"CONNECT " + b"a" * 60_000 + b".example:443 HTTP/1.1\r\n\r\n"
+        assert _ask(proxy, huge).startswith(b"HTTP/1.1 403")
+        with socket.socket(socket.AF_UNIX) as dripping:
+            dripping.connect(str(proxy.socket_path))
+            dripping.sendall(b"CONNECT 10.0.0.1:443 HTTP/1.1\r\n\r\n")
+            dripping.settimeout(0.5)
+            answer, stopped = b"", 0.0
+            for _ in range(40):  # the proxy must close within DRAIN_S: it never waits 20 s
+                with contextlib.suppress(TimeoutError):
+                    chunk = dripping.recv(4096)
+                    if not chunk:
+                        stopped = time.monotonic()
+                        break
+                    answer += chunk
+                with contextlib.suppress(OSError):
+                    dripping.sendall(b"x")
+            assert answer.startswith(b"HTTP/1.1 403") and stopped, "never let go"
+        for i in range(1500):
+            assert _ask(proxy, f"CONNECT denied{i}.example:443 HTTP/1.1\r\n\r\n".encode())
+    finally:
+        proxy.stop()
+    attempts = proxy.attempts
+    assert len(attempts) == 21
+    (summary,) = [a for a in attempts if a["id"] == 0]
+    assert summary["count"] == 1500 + 2 - 20 and "counted only" in summary["reason"]
+    lines = (tmp_path / "network" / "agent.jsonl").read_text().splitlines()
+    assert len(lines) < 40 and max(map(len, lines)) < 2 * MAX_FIELD + 500
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1.", "10.1.2.3.", "2130706433.", "0x7f.1."])
+def test_a_raw_address_with_a_final_dot_is_a_raw_address(host: str) -> None:
+    with pytest.raises(Refused, match="is a raw IP address"):
+        check(("*:*",), host, 443, 443)
 
 
 def _netns_server() -> Iterator[tuple[str, int]]:
