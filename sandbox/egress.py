@@ -146,16 +146,18 @@ def check(allowed: Iterable[str], host: str, port: int, default_port: int) -> st
     """The name of `host` when `host`:`port` is on the allowlist (see the module
     docstring); raises `Refused` otherwise."""
     name = host_name(host)
+    ports: list[str] = []  # the ports of the entries that name the host
     for entry in allowed:
         pattern, _, listed = entry.lower().partition(":")
         if not fnmatch.fnmatchcase(name, pattern):
             continue
-        if listed == "*":
-            return name
         wanted = int(listed) if listed.isdigit() else default_port
-        if port == wanted:
+        if listed == "*" or port == wanted:
             return name
-        raise Refused(f"port {port} of {name} is not on the allowlist (only {wanted})")
+        ports.append(str(wanted))
+    if ports:
+        only = ", ".join(dict.fromkeys(ports))
+        raise Refused(f"port {port} of {name} is not on the allowlist (only {only})")
     raise Refused(f"{name} is not on the allowlist")
 
 

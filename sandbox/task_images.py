@@ -6,9 +6,11 @@ digest of the context's bytes and of the Dockerfile as mapped, so a second trial
 same task on the node finds it built (and two workers building it at once wait for one
 another; on a cluster, nodes wait for the one building it: `hangar.sandbox.build_once`).
 An image map rewrites ``FROM`` references (and a task's ``docker_image``) for mirrored
-or offline registries. A build is not a trial: it may use the network the machine has
-(``RUN apt-get install`` of a real task reaches the machine's Debian mirror); its log is
-kept for the evidence.
+or offline registries. A task's Dockerfile is written by a stranger, so its ``RUN`` steps
+never get the worker's network: a build runs with none, or with the network `network`
+opens (the execution kind's: a netns whose only way out is the audited egress proxy, for
+the package registries a sweep allows; `hangar.kinds.execution.build_network`). Its log
+and its network audit are kept for the evidence.
 
 `stock_image` is the variant of the base image that images like ``debian:*`` or
 ``python:*`` are mapped onto offline: root by default, ``/`` as its working directory,
@@ -24,6 +26,8 @@ import re
 import tarfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +44,8 @@ from hangar.sandbox.legacy_dockerfile import for_legacy_builder
 if TYPE_CHECKING:
     from docker.models.images import Image
 
+#: A ``RUN`` line: the only steps that reach a network.
+_RUN = re.compile(r"^\s*RUN\b", re.IGNORECASE)
 #: ``FROM [--flag=...] image [AS name]``.
 _FROM = re.compile(r"^(\s*FROM\s+(?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE)
 LABEL_CONTEXT = "hangar.task-context"
@@ -114,6 +120,25 @@ def find_image(tag: str) -> str | None:
         raise ImageBuildError(f"cannot inspect image {tag!r}: {exc}") from exc
 
 
+@dataclass(frozen=True)
+class BuildNetwork:
+    """The network a build's ``RUN`` steps get: a docker ``network_mode`` and the build
+    arguments that point them at a proxy, with what that proxy refused."""
+
+    mode: str
+    """``none``, or ``container:ID`` (a netns whose only way out is the egress proxy)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """``HTTP_PROXY`` and the like, given as build arguments (docker keeps them out of
+    the image's history)."""
+    refused: Callable[[], list[str]] = list
+    """``host:port`` of each connection the proxy refused so far."""
+
+
+#: What a build gets without a network of its own: none at all.
+NO_NETWORK = BuildNetwork(mode="none")
+BuildNetworks = Callable[[], AbstractContextManager[BuildNetwork]]
+
+
 def ensure_task_image(
     name: str,
     context: Path,
@@ -123,10 +148,12 @@ def ensure_task_image(
     timeout_s: float = 600,
     log: Path | None = None,
     registry: str | None = None,
+    network: BuildNetworks | None = None,
 ) -> ImageBuildOutcome:
     """The image of `context` (built unless this node has it; see the module docstring).
     With a `registry` (``host:port/namespace``, for a cluster) a node first pulls what
-    another node pushed, and pushes what it built itself.
+    another node pushed, and pushes what it built itself. `network` opens the network a
+    build's ``RUN`` steps get (only when a build happens; without one: none).
 
     Raises ImageBuildError with the log's tail when the build fails; the whole log is
     written to `log`.
@@ -148,10 +175,14 @@ def ensure_task_image(
 
         def build() -> ImageBuildOutcome:
             fileobj = _tar_context(context, dockerfile, text)
-            try:
-                built = _build(tag, fileobj, dockerfile, timeout_s, log)
-            except ImageBuildError as exc:
-                raise ImageBuildError(f"{exc}{_unpulled_hint(str(exc), text)}") from exc
+            runs = any(_RUN.match(line) for line in text.splitlines())
+            opened = network() if network is not None and runs else nullcontext(NO_NETWORK)
+            with opened as net:
+                try:
+                    built = _build(tag, fileobj, dockerfile, timeout_s, log, net)
+                except ImageBuildError as exc:
+                    hint = _refused_hint(net.refused()) or _unpulled_hint(str(exc), text)
+                    raise ImageBuildError(f"{exc}{hint}") from exc
             if registry:
                 _push(registry, tag)
             return built
@@ -174,6 +205,17 @@ _UNPULLED = re.compile(
     r"manifest unknown|connection refused|network is unreachable|i/o timeout",
     re.IGNORECASE,
 )
+
+
+def _refused_hint(refused: list[str]) -> str:
+    """What to do when the build's network refused what a step wanted ('' if nothing)."""
+    if not refused:
+        return ""
+    wanted = ", ".join(dict.fromkeys(refused))
+    return (
+        f"\nThe build's network refused {wanted}: a build reaches only the sweep's "
+        "`network: builds` hosts (package registries by default); add what it needs there."
+    )
 
 
 def _unpulled_hint(error: str, dockerfile_text: str) -> str:
@@ -242,7 +284,12 @@ def _registry_hint(error: str) -> str:
 
 
 def _build(
-    tag: str, fileobj: io.BytesIO, dockerfile: str, timeout_s: float, log: Path | None
+    tag: str,
+    fileobj: io.BytesIO,
+    dockerfile: str,
+    timeout_s: float,
+    log: Path | None,
+    network: BuildNetwork = NO_NETWORK,
 ) -> ImageBuildOutcome:
     started = time.monotonic()
     lines: list[str] = []
@@ -263,7 +310,8 @@ def _build(
             rm=True,
             forcerm=True,
             pull=False,
-            network_mode="host",
+            network_mode=network.mode,
+            buildargs=network.env or None,
             labels={LABEL_CONTEXT: tag},
             decode=True,
         ):

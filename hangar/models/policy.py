@@ -96,7 +96,7 @@ _FIELDS: dict[str, frozenset[str]] = {
     "/responses": frozenset(_OPENAI_COMMON | {
         "input", "instructions", "include", "max_output_tokens", "max_tool_calls",
         "reasoning", "text", "truncation", "previous_response_id", "context_management",
-        "background", "conversation", "prompt",
+        "background", "conversation", "prompt", "client_metadata",
     }),
     "/v1/messages": frozenset({
         "model", "messages", "max_tokens", "system", "tools", "tool_choice", "thinking",

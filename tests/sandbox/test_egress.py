@@ -690,3 +690,11 @@ def test_a_default_network_is_public_only_where_the_sweep_allows_it(
     with tarfile.open(allowed.evidence_uri.removeprefix("file://")) as tar:
         log = tar.extractfile("network/verifier.jsonl").read().decode()  # type: ignore[union-attr]
     assert json.loads(log.splitlines()[0])["host"] == "localhost"
+
+
+def test_every_entry_naming_a_host_counts_not_only_the_first() -> None:
+    allowed = ("deb.debian.org:80", "deb.debian.org", "*.example:8080")
+    assert check(allowed, "deb.debian.org", 443, 443) == "deb.debian.org"
+    assert check(allowed, "deb.debian.org", 80, 80) == "deb.debian.org"
+    with pytest.raises(Refused, match=r"port 22 of deb.debian.org .* \(only 80, 443\)"):
+        check(allowed, "deb.debian.org", 22, 443)

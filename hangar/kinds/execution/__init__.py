@@ -169,6 +169,7 @@ class ExecutionKind(Kind):
             allow_public=mine.network.allow_public,
             host_services=mine.network.host_services,
             registry=settings.registry,
+            build_hosts=mine.network.builds,
         )
 
     def agents(self, matrix: Matrix) -> list[AgentSpec]:

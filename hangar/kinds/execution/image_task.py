@@ -266,6 +266,10 @@ class ImageTask(Task):
     """The host's own services (``address:port`` or ``name:port``) the egress proxy lets
     this task's allowlisted names reach, from the sweep; every other loopback, private,
     link-local or metadata address stays refused."""
+    build_hosts: tuple[str, ...] | None = None
+    """What the image's build may reach (the sweep's ``network: builds``; None: the
+    package registries, `hangar.kinds.execution.build_network.DEFAULT_BUILD_HOSTS`).
+    Not part of the version: a build that needs more fails, it does not differ."""
     registry: str | None = None
     """Where nodes share built images (``host:port/namespace``), from the sweep: each
     node pulls what another built, and pushes what it builds (not part of the version)."""
@@ -347,6 +351,7 @@ class ImageTask(Task):
         allow_public: bool = False,
         host_services: tuple[str, ...] = (),
         registry: str | None = None,
+        build_hosts: tuple[str, ...] | None = None,
     ) -> ImageTask:
         """The task with a sweep's image map, pass threshold and repository map (keys: a
         repository's URL, or a SWE-bench ``owner/name``), its digest recomputed."""
@@ -355,6 +360,7 @@ class ImageTask(Task):
             "allow_public": allow_public,
             "host_services": tuple(host_services),
             "registry": registry,
+            "build_hosts": build_hosts,
         }
         if threshold is not None:
             update["threshold"] = threshold
@@ -406,7 +412,7 @@ def image_task_digest(task: ImageTask) -> str:
         == ImageTask.model_fields[name].get_default(call_default_factory=True)
     }
     exclude: dict[str, Any] = dict.fromkeys(
-        ("digest", "path", "folder", "suite", "registry", *later), True
+        ("digest", "path", "folder", "suite", "registry", "build_hosts", *later), True
     )
     if task.grading is not None and not task.grading.eval_type:
         exclude["grading"] = {"eval_type"}  # a later field too

@@ -46,6 +46,7 @@ from hangar.errors import (
     SandboxUnavailable,
     WorkspaceError,
 )
+from hangar.kinds.execution.build_network import build_networks
 from hangar.kinds.execution.healthcheck import wait_healthy
 from hangar.kinds.execution.image_backends import backend_problems
 from hangar.kinds.execution.image_task import ImageSource, ImageTask, Network, TaskMcpServer
@@ -372,6 +373,7 @@ class ImageTaskTrial(SandboxedTrial):
                 timeout_s=source.build_timeout_s,
                 log=self.artifacts / what / "build.log",
                 registry=self.task.registry,
+                network=build_networks(self.task, self.artifacts / what / "network.jsonl"),
             )
         except RegistryError as exc:  # the node's, not the task's: run again
             raise Outcome(Verdict.INFRA_ERROR, f"{what}: {exc}") from exc

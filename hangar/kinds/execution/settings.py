@@ -26,6 +26,13 @@ class SweepNetwork(BaseModel):
     ``localhost:8799``) an allowlisted name may reach. Without one, the egress proxy refuses
     every loopback, private, link-local and metadata address a name resolves to."""
 
+    builds: tuple[str, ...] | None = None
+    """What a task image's build (its Dockerfile's ``RUN`` steps) may reach, as allowlist
+    entries (``host``, ``*.domain``, ``host:port``), through the audited egress proxy:
+    public addresses only, or the `host_services` named. Default: the package registries
+    (Debian, Ubuntu, Alpine, PyPI, npm, crates.io, Go, conda) and GitHub's downloads; ``[]``
+    builds with no network at all. A build never reaches the worker itself."""
+
     @field_validator("host_services")
     @classmethod
     def _host_port(cls, entries: tuple[str, ...]) -> tuple[str, ...]:

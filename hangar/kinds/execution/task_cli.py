@@ -35,7 +35,10 @@ def task_check(
         typer.Option("--image-map", help="FROM=TO: rewrite an image reference (repeatable)."),
     ] = None,
     build: Annotated[
-        bool, typer.Option(help="Also build each task's image (the network the machine has).")
+        bool,
+        typer.Option(
+            help="Also build each task's image (its RUN steps reach only the package registries)."
+        ),
     ] = False,
 ) -> None:
     """Validate Harbor tasks (task.toml fields, files, what hangar cannot honour) and print
@@ -79,7 +82,10 @@ def task_check(
 
 def _build_problem(task: object) -> list[str]:
     """Why the task's image does not build ([] when it does)."""
+    import tempfile
+
     from hangar.errors import ImageBuildError
+    from hangar.kinds.execution.build_network import build_networks
     from hangar.kinds.execution.image_task import ImageTask
     from hangar.sandbox.task_images import ensure_task_image
 
@@ -87,13 +93,15 @@ def _build_problem(task: object) -> list[str]:
     if task.image.context is None:
         return []
     try:
-        ensure_task_image(
-            task.id,
-            task.local(task.image.context),
-            dockerfile=task.image.dockerfile,
-            mapped=task.mapped,
-            timeout_s=task.image.build_timeout_s,
-        )
+        with tempfile.TemporaryDirectory() as audit:
+            ensure_task_image(
+                task.id,
+                task.local(task.image.context),
+                dockerfile=task.image.dockerfile,
+                mapped=task.mapped,
+                timeout_s=task.image.build_timeout_s,
+                network=build_networks(task, Path(audit) / "network.jsonl"),
+            )
     except ImageBuildError as exc:
         return [f"the image does not build: {exc}"]
     return []
