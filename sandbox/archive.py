@@ -120,7 +120,9 @@ class _Extraction:
                     if count >= MAX_ENTRIES:
                         raise SandboxFileTooLarge(f"the archive has over {MAX_ENTRIES} entries")
                     self.entry(tar, member)
-                    tar.members.clear()  # a stream of a million headers keeps none of them
+                    # a stream of a million headers keeps none of them (getmembers()
+                    # would read them all: the list itself is cleared)
+                    tar.members.clear()  # type: ignore[attr-defined]
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise SandboxError(f"could not read an untrusted archive: {exc}") from exc
         finally:  # refused or not, no link out stays behind

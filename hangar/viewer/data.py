@@ -546,7 +546,7 @@ class Bundle(BaseModel):
     """Its files (manifest order), relative."""
 
 
-def _opened(archive: Path, check: BundleCheck) -> Bundle:
+def _unpacked(archive: Path, check: BundleCheck) -> Bundle:
     """The bundle at `archive`, extracted beside it only when its check passed: one whose
     hashes differ from what the result recorded is never opened (its files are not the
     evidence the trial was judged on, and anyone may have written them)."""
@@ -601,7 +601,7 @@ class Evidence:
                 fetch(uri, archive)
             else:
                 self._fetch(result, archive)
-            found = _opened(archive, verify_bundle(archive, result.evidence_sha256))
+            found = _unpacked(archive, verify_bundle(archive, result.evidence_sha256))
             self._bundles[uri] = found
             return found
 
