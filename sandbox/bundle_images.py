@@ -27,8 +27,10 @@ import docker.errors
 
 from hangar.errors import ImageBuildError, SandboxError
 from hangar.sandbox.archive import extract_untrusted
+from hangar.sandbox.base import Mount
 from hangar.sandbox.debian import runtime_root
 from hangar.sandbox.docker import docker_client
+from hangar.sandbox.helper import POD_FOLDER, helper_binary
 from hangar.sandbox.task_images import pull_ref, push_ref
 
 REPOSITORY = "hangar-bundle"
@@ -85,6 +87,25 @@ def push_bundle(registry: str, name: str, digest: str, folder: Path) -> str:
         with contextlib.suppress(docker.errors.APIError):
             docker_client().images.remove(remote, noprune=False)
     return remote
+
+
+#: Helper images known to be in their registry (this process pushed or found them).
+_HELPERS: set[str] = set()
+
+
+def helper_mount(registry: str) -> Mount:
+    """hangar's helper for a Kubernetes pod: its folder as an image in `registry` (pushed
+    there by the first node that needs it, as a bundle is), mounted read-only at
+    `POD_FOLDER` by the pod's init container. The pod then runs hangar's own programs
+    (the tar a folder is copied out with) by absolute path, never the image's."""
+    binary = helper_binary()
+    digest = binary.parent.name
+    remote = remote_ref(registry, "hangar-helper", digest)
+    if remote not in _HELPERS:
+        if pull_ref(remote) is None:
+            push_bundle(registry, "hangar-helper", digest, binary.parent)
+        _HELPERS.add(remote)
+    return Mount(source=binary.parent, target=POD_FOLDER, read_only=True, image=remote)
 
 
 def pull_bundle(registry: str, name: str, digest: str, target: Path) -> bool:

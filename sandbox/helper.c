@@ -18,6 +18,7 @@
  *   hangar-helper ids                             "UID GID" of the caller
  *   hangar-helper cat FILE                        a regular file's bytes (1 MiB at most)
  *   hangar-helper observe [-k DUR] DUR PROG...    a verifier run and watched (observe.c)
+ *   hangar-helper tar DIR                         DIR's contents as tar, no link followed (tarout.c)
  *
  * The forwarder speaks the frames of hangar/models/forwarder.py: kind (1 byte) | channel
  * (4, big-endian) | length (4) | payload; READY=0, OPEN=1, DATA=2, EOF=3. A frame longer
@@ -409,6 +410,7 @@ static int forward(int argc, char **argv) {
 }
 
 #include "observe.c"
+#include "tarout.c"
 
 /* -- files ------------------------------------------------------------------------------ */
 
@@ -491,7 +493,7 @@ static int cat(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        dprintf(2, "usage: hangar-helper keeper|timeout|forward|mkdir|remove|ids|cat|observe ...\n");
+        dprintf(2, "usage: hangar-helper keeper|timeout|forward|mkdir|remove|ids|cat|observe|tar ...\n");
         return 2;
     }
     const char *what = argv[1];
@@ -504,6 +506,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "remove")) return remove_paths(argc, argv);
     if (!strcmp(what, "cat")) return cat(argc, argv);
     if (!strcmp(what, "observe")) return observe(argc, argv);
+    if (!strcmp(what, "tar")) return tar_out(argc, argv);
     if (!strcmp(what, "ids")) {
         printf("%u %u\n", (unsigned)getuid(), (unsigned)getgid());
         return 0;

@@ -33,10 +33,15 @@ from hangar.errors import SandboxUnavailable
 from hangar.paths import cache_dir
 
 SOURCE = Path(__file__).with_name("helper.c")
-#: Every file of its source (`helper.c` includes the observer, `observe.c`).
-SOURCES = (SOURCE, SOURCE.with_name("observe.c"))
+#: Every file of its source (`helper.c` includes the observer, `observe.c`, and the tar
+#: writer, `tarout.c`).
+SOURCES = (SOURCE, SOURCE.with_name("observe.c"), SOURCE.with_name("tarout.c"))
 #: Where the binary is in a sandbox (a read-only bind mount of the one file).
 PATH = "/run/hangar/helper"
+#: Where a Kubernetes pod has the helper (an emptyDir filled from the helper's image by
+#: an init container, `hangar.sandbox.bundle_images.helper_mount`), and its path there.
+POD_FOLDER = "/run/hangar/bin"
+POD_PATH = f"{POD_FOLDER}/hangar-helper"
 #: The user the keeper and the forwarders run as: not root, not the agent's user.
 HELPER_UID = 65533
 #: ``docker exec``'s user for them.

@@ -67,6 +67,7 @@ from hangar.sandbox.base import (
 )
 from hangar.sandbox.bundle_images import COPY_COMMAND
 from hangar.sandbox.config import KubernetesConfig
+from hangar.sandbox.helper import POD_FOLDER, POD_PATH
 
 log = logging.getLogger(__name__)
 
@@ -537,21 +538,38 @@ class KubernetesSandbox(Sandbox):
         self._copy_out(source, target)
 
     def _copy_out(self, source: str, target: Path, skipped: list[str] | None = None) -> None:
-        q = shlex.quote(self.resolve(source))
-        res = self._run(
-            ["sh", "-c", f"[ -d {q} ] || exit 3; tar -c -C {q} . | base64"],
-            limit=self._transfer_limit,
-        )
-        if res.returncode == 3:
-            raise SandboxError(f"copy_out needs a folder; {source} is not one (use read_file)")
-        if not res.ok or res.stdout_truncated:
-            raise SandboxError(f"cannot copy {source} out: {res.stderr.strip() or 'too large'}")
-        data = base64.b64decode(res.stdout)
-        if len(data) > self.spec.read_limit + 1024 * 1024:
-            raise SandboxFileTooLarge(f"{source} is larger than the cap of {self.spec.read_limit}")
-        extract_untrusted(
-            io.BytesIO(data), target, strip=1, limit=self.spec.read_limit, skipped=skipped
-        )
+        """The folder written by hangar's helper (`POD_PATH`, from its image), run by
+        absolute path with no shell: nothing of the pod's image (its sh, env, tar or
+        base64, which an agent may have replaced) takes part. Without the helper in the
+        pod (a sweep with no registry) a folder is not copied out."""
+        if not any(m.target == POD_FOLDER and m.image for m in self.spec.mounts):
+            raise SandboxError(
+                f"cannot copy {source} out of the pod: that needs hangar's helper in it, which "
+                "reaches pods as an image through the sweep's `registry:` (give the sweep one)"
+            )
+        stream = self.open_stream([POD_PATH, "tar", self.resolve(source)])
+        with tempfile.TemporaryFile() as spool:
+            try:
+                total = 0
+                while chunk := stream.recv():
+                    total += len(chunk)
+                    if total > self.spec.read_limit + 1024 * 1024:
+                        raise SandboxFileTooLarge(
+                            f"{source} is larger than the cap of {self.spec.read_limit} bytes"
+                        )
+                    spool.write(chunk)
+                code, errors = stream.exit_code(), stream.stderr()
+            finally:
+                stream.close()
+            if code == 3:
+                raise SandboxError(f"copy_out needs a folder; {source} is not one (use read_file)")
+            left_out = [line.removeprefix("hangar-helper tar: ") for line in errors.splitlines()]
+            if code not in (0, 1) or (code == 1 and skipped is None):
+                raise SandboxError(f"cannot copy {source} out (exit {code}): {errors[-500:]}")
+            if skipped is not None:
+                skipped += left_out
+            spool.seek(0)
+            extract_untrusted(spool, target, strip=1, limit=self.spec.read_limit, skipped=skipped)
 
 
 class _WebSocketStream(ExecStream):

@@ -50,6 +50,7 @@ from hangar.sandbox import (
     create_sandbox,
     sandbox_class,
 )
+from hangar.sandbox.bundle_images import helper_mount
 from hangar.sandbox.bundles import Bundle, bundle_mount, bundle_problem, ensure_bundle
 from hangar.sandbox.disk import DiskState, TrialDisk
 from hangar.sandbox.warm import WarmTemplate, adopt, claim
@@ -97,6 +98,7 @@ class SandboxedTrial(TrialRun):
         self.mcp: list[Installed] = []
         #: The agent CLI's bundle on this node (`prepare_bundle`), if it runs from one.
         self.bundle: Bundle | None = None
+        self._helper: Mount | None = None  # hangar's helper for a pod (`helper_mounts`)
         self.mcp_tools: McpTools | None = None
         #: The warm sandbox this trial claimed (`open_disk`), until `start_sandbox`.
         self.warm: Sandbox | None = None
@@ -232,7 +234,7 @@ class SandboxedTrial(TrialRun):
         limits = self.limits
         return SandboxSpec(
             image=image,
-            mounts=mounts,
+            mounts=(*mounts, *self.helper_mounts()),
             limits=SandboxLimits(
                 cpus=cpus or limits.cpus, memory=memory or limits.memory, pids=limits.pids
             ),
@@ -263,6 +265,19 @@ class SandboxedTrial(TrialRun):
         """The agent's MCP servers resolved on this node (before the sandbox starts: they
         are mounted into it, `agent_mounts`)."""
         self.mcp = install_servers(self, self.spec.agent, self.cache)
+
+    def helper_mounts(self) -> tuple[Mount, ...]:
+        """hangar's helper, for a pod: on Kubernetes it arrives as an image through the
+        sweep's registry (`helper_mount`), so a folder is copied out by hangar's own tar,
+        never the image's. Elsewhere the backend mounts it itself."""
+        if self.spec.backend != "kubernetes" or not self.spec.registry:
+            return ()
+        if self._helper is None:
+            try:
+                self._helper = helper_mount(self.spec.registry)
+            except RegistryError as exc:  # the node's, not the agent's: run again
+                raise Outcome(Verdict.INFRA_ERROR, f"hangar's helper image: {exc}") from exc
+        return (self._helper,)
 
     def agent_mounts(self) -> tuple[Mount, ...]:
         """The agent's MCP servers and its CLI's bundle, read-only, for its sandbox."""

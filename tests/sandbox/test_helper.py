@@ -9,6 +9,7 @@ hangar's commands still keep their time limits.
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import struct
@@ -212,3 +213,42 @@ def test_a_root_agent_cannot_end_its_sandbox_its_tunnel_or_hangars_timeouts(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_tar_writes_a_folder_without_following_a_link(tmp_path: Path) -> None:
+    """What the Kubernetes backend copies out with: every file, long names, links as
+    links (never followed, even to a folder), no FIFO waited on; extracted back the same."""
+    import tarfile
+
+    from hangar.sandbox.archive import extract_untrusted
+
+    root = tmp_path / "root"
+    deep = root / ("d" * 120) / "sub"
+    deep.mkdir(parents=True)
+    (deep / ("f" * 150)).write_bytes(b"long name")
+    (root / "a.txt").write_text("alpha")
+    (root / "exec.sh").write_text("#!/bin/sh\n")
+    (root / "exec.sh").chmod(0o755)
+    (root / "big.bin").write_bytes(os.urandom(200_000))
+    (root / "link").symlink_to("a.txt")
+    (root / "out").symlink_to("/etc")  # a link to a folder outside: written, not followed
+    (root / "far").symlink_to("../" + "x" * 120)
+    os.mkfifo(root / "pipe")
+    proc = subprocess.run([HELPER, "tar", str(root)], capture_output=True, timeout=30)
+    assert proc.returncode == 1 and b"pipe: a FIFO" in proc.stderr  # named, left out
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert members["./out"].issym() and members["./out"].linkname == "/etc"
+    assert members["./far"].linkname == "../" + "x" * 120
+    assert not any(name.startswith("./out/") for name in members)
+    assert members["./exec.sh"].mode & 0o777 == 0o755
+    assert "./pipe" not in members
+    copy = tmp_path / "copy"
+    skipped: list[str] = []
+    extract_untrusted(io.BytesIO(proc.stdout), copy, strip=1, limit=1 << 30, skipped=skipped)
+    assert (copy / "big.bin").read_bytes() == (root / "big.bin").read_bytes()
+    assert (copy / ("d" * 120) / "sub" / ("f" * 150)).read_bytes() == b"long name"
+    assert (copy / "link").read_text() == "alpha"
+    assert sorted(s.split(":")[0] for s in skipped) == ["far", "out"]  # links out: left out
+    missing = subprocess.run([HELPER, "tar", str(root / "a.txt")], capture_output=True)
+    assert missing.returncode == 3 and missing.stdout == b""
