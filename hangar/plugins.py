@@ -24,8 +24,6 @@ log = logging.getLogger(__name__)
 #: The clashing entry points already warned of.
 _WARNED: set[tuple[str, str, str]] = set()
 
-GROUPS = ("hangar.kinds", "hangar.sandboxes", "hangar.agent_presets", "hangar.task_sources")
-
 
 def plugin_targets(group: str, builtin: dict[str, Any] | None = None) -> dict[str, str]:
     """Name -> entry point value of the installed packages' entry points in `group`

@@ -14,9 +14,6 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 
 from hangar.files import check_pin
 
-#: Suffixes of scripts hangar knows how to run (anything else must be executable).
-SCRIPT_SUFFIXES = (".py", ".js", ".mjs", ".mts")
-
 
 def relative_inside(value: str, what: str) -> str:
     """`value` when it is a relative path that stays inside the workspace."""

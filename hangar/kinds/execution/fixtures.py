@@ -34,9 +34,6 @@ from hangar.kinds.execution.scenario import pinned_revision, task_text
 from hangar.validation import CaseId, validation_message
 from hangar.verifiers.spec import PinnedFile
 
-#: What an entry binds in a scenario (the fields a definition may leave out).
-BOUND = ("repository", "revision", "context", "prepare", "verifier.host")
-
 
 class Fixture(BaseModel):
     """One entry of a fixture registry."""

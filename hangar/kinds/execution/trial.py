@@ -59,8 +59,6 @@ WORKDIR = "/workspace"
 HOME = "/home/agent"
 #: Scratch folders (trial folder name -> sandbox path) of a one-sandbox trial.
 SCRATCH = {"home": HOME, "tmp": "/tmp", "var-tmp": "/var/tmp"}
-#: The loopback port the forwarder listens on inside a container.
-RELAY_PORT = 4000
 
 
 class ExecutionTrial(SandboxedTrial):

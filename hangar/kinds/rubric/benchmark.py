@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -33,7 +32,6 @@ from hangar.kinds.rubric.formats import (
 from hangar.models import ModelSpec
 from hangar.trials.spec import Supplied, Task
 
-_VERSION = re.compile(r"^version:\s*['\"]?([^'\"\n]+)", re.M)
 #: The code that scores samples: its digest is part of every sample's version.
 _SCORERS = ("checks.py", "judge.py", "scoring.py")
 
