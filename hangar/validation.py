@@ -7,9 +7,15 @@ import re
 from typing import Annotated, Any, get_args
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class Strict(BaseModel):
+    """A frozen settings model that refuses unknown fields."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def check_name(value: str) -> str:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import Discriminator, Field, Tag, field_validator
 
 from hangar.files import check_pin
+from hangar.validation import Strict
 
 
 def relative_inside(value: str, what: str) -> str:
@@ -21,12 +22,6 @@ def relative_inside(value: str, what: str) -> str:
     if p.is_absolute() or ".." in p.parts or not value.strip():
         raise ValueError(f"{what} must be a relative path inside the workspace, got {value!r}")
     return value
-
-
-class Strict(BaseModel):
-    """A frozen settings model that refuses unknown fields."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class PinnedFile(Strict):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from hangar.files import parse_size
-from hangar.verifiers.spec import Strict
+from hangar.validation import Strict
 
 
 class ScenarioLimits(Strict):

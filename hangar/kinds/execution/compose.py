@@ -26,7 +26,7 @@ from hangar.errors import ConfigError
 from hangar.files import parse_size
 from hangar.kinds.execution.image_task import Condition, ImageSource, Service
 from hangar.sandbox.service_specs import ServiceHealth
-from hangar.verifiers.spec import Strict
+from hangar.validation import Strict
 
 COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 #: Keys of a service that change nothing here (noted, ignored).

@@ -23,7 +23,7 @@ from hangar.sandbox import observe
 from hangar.sandbox.service_specs import ServiceRun
 from hangar.trials.limits import ScenarioLimits
 from hangar.trials.spec import Task
-from hangar.verifiers.spec import Strict
+from hangar.validation import Strict
 
 NetworkMode = Literal["no-network", "allowlist", "public"]
 
