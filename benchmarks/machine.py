@@ -34,7 +34,7 @@ def bench_cache(name: str) -> Path:
 
 @contextmanager
 def kept_warm() -> Iterator[None]:
-    """`hangar run` keeping its own head warm (`hangar.cluster.warm`), recorded in a private
+    """`hangar run` keeping its own head warm (`hangar.cluster.local_head`), recorded in a private
     cache folder (the user's own warm head, if any, is not touched), stopped afterwards."""
     with tempfile.TemporaryDirectory(prefix="hwb-") as cache:
         saved = {k: os.environ.get(k) for k in ("HANGAR_CACHE_DIR", "HANGAR_WARM_HEAD")}
@@ -42,7 +42,7 @@ def kept_warm() -> Iterator[None]:
         try:
             yield
         finally:
-            from hangar.cluster.warm import stop_warm
+            from hangar.cluster.local_head import stop_warm
 
             stop_warm()
             for key, value in saved.items():

@@ -376,7 +376,7 @@ class Sandbox(ABC):
     #: sandbox: then the keeper, the forwarders and ``timeout`` are its, never the image's.
     helper: ClassVar[bool] = False
     #: Whether a started sandbox can pass from one process of the node to another
-    #: (`hand_over`, `adopt`): what a warm pool needs (`hangar.sandbox.warm`).
+    #: (`hand_over`, `adopt`): what a warm pool needs (`hangar.sandbox.warm_pool`).
     warm: ClassVar[bool] = False
 
     @property

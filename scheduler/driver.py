@@ -55,11 +55,11 @@ from hangar.scheduler import metrics
 from hangar.scheduler.board import Snapshot, node_slots, open_board
 from hangar.scheduler.dispatch import Dispatch
 from hangar.scheduler.pool import Pools, results
+from hangar.scheduler.pool_actors import WarmPools
 from hangar.scheduler.preflight import NodeReport, missing_images, start_preflight
 from hangar.scheduler.sequential import Rounds
 from hangar.scheduler.sweep import Sweep
 from hangar.scheduler.task import put, run_trial_task
-from hangar.scheduler.warm import WarmPools
 from hangar.scores.report import DEFAULT_MARGIN
 from hangar.scores.sequential import SequentialOutcome
 from hangar.store import ResultsStore
@@ -177,7 +177,7 @@ def _leave(ray: Any, leave: Callable[[], None]) -> None:
 
 def _warm_head(slots: int, needs: tuple[str, ...]) -> tuple[str, str] | None:
     """(address, node IP) of this machine's warm head, started if need be; None: embedded."""
-    from hangar.cluster.warm import ensure_warm, record
+    from hangar.cluster.local_head import ensure_warm, record
 
     before = record()
     try:
@@ -402,8 +402,8 @@ class SweepRunner:
 
     def run(self) -> SweepTally:
         """Run the sweep; returns the tally. While it runs, it holds this machine's warm
-        Ray head (`hangar.cluster.warm`), so the head is not stopped as idle meanwhile."""
-        from hangar.cluster.warm import attached
+        Ray head (`hangar.cluster.local_head`), so the head is not stopped as idle meanwhile."""
+        from hangar.cluster.local_head import attached
 
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="hangar-store")
         try:

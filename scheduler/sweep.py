@@ -86,7 +86,7 @@ class Concurrency(BaseModel):
     """In-flight cap per model id."""
     warm_sandboxes: int | None = Field(default=None, ge=0)
     """Sandboxes each node keeps started ahead of need, per kind of sandbox its trials
-    use (`hangar.sandbox.warm`; 0: none, each trial starts its own). Default: the node's
+    use (`hangar.sandbox.warm_pool`; 0: none, each trial starts its own). Default: the node's
     sandbox slots (at most the window) on a node with more CPUs than slots, none on a
     node whose trials can fill its CPUs."""
     prompt_trials: PromptPlace = "auto"

@@ -21,11 +21,11 @@ from typing import Any, cast
 from hangar.paths import cache_dir
 from hangar.results import TrialResult
 from hangar.sandbox.build_once import use_coordinator
-from hangar.sandbox.warm import use_warm
+from hangar.sandbox.warm_pool import use_warm
 from hangar.scheduler.board import this_node, trial_label
 from hangar.scheduler.builds import BoardCoordinator
 from hangar.scheduler.metrics import metric
-from hangar.scheduler.warm import NodeClaimer
+from hangar.scheduler.pool_actors import NodeClaimer
 from hangar.trials import TrialSpec, run_trial
 from hangar.trials.kind import kind_of
 

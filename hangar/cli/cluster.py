@@ -119,8 +119,8 @@ def cluster_install_helm() -> None:
 @cluster_app.command("stop")
 def cluster_stop() -> None:
     """Stop this machine's Ray processes (the head `hangar run` keeps warm included)."""
+    from hangar.cluster.local_head import stop_warm
     from hangar.cluster.nodes import stop
-    from hangar.cluster.warm import stop_warm
 
     stop_warm()
     stop()
@@ -134,7 +134,7 @@ def cluster_status(as_json: JsonFlag = False) -> None:
     the runs attached to it now and how long it has been idle."""
     import json
 
-    from hangar.cluster.warm import status
+    from hangar.cluster.local_head import status
 
     found = status()
     if as_json:

@@ -53,7 +53,7 @@ from hangar.sandbox import (
 from hangar.sandbox.bundle_images import helper_mount
 from hangar.sandbox.bundles import Bundle, bundle_mount, bundle_problem, ensure_bundle
 from hangar.sandbox.disk import DiskState, TrialDisk
-from hangar.sandbox.warm import WarmTemplate, adopt, claim
+from hangar.sandbox.warm_pool import WarmTemplate, adopt, claim
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun
 from hangar.trials.limits import ScenarioLimits
@@ -163,7 +163,7 @@ class SandboxedTrial(TrialRun):
         return self.sandbox_spec().ttl_s
 
     def takes_warm(self) -> bool:
-        """Whether the trial's first sandbox may be a warm one (`hangar.sandbox.warm`):
+        """Whether the trial's first sandbox may be a warm one (`hangar.sandbox.warm_pool`):
         its `sandbox_spec` is known before the disk is open and names the disk's folders
         as the sandbox's, which start empty."""
         return False

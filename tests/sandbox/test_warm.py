@@ -14,7 +14,7 @@ import pytest
 from hangar.sandbox import Mount, SandboxSpec
 from hangar.sandbox.disk import TrialDisk
 from hangar.sandbox.docker import DockerSandbox
-from hangar.sandbox.warm import Ready, WarmPool, WarmTemplate, adopt, discard, use_warm
+from hangar.sandbox.warm_pool import Ready, WarmPool, WarmTemplate, adopt, discard, use_warm
 from tests.conftest import BASE_IMAGE
 from tests.services import wait_for
 from tests.trialkit import GOLD, Runner, bundle
@@ -130,7 +130,7 @@ def test_a_sandbox_kept_too_long_is_removed_not_claimed(
     wait_for(lambda: pool.ready() == 1, 60, "a warm sandbox to be made")
     [old] = [s for ready in pool._ready.values() for s in ready]
     old_id = _container_of(old)
-    monkeypatch.setattr("hangar.sandbox.warm.MAX_AGE_S", 0.0)
+    monkeypatch.setattr("hangar.sandbox.warm_pool.MAX_AGE_S", 0.0)
     assert pool.claim(template) is None
     wait_for(
         lambda: not docker_client.containers.list(ignore_removed=True, filters={"id": old_id}),

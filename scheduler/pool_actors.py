@@ -1,6 +1,6 @@
 """The warm sandbox pools of a sweep run: one Ray actor per node with sandbox slots.
 
-Each holds a `hangar.sandbox.warm.WarmPool` of that node, named after the run and the
+Each holds a `hangar.sandbox.warm_pool.WarmPool` of that node, named after the run and the
 node, so that a trial's task finds its own node's (`NodeClaimer`). The driver opens them
 with the run's first sandboxed trial (`WarmPools.open` says how many of each kind of
 sandbox each keeps) and drains and ends them when the run ends (`WarmPools.close`); a
@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from hangar.paths import cache_dir
-from hangar.sandbox.warm import WarmPool, WarmSlot, WarmTemplate
+from hangar.sandbox.warm_pool import WarmPool, WarmSlot, WarmTemplate
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class NodePool(WarmPool):
 
 
 class NodeClaimer:
-    """A trial's way to its node's pool (`hangar.sandbox.warm.use_warm`)."""
+    """A trial's way to its node's pool (`hangar.sandbox.warm_pool.use_warm`)."""
 
     def __init__(self, prefix: str) -> None:
         self._prefix = prefix

@@ -3,7 +3,7 @@ reused by the next, stopped once idle.
 
 `hangar run` without ``--address``, on a machine with no head `hangar cluster start` left
 running, starts one (`ensure_warm`): a small detached keeper process (``python -m
-hangar.cluster.warm``) runs ``ray start --head --block`` on loopback as its child, writes
+hangar.cluster.local_head``) runs ``ray start --head --block`` on loopback as its child, writes
 the head's record (the same file `local_head` reads, marked ``auto``), and watches: each
 `hangar run` attached to it holds a run file (`attached`); once none has been held for
 ``idle_s`` seconds (default 30 minutes, ``$HANGAR_WARM_IDLE_S``), the keeper stops its
@@ -141,7 +141,7 @@ def start_warm(slots: int, timeout_s: float = 90.0) -> tuple[str, str]:
     port = _free_port()
     logs = cache_dir() / "local-ray-keeper.log"
     logs.parent.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "hangar.cluster.warm", "--port", str(port),
+    argv = [sys.executable, "-m", "hangar.cluster.local_head", "--port", str(port),
             "--slots", str(slots), "--idle", str(idle_seconds())]  # fmt: skip
     with logs.open("ab") as out:
         subprocess.Popen(
