@@ -242,7 +242,7 @@ knowledge_scores = Table(
 #: case's prompt, a rubric sample), written by the driver in the commit of their results.
 #: A file or object per call cost such a trial more CPU than its model call
 #: (`benchmarks/prompt.py`); the archive and its sha256 are the same as in an evidence
-#: store, and the result's URI is ``store:///<key>`` (`hangar.verifiers.object_store`).
+#: store, and the result's URI is ``store:///<key>`` (`hangar.evidence.stores`).
 bundles = Table(
     "bundles",
     metadata,

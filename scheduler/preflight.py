@@ -29,12 +29,12 @@ from urllib.parse import urlparse
 from pydantic import BaseModel
 
 from hangar.errors import HangarError, PreflightFailed
+from hangar.evidence.stores import open_store
 from hangar.models import ModelSpec
 from hangar.sandbox import sandbox_class
 from hangar.sandbox.config import BackendConfig
 from hangar.scheduler.sweep import Sweep
 from hangar.trials.kind import kind_of
-from hangar.verifiers.object_store import open_store
 
 #: How long a node may take to answer its preflight task.
 TIMEOUT_S = 120.0

@@ -86,7 +86,7 @@ def test_hangar_run_uses_the_packages_backend_preset_and_task_source(tmp_path: P
 
     (result,) = ResultsStore(f"sqlite:///{tmp_path}/r.db").results("extras")
     assert result.scenario_id == "tiny" and result.agent_settings.get("preset") == "echoer"
-    from hangar.verifiers.bundle import read_member
+    from hangar.evidence.archive import read_member
 
     assert result.evidence_uri is not None
     trial = json.loads(read_member(result.evidence_uri, "trial.json", result.evidence_sha256))

@@ -15,12 +15,12 @@ import docker
 import pytest
 
 from hangar.agents import CommandAgent, load_agents
+from hangar.evidence.archive import verify_archive
 from hangar.kinds.execution import single_trial
 from hangar.kinds.execution.scenario import load_scenario
 from hangar.results import TrialResult
 from hangar.sandbox.config import BackendConfig
 from hangar.trials import Arm, TrialSpec, run_trial
-from hangar.verifiers.bundle import verify_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -90,7 +90,7 @@ def bundle(result: TrialResult, name: str) -> str:
     """A file of the result's evidence bundle, after checking the bundle's integrity."""
     assert result.evidence_uri is not None
     local = Path(result.evidence_uri.removeprefix("file://"))
-    assert verify_bundle(local, result.evidence_sha256).ok
+    assert verify_archive(local, result.evidence_sha256).ok
     with tarfile.open(local) as tar:
         member = tar.extractfile(name)
         assert member is not None

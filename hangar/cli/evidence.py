@@ -27,17 +27,17 @@ def evidence_verify(
     prompt or rubric trial's, is read from the results store)."""
     import tempfile
 
+    from hangar.evidence.archive import verify_archive
+    from hangar.evidence.stores import split_uri
     from hangar.results import STORED_PREFIX
     from hangar.store import ResultsStore
-    from hangar.verifiers.bundle import verify_bundle
-    from hangar.verifiers.object_store import split_uri
 
     results = ResultsStore(store, create=False) if uri.startswith(STORED_PREFIX) else None
     evidence, key = split_uri(uri, endpoint, results)
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / "bundle.tar.gz"
         evidence.get(key, local)
-        check = verify_bundle(local, sha256)
+        check = verify_archive(local, sha256)
     if check.ok:
         console.print(f"[green]ok[/] {check.files} files match the manifest; sha256 {check.sha256}")
         raise typer.Exit(0)

@@ -25,13 +25,13 @@ from typing import Any, ClassVar
 import pydantic_core
 
 from hangar.errors import SandboxError
+from hangar.evidence.archive import archive_bytes, build_archive
+from hangar.evidence.stores import EvidenceStore, archive_key, open_store, run_name
 from hangar.paths import cache_dir
 from hangar.results import STORED_PREFIX, ProviderError, TrialResult, Verdict
 from hangar.sessions import SESSION_FILE, trace_session, write_trial_session
 from hangar.trace import TraceWriter
 from hangar.trials.spec import TrialSpec, result_of
-from hangar.verifiers.bundle import build_bundle, bundle_bytes
-from hangar.verifiers.object_store import EvidenceStore, bundle_key, open_store, run_name
 
 
 class Outcome(Exception):
@@ -150,7 +150,7 @@ class TrialRun:
             self.kept["trace.jsonl"] = trace.data
         self.kept[SESSION_FILE] = trace_session(self.kept.get("trace.jsonl"))
         self.write("result.json", result.model_dump(mode="json"))
-        data, sha = bundle_bytes(self.kept)
+        data, sha = archive_bytes(self.kept)
         if self.for_results_store:
             self.bundle_data = data
             return STORED_PREFIX + _key(self.spec), sha
@@ -282,14 +282,14 @@ def lost_result(
 
 def store_bundle(spec: TrialSpec, artifacts: Path, archive: Path) -> tuple[str, str]:
     """Bundle `artifacts` into `archive` and put it in the evidence store: (uri, sha256)."""
-    sha = build_bundle(artifacts, archive)
+    sha = build_archive(artifacts, archive)
     return _store(spec).put(_key(spec), archive), sha
 
 
 def _key(spec: TrialSpec) -> str:
     """The key of a new execution's bundle of `spec`'s attempt."""
     run = run_name(spec.node or socket.gethostname())
-    return bundle_key(spec.sweep, spec.trial_key, spec.attempt, run)
+    return archive_key(spec.sweep, spec.trial_key, spec.attempt, run)
 
 
 def _store(spec: TrialSpec) -> EvidenceStore:

@@ -9,7 +9,7 @@
   (`Builder`), so that building never holds up the pages' interpreter.
 - `Catalog.trials`: one page of a sweep's trials (latest attempts), filtered.
 - `Evidence`: a trial's bundle fetched from its store (file or S3) once, its hashes
-  verified (`verify_bundle`: the archive's sha256 against the result's, every file against
+  verified (`verify_archive`: the archive's sha256 against the result's, every file against
   the manifest), and only when that check passes extracted with the untrusted-archive
   rules (`extract_untrusted`: nothing written outside, no link out, no device, a size
   cap). A bundle that fails its check is never opened; the page says so.
@@ -32,6 +32,8 @@ from pydantic import BaseModel
 from sqlalchemy import func, or_, select, tuple_
 
 from hangar.errors import HangarError
+from hangar.evidence.archive import ArchiveCheck, verify_archive
+from hangar.evidence.stores import key_in, open_store, split_uri
 from hangar.results import STORED_PREFIX, TrialResult
 from hangar.sandbox.archive import extract_untrusted
 from hangar.scores.baseline import Snapshot, snapshot
@@ -45,8 +47,6 @@ from hangar.scores.report import (
 )
 from hangar.store import ResultsStore, latest_attempts, sweeps, trials
 from hangar.trials.kind import report_sections
-from hangar.verifiers.bundle import BundleCheck, verify_bundle
-from hangar.verifiers.object_store import key_in, open_store, split_uri
 
 T = TypeVar("T")
 
@@ -540,13 +540,13 @@ class Bundle(BaseModel):
     """Where its files are."""
     archive: Path
     """The archive as fetched."""
-    check: BundleCheck
+    check: ArchiveCheck
     """What the hash check found."""
     files: list[str]
     """Its files (manifest order), relative."""
 
 
-def _unpacked(archive: Path, check: BundleCheck) -> Bundle:
+def _unpacked(archive: Path, check: ArchiveCheck) -> Bundle:
     """The bundle at `archive`, extracted beside it only when its check passed: one whose
     hashes differ from what the result recorded is never opened (its files are not the
     evidence the trial was judged on, and anyone may have written them)."""
@@ -601,7 +601,7 @@ class Evidence:
                 fetch(uri, archive)
             else:
                 self._fetch(result, archive)
-            found = _unpacked(archive, verify_bundle(archive, result.evidence_sha256))
+            found = _unpacked(archive, verify_archive(archive, result.evidence_sha256))
             self._bundles[uri] = found
             return found
 

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from hangar.agents import PromptAgent
 from hangar.cli import app
 from hangar.errors import ConfigError
+from hangar.evidence.archive import verify_archive
 from hangar.kinds.decision import case_trial, choice
 from hangar.kinds.decision.cases import load_decision_suite
 from hangar.kinds.decision.trial import render_prompt
@@ -26,7 +27,6 @@ from hangar.results import TrialResult, Verdict
 from hangar.store import ResultsStore
 from hangar.testing.scripted import Conversation, Reply, Script, ScriptedServer
 from hangar.trials import run_trial
-from hangar.verifiers.bundle import verify_bundle
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 runner = CliRunner()
@@ -233,7 +233,7 @@ def test_skill_and_control_arms_end_to_end(tmp_path: Path, server: ScriptedServe
     # Its evidence was kept in memory: no trial folder, the bundle whole and checked.
     assert not list((tmp_path / "trials").glob("*"))
     assert skill.evidence_uri is not None
-    check = verify_bundle(Path(skill.evidence_uri.removeprefix("file://")), skill.evidence_sha256)
+    check = verify_archive(Path(skill.evidence_uri.removeprefix("file://")), skill.evidence_sha256)
     assert check.ok, check.problems
     kinds = [json.loads(line)["kind"] for line in bundle(skill, "trace.jsonl").splitlines()]
     assert kinds == ["model_request", "model_response", "trace_end"]

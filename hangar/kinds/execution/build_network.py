@@ -78,10 +78,10 @@ def build_network(
 ) -> Iterator[BuildNetwork]:
     """A network namespace for one build whose only way out is an egress proxy for
     `hosts` (its attempts written to `log` as they happen)."""
-    holder = holder_image()
+    image = holder_image()
     proxy = EgressProxy(hosts, "build", host_services=host_services, log=log).start()
     spec = SandboxSpec(
-        image=holder, sweep="builds", trial=f"build-network-{uuid.uuid4().hex[:8]}",
+        image=image, sweep="builds", trial=f"build-network-{uuid.uuid4().hex[:8]}",
         user=HELPER_USER, workdir="/", home="/", ttl_s=24 * 3600,
     )  # fmt: skip
     try:

@@ -146,8 +146,8 @@ def export_predictions(
     """Write SWE-bench's predictions format (instance_id, model_name_or_path, model_patch)
     from the diffs of a sweep's trials, so its runs can be rechecked by SWE-bench's own
     harness. One (agent, model) per file: name them when the sweep has several."""
+    from hangar.evidence.archive import read_member
     from hangar.kinds.execution.swebench import predictions
-    from hangar.verifiers.bundle import read_member
 
     sweep_id, results = services_of(ctx.obj).resolve_sweep(sweep, store)
     rows = [

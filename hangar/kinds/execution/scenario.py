@@ -30,11 +30,10 @@ from hangar.errors import ConfigError
 from hangar.files import file_sha256, read_yaml, tree_digest
 from hangar.trials.limits import ScenarioLimits
 from hangar.trials.spec import Task
-from hangar.validation import CaseId, Name, validation_message
+from hangar.validation import CaseId, Name, Strict, validation_message
 from hangar.verifiers.spec import (
     BuiltinVerifier,
     PinnedFile,
-    Strict,
     VerifierSpec,
 )
 

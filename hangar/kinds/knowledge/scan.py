@@ -89,8 +89,8 @@ def scan(paths: list[Path], canaries: dict[str, tuple[str, str]]) -> list[Found]
 
 def sweep_bundles(sweeps: list[str], store_url: str | None, into: Path) -> list[Path]:
     """The evidence bundles of `sweeps` (every attempt), fetched into `into`."""
+    from hangar.evidence.stores import split_uri
     from hangar.store import ResultsStore
-    from hangar.verifiers.object_store import split_uri
 
     store = ResultsStore(store_url)
     fetched = []

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from hangar.cli import app
 from hangar.errors import EvidenceStoreError
-from hangar.verifiers.bundle import _archive, build_bundle, bundle_bytes, verify_bundle
-from hangar.verifiers.object_store import FileEvidenceStore, bundle_key
+from hangar.evidence.archive import _archive, archive_bytes, build_archive, verify_archive
+from hangar.evidence.stores import FileEvidenceStore, archive_key
 
 
 @pytest.fixture
@@ -29,9 +29,9 @@ def artifacts(tmp_path: Path) -> Path:
 
 def test_bundle_roundtrip_and_determinism(artifacts: Path, tmp_path: Path) -> None:
     first, second = tmp_path / "a.tar.gz", tmp_path / "b.tar.gz"
-    sha = build_bundle(artifacts, first)
-    assert build_bundle(artifacts, second) == sha
-    check = verify_bundle(first, sha)
+    sha = build_archive(artifacts, first)
+    assert build_archive(artifacts, second) == sha
+    check = verify_archive(first, sha)
     assert check.ok and check.files == 3 and check.problems == []
 
 
@@ -45,12 +45,12 @@ def test_a_bundle_of_files_in_memory_is_the_folders_archive(
         for p in artifacts.rglob("*")
         if p.is_file()
     }
-    sha = build_bundle(artifacts, tmp_path / "folder.tar.gz")
-    data, memory_sha = bundle_bytes(files)
+    sha = build_archive(artifacts, tmp_path / "folder.tar.gz")
+    data, memory_sha = archive_bytes(files)
     assert memory_sha == sha and data == (tmp_path / "folder.tar.gz").read_bytes()
     store = FileEvidenceStore(tmp_path / "store")
     uri = store.put_bytes("sw/k/1/n-1/bundle.tar.gz", data)
-    assert verify_bundle(Path(uri.removeprefix("file://")), sha).ok
+    assert verify_archive(Path(uri.removeprefix("file://")), sha).ok
     assert not [p for p in (tmp_path / "store").rglob(".partial-*")]
 
 
@@ -94,7 +94,7 @@ def test_the_archive_is_tarfiles_byte_for_byte(names: list[str]) -> None:
 def test_symlinks_are_listed_not_followed(artifacts: Path, tmp_path: Path) -> None:
     (artifacts / "leak").symlink_to("/etc/passwd")
     out = tmp_path / "b.tar.gz"
-    build_bundle(artifacts, out)
+    build_archive(artifacts, out)
     with tarfile.open(out) as tar:
         names = tar.getnames()
     assert "leak" not in names
@@ -103,13 +103,13 @@ def test_symlinks_are_listed_not_followed(artifacts: Path, tmp_path: Path) -> No
 
 def test_a_modified_byte_in_the_archive_is_detected(artifacts: Path, tmp_path: Path) -> None:
     out = tmp_path / "b.tar.gz"
-    sha = build_bundle(artifacts, out)
+    sha = build_archive(artifacts, out)
     data = bytearray(out.read_bytes())
     data[len(data) // 2] ^= 0x01
     out.write_bytes(bytes(data))
-    check = verify_bundle(out, sha)
+    check = verify_archive(out, sha)
     assert not check.ok and any("archive sha256" in p for p in check.problems)
-    assert verify_bundle(out).ok is False  # even without the recorded sha256
+    assert verify_archive(out).ok is False  # even without the recorded sha256
 
 
 def _repack(src: Path, dest: Path, edit: str) -> None:
@@ -127,9 +127,9 @@ def _repack(src: Path, dest: Path, edit: str) -> None:
 
 def test_a_modified_file_inside_is_named(artifacts: Path, tmp_path: Path) -> None:
     out, forged = tmp_path / "b.tar.gz", tmp_path / "forged.tar.gz"
-    build_bundle(artifacts, out)
+    build_archive(artifacts, out)
     _repack(out, forged, "verifier/out.txt")
-    check = verify_bundle(forged)
+    check = verify_archive(forged)
     assert not check.ok
     assert check.problems == [
         next(p for p in check.problems if p.startswith("verifier/out.txt: sha256"))
@@ -139,8 +139,8 @@ def test_a_modified_file_inside_is_named(artifacts: Path, tmp_path: Path) -> Non
 def test_evidence_verify_cli(artifacts: Path, tmp_path: Path) -> None:
     store = FileEvidenceStore(tmp_path / "store")
     archive = tmp_path / "b.tar.gz"
-    sha = build_bundle(artifacts, archive)
-    uri = store.put(bundle_key("sw", "k" * 64, 1), archive)
+    sha = build_archive(artifacts, archive)
+    uri = store.put(archive_key("sw", "k" * 64, 1), archive)
     runner = CliRunner()
     ok = runner.invoke(app, ["evidence", "verify", uri, "--sha256", sha])
     assert ok.exit_code == 0 and "3 files match" in ok.output
@@ -167,8 +167,8 @@ def test_an_attempt_run_twice_never_writes_over_the_other_bundle(
     bundle it hashed."""
     from types import SimpleNamespace
 
+    from hangar.evidence.stores import key_in, split_uri
     from hangar.trials.boundary import store_bundle
-    from hangar.verifiers.object_store import key_in, split_uri
 
     def spec(node: str) -> Any:
         return SimpleNamespace(
@@ -184,5 +184,5 @@ def test_an_attempt_run_twice_never_writes_over_the_other_bundle(
     for uri, sha in ((first_uri, first_sha), (late_uri, late_sha)):
         store, key = split_uri(uri)
         store.get(key, tmp_path / "fetched.tar.gz")
-        assert verify_bundle(tmp_path / "fetched.tar.gz", sha).ok
+        assert verify_archive(tmp_path / "fetched.tar.gz", sha).ok
     assert key_in(first_uri, "sw").startswith("sw/" + "k" * 64 + "/1/node-a-")

@@ -1,9 +1,9 @@
 """Where evidence bundles are kept: a small interface (`put`, `get`, `exists`).
 
-`file://DIR` is the default store; `s3://bucket/prefix` is in `hangar.verifiers.s3`. Keys
+`file://DIR` is the default store; `s3://bucket/prefix` is in `hangar.evidence.s3`. Keys
 look like ``<sweep>/<trial key>/<attempt>/<run>/bundle.tar.gz`` (``<run>``: the
 execution that wrote it; bundles of older versions have none). The bundles of trials run
-in pools (no sandbox) are kept in the results store instead (`StoredBundles`, URIs
+in pools (no sandbox) are kept in the results store instead (`StoredArchives`, URIs
 ``store:///<key>``), and read through it.
 """
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from hangar.store import ResultsStore
 
 
-def bundle_key(sweep: str, trial_key: str, attempt: int, run: str = "") -> str:
+def archive_key(sweep: str, trial_key: str, attempt: int, run: str = "") -> str:
     """The store key of one attempt's bundle; `run` names the execution that wrote it (a
     node and a random token), so that an attempt run twice (a node that froze, thawed and
     finished after its trial was run elsewhere) never writes over the other's bundle."""
@@ -135,7 +135,7 @@ class FileEvidenceStore(EvidenceStore):
         return (self.root / key).as_uri()
 
 
-class StoredBundles(EvidenceStore):
+class StoredArchives(EvidenceStore):
     """The bundles a results store keeps (``store:///<key>``): read only, written by the
     driver with the results (`hangar.store.ResultsStore.record`)."""
 
@@ -170,7 +170,7 @@ def open_store(url: str) -> EvidenceStore:
         raw = unquote(parsed.netloc + parsed.path) if parsed.scheme else url
         return FileEvidenceStore(Path(raw))
     if parsed.scheme == "s3":
-        from hangar.verifiers.s3 import S3EvidenceStore
+        from hangar.evidence.s3 import S3EvidenceStore
 
         return S3EvidenceStore.from_url(url)
     raise ConfigError(f"unsupported evidence store {url!r}: use file://DIR or s3://bucket/prefix")
@@ -187,13 +187,13 @@ def split_uri(
                 f"{uri} is kept in the sweep's results store: read it with the sweep's "
                 "store (--store, or the sweep file)"
             )
-        return StoredBundles(results), uri.removeprefix(STORED_PREFIX)
+        return StoredArchives(results), uri.removeprefix(STORED_PREFIX)
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         path = Path(unquote(parsed.netloc + parsed.path) if parsed.scheme else uri).resolve()
         return FileEvidenceStore(path.parent), path.name
     if parsed.scheme == "s3":
-        from hangar.verifiers.s3 import S3EvidenceStore
+        from hangar.evidence.s3 import S3EvidenceStore
 
         head, _, name = parsed.path.rpartition("/")
         return S3EvidenceStore(parsed.netloc, head, endpoint), name

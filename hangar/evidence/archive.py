@@ -86,7 +86,7 @@ class _Hashing(io.RawIOBase):
         return self.raw.write(data)
 
 
-def build_bundle(artifacts: Path, out: Path) -> str:
+def build_archive(artifacts: Path, out: Path) -> str:
     """Write the manifest and the archive `out`; returns the archive's sha256 (each file
     is read once, and the archive hashed as it is written)."""
     read: dict[str, bytes] = {}
@@ -101,9 +101,9 @@ def build_bundle(artifacts: Path, out: Path) -> str:
         return _archive(raw, contents())
 
 
-def bundle_bytes(files: dict[str, bytes]) -> tuple[bytes, str]:
+def archive_bytes(files: dict[str, bytes]) -> tuple[bytes, str]:
     """The bundle of evidence files held in memory (relative path: bytes), and its sha256:
-    the same archive `build_bundle` makes of the same files in a folder."""
+    the same archive `build_archive` makes of the same files in a folder."""
     hashes = {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
     manifest = _manifest(dict(sorted(hashes.items())), [])
     out = io.BytesIO()
@@ -158,8 +158,8 @@ def _header(rel: str, size: int) -> bytes:
     return bytes(block)
 
 
-class BundleCheck(BaseModel):
-    """What `verify_bundle` found."""
+class ArchiveCheck(BaseModel):
+    """What `verify_archive` found."""
 
     ok: bool
     """Everything matched."""
@@ -171,7 +171,7 @@ class BundleCheck(BaseModel):
     """Each difference, in words."""
 
 
-def verify_bundle(archive: Path, expected_sha256: str | None = None) -> BundleCheck:
+def verify_archive(archive: Path, expected_sha256: str | None = None) -> ArchiveCheck:
     """Recompute every hash in a bundle and say what differs."""
     digest = sha256_file(archive)
     problems: list[str] = []
@@ -188,13 +188,13 @@ def verify_bundle(archive: Path, expected_sha256: str | None = None) -> BundleCh
                 contents[member.name] = handle.read()
     except (tarfile.TarError, OSError, EOFError, gzip.BadGzipFile) as exc:
         problems.append(f"the archive is damaged: {exc}")
-        return BundleCheck(ok=False, sha256=digest, problems=problems)
+        return ArchiveCheck(ok=False, sha256=digest, problems=problems)
     try:
         manifest = json.loads(contents.pop(MANIFEST))
         listed: dict[str, str] = manifest["files"]
     except (KeyError, ValueError, TypeError) as exc:
         problems.append(f"{MANIFEST} is missing or unreadable: {exc}")
-        return BundleCheck(ok=False, sha256=digest, problems=problems)
+        return ArchiveCheck(ok=False, sha256=digest, problems=problems)
     for rel, want in sorted(listed.items()):
         if rel not in contents:
             problems.append(f"{rel}: listed in the manifest but missing")
@@ -203,19 +203,19 @@ def verify_bundle(archive: Path, expected_sha256: str | None = None) -> BundleCh
     problems += [
         f"{rel}: present but not in the manifest" for rel in sorted(contents.keys() - listed.keys())
     ]
-    return BundleCheck(ok=not problems, sha256=digest, files=len(listed), problems=problems)
+    return ArchiveCheck(ok=not problems, sha256=digest, files=len(listed), problems=problems)
 
 
 def read_member(uri: str, name: str, expected_sha256: str | None = None) -> str:
     """The text of the file `name` of the bundle at `uri` ('' when it has none); a bundle
     that fails its check is refused."""
-    from hangar.verifiers.object_store import split_uri
+    from hangar.evidence.stores import split_uri
 
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "bundle.tar.gz"
         store, key = split_uri(uri)
         store.get(key, archive)
-        check = verify_bundle(archive, expected_sha256)
+        check = verify_archive(archive, expected_sha256)
         if not check.ok:
             raise EvidenceStoreError(
                 f"the bundle {uri} fails its check: {'; '.join(check.problems)}"

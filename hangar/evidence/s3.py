@@ -14,9 +14,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from hangar.errors import ConfigError, EvidenceStoreError
+from hangar.evidence.archive import sha256_file
+from hangar.evidence.stores import EvidenceStore, check_key
 from hangar.sandbox.base import MiB
-from hangar.verifiers.bundle import sha256_file
-from hangar.verifiers.object_store import EvidenceStore, check_key
 
 PART_SIZE = 16 * MiB
 
