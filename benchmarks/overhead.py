@@ -134,7 +134,7 @@ FIRST_COMMAND: dict[str, list[float]] = {}
 
 def first_command_s(evidence: Path) -> list[float]:
     """Each trial's time from its start (``result.json``) to its agent's command (the
-    trace's ``agent_start``), read from its evidence bundle."""
+    trace's ``agent_start``), read from its evidence archive."""
     found = []
     for bundle in evidence.rglob("bundle.tar.gz"):
         with tarfile.open(bundle) as tar:

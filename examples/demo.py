@@ -61,7 +61,7 @@
 
 Each execution trial clones the pinned revision, runs its agent in a docker sandbox with the
 network off, runs the hidden tests in the same sandbox wiped, is judged by the pinned host
-verifier and stores its evidence bundle; results go to SQLite under ./runs. Prints every
+verifier and stores its evidence archive; results go to SQLite under ./runs. Prints every
 result with its bundle, tokens and cost; exits non-zero if a verdict is not the expected
 one. Run it again and both sweeps resume: nothing runs twice.
 """

@@ -52,7 +52,7 @@ EndpointOption = Annotated[
         "AWS_ENDPOINT_URL).",
     ),
 ]
-"""The ``--endpoint`` every command that reads evidence bundles takes."""
+"""The ``--endpoint`` every command that reads evidence archives takes."""
 
 
 def reserve_stdout() -> Console:

@@ -18,7 +18,7 @@ FORMER_KINDS = {"prompt": "decision"}
 
 RESULT_SCHEMA_VERSION = 3
 
-#: How the URI of an evidence bundle kept in the results store begins (the store key
+#: How the URI of an evidence archive kept in the results store begins (the store key
 #: follows: ``store:///<sweep>/<trial key>/<attempt>/<run>/bundle.tar.gz``).
 STORED_PREFIX = "store:///"
 
@@ -212,7 +212,7 @@ class TrialResult(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     """Tokens and cost."""
     evidence_uri: str | None = None
-    """Where the evidence bundle is."""
+    """Where the evidence archive is."""
     evidence_sha256: str | None = None
     """sha256 of the bundle archive."""
     evidence_data: bytes | None = Field(default=None, exclude=True, repr=False)

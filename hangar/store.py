@@ -238,7 +238,7 @@ knowledge_scores = Table(
     Column("scored_at", DateTime(timezone=True), nullable=False),
 )
 
-#: Evidence bundles kept in the store itself: those of trials with no sandbox (a decision
+#: Evidence archives kept in the store itself: those of trials with no sandbox (a decision
 #: case's prompt, a rubric sample), written by the driver in the commit of their results.
 #: A file or object per call cost such a trial more CPU than its model call
 #: (`benchmarks/prompt.py`); the archive and its sha256 are the same as in an evidence

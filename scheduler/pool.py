@@ -9,7 +9,7 @@ per sweep run, that runs every trial sent to it in a thread of its own while the
 wait on their model calls. The driver opens a few per node (`pool_places`: about one per
 core, each holding at least `SHARE` trials) and sends each trial to the pool with the
 fewest in flight, one actor call per trial; everything else is the trial's own path
-(`hangar.trials.run_trial`: the relay's policy, metering, the evidence bundle) and the
+(`hangar.trials.run_trial`: the relay's policy, metering, the evidence archive) and the
 driver's (the window, caps, retries, the store). A pool's trial returns its bundle with its
 result, and the driver keeps it in the results store in the commit of the result (a file
 or an object per call cost more than the call).

@@ -1,5 +1,5 @@
 """Running one trial of a private copy of the example scenario against real docker, and
-reading its evidence bundle: the fixtures and helpers of the trial tests."""
+reading its evidence archive: the fixtures and helpers of the trial tests."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def run(
 
 
 def bundle(result: TrialResult, name: str) -> str:
-    """A file of the result's evidence bundle, after checking the bundle's integrity."""
+    """A file of the result's evidence archive, after checking the bundle's integrity."""
     assert result.evidence_uri is not None
     local = Path(result.evidence_uri.removeprefix("file://"))
     assert verify_archive(local, result.evidence_sha256).ok

@@ -1,4 +1,4 @@
-"""`hangar evidence`: evidence bundles checked."""
+"""`hangar evidence`: evidence archives checked."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 from hangar.cli._app import app
 from hangar.console import EndpointOption, StoreOption, console, err_console
 
-evidence_app = typer.Typer(help="Check evidence bundles.")
+evidence_app = typer.Typer(help="Check evidence archives.")
 app.add_typer(evidence_app, name="evidence")
 
 

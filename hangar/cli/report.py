@@ -238,7 +238,7 @@ def _export_folder(fmt: str, sweep_id: str, results: Any, out: Path, endpoint: s
     evidence = Evidence(endpoint, results=results)
 
     def bundle(r: Any) -> Path | None:
-        found = evidence.bundle(r) if r.evidence_uri else None
+        found = evidence.archive_of(r) if r.evidence_uri else None
         return Path(found.folder) if found is not None else None
 
     try:
@@ -264,7 +264,7 @@ def _write_trajectories(
     written = 0
     try:
         for r in rows:
-            bundle = evidence.bundle(r) if r.evidence_uri else None
+            bundle = evidence.archive_of(r) if r.evidence_uri else None
             if bundle is None:
                 continue
             name = f"{r.trial_key}.{r.attempt}.json" if each else f"{r.trial_key}.json"

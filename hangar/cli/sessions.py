@@ -86,7 +86,7 @@ def _sessions_of(
     found: list[Session] = []
     try:
         for r in results.results(sweep_id):
-            bundle = evidence.bundle(r) if r.evidence_uri else None
+            bundle = evidence.archive_of(r) if r.evidence_uri else None
             if bundle is not None:
                 where = f"{sweep_id}/{r.trial_key[:12]} ({r.scenario_id}, {r.agent})"
                 for s in trial_sessions(bundle.folder):

@@ -76,7 +76,7 @@ def trial_run(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the TrialResult as JSON.")] = False,
 ) -> None:
-    """Run one trial and print its verdict, reason, timings and evidence bundle. The result
+    """Run one trial and print its verdict, reason, timings and evidence archive. The result
     is recorded in the results store as a sweep of its own (unless --no-store), so
     'hangar report' and 'hangar view' show it."""
     from hangar.agents import AgentSpec, CommandAgent, load_agents
@@ -149,14 +149,14 @@ def trial_show(
     as_json: JsonFlag = False,
 ) -> None:
     """One trial: its verdict, every reason, its checks and scores, and the output of
-    what failed, read from its evidence bundle (nothing to unpack)."""
+    what failed, read from its evidence archive (nothing to unpack)."""
     from hangar.trials.kind import kind_of
     from hangar.viewer.data import Evidence
 
     result, attempts, results = _trial(key, sweep, store, attempt)
     evidence = Evidence(endpoint, results=results)
     try:
-        bundle = evidence.bundle(result) if result.evidence_uri else None
+        bundle = evidence.archive_of(result) if result.evidence_uri else None
         failing = kind_of(result.kind).failures(bundle.folder) if bundle else []
     finally:
         evidence.close()
@@ -205,16 +205,16 @@ def trial_trajectory(
     endpoint: EndpointOption = None,
 ) -> None:
     """The trial's agent session as an ATIF trajectory (v1.7, Harbor's trajectory.json),
-    from its evidence bundle."""
+    from its evidence archive."""
     from hangar.trajectories import trial_trajectory as build
     from hangar.viewer.data import Evidence
 
     result, _, results = _trial(key, sweep, store, attempt)
     evidence = Evidence(endpoint, results=results)
     try:
-        bundle = evidence.bundle(result)
+        bundle = evidence.archive_of(result)
         if bundle is None:
-            raise ConfigError(f"trial {result.trial_key[:16]} has no evidence bundle")
+            raise ConfigError(f"trial {result.trial_key[:16]} has no evidence archive")
         doc = build(result, bundle.folder)
     finally:
         evidence.close()

@@ -1,4 +1,4 @@
-"""Evidence bundles: the artifacts folder plus `manifest.json` as one archive.
+"""Evidence archives: the artifacts folder plus `manifest.json` as one archive.
 
 The archive is a deterministic ``tar.gz`` (sorted entries, fixed times and owners), so
 the same artifacts always give the same sha256. Only regular files are bundled; a

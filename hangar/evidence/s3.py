@@ -1,4 +1,4 @@
-"""Evidence bundles in S3 or any S3-compatible store (MinIO, Ceph, a local server).
+"""Evidence archives in S3 or any S3-compatible store (MinIO, Ceph, a local server).
 
 ``s3://bucket/prefix`` with an optional ``?endpoint=http://host:port``; without it,
 boto3's usual settings apply (``AWS_ENDPOINT_URL``, profiles, instance roles), as do

@@ -1,4 +1,4 @@
-"""Where evidence bundles are kept: a small interface (`put`, `get`, `exists`).
+"""Where evidence archives are kept: a small interface (`put`, `get`, `exists`).
 
 `file://DIR` is the default store; `s3://bucket/prefix` is in `hangar.evidence.s3`. Keys
 look like ``<sweep>/<trial key>/<attempt>/<run>/bundle.tar.gz`` (``<run>``: the

@@ -168,7 +168,7 @@ class TrialRun:
         """Release what the run holds (sandboxes, relays, disks); never raises."""
 
     def remove(self, *, wait: bool) -> None:
-        """Remove the trial's folder, its evidence bundled: at once, or (without `wait`)
+        """Remove the trial's folder, its evidence archived: at once, or (without `wait`)
         where the runner's own teardown finishes in the background, after it."""
         if self.kept is None:
             shutil.rmtree(self.folder, ignore_errors=True)
@@ -233,7 +233,7 @@ def run_trial(
 
 
 def _bundled(trial: TrialRun, result: TrialResult) -> TrialResult:
-    """`result` with its evidence bundle stored (an infra_error when it cannot be)."""
+    """`result` with its evidence archive stored (an infra_error when it cannot be)."""
     try:
         with trial.phase("bundle"):
             uri, sha = trial.evidence(result)
@@ -261,7 +261,7 @@ def lost_result(
     spec: TrialSpec, reason: str, started_at: datetime | None = None, *, details: str = ""
 ) -> TrialResult:
     """An infra_error result for a trial whose worker could not report one (it died, or
-    its task raised); `details` (a traceback) goes into an evidence bundle of its own."""
+    its task raised); `details` (a traceback) goes into an evidence archive of its own."""
     now = datetime.now(UTC)
     result = result_of(spec, Verdict.INFRA_ERROR, reason, started_at or now, now)
     if not details:

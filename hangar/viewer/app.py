@@ -4,7 +4,7 @@ Pages: the sweeps (newest first, filtered, paginated), a sweep (`hangar report`'
 groups with every metric and its interval, verdict mix, cost, plots, comparisons with
 their sentences, the pass matrix, the trials, which refresh while it runs), a trial (its
 verdict, scores, checks and evidence, timings, usage; the transcript; the kind's own
-section; every evidence file, the bundle and its hash check), comparisons of two sweeps
+section; every evidence file, the evidence archive and its hash check), comparisons of two sweeps
 or of a sweep and a baseline, and knowledge suites.
 
 Everything shown that came from a trial is hostile: templates escape every value (Jinja2
@@ -123,7 +123,7 @@ class Viewer:
         self.reports.warm([r.id for r in self.catalog.sweeps(Filters(), 0, 5)[0]])
 
     def close(self) -> None:
-        """End the builder's process and remove every fetched bundle."""
+        """End the builder's process and remove every fetched evidence archive."""
         self.builder.close()
         self.evidence.close()
 
@@ -213,25 +213,25 @@ class Viewer:
         result = self.catalog.trial(sweep_id, key, int(attempt) if attempt else None)
         if result is None:
             return self.page("error.html", 404, message=f"no trial {key} in sweep {sweep_id}")
-        bundle, problem = None, ""
+        opened, problem = None, ""
         try:
-            bundle = self.evidence.bundle(result)
+            opened = self.evidence.archive_of(result)
         except (HangarError, OSError) as exc:
             problem = f"the evidence could not be read: {exc}"
         transcript = None
-        if bundle is not None and (bundle.folder / "trace.jsonl").is_file():
-            transcript = read_transcript(bundle.folder / "trace.jsonl")
+        if opened is not None and (opened.folder / "trace.jsonl").is_file():
+            transcript = read_transcript(opened.folder / "trace.jsonl")
         agent_sessions = []
-        if bundle is not None and (bundle.folder / "session.jsonl").is_file():
-            agent_sessions = read_agent_sessions(bundle.folder / "session.jsonl")
+        if opened is not None and (opened.folder / "session.jsonl").is_file():
+            agent_sessions = read_agent_sessions(opened.folder / "session.jsonl")
         section, template, note = {}, None, ""
         about, failing, judged = About(text="", facts=[]), [], False
         if result.kind in registry():  # a store may hold kinds this hangar does not know
             kind = kind_of(result.kind)
-            section = kind.view(result, bundle.folder if bundle else None, self.settings)
+            section = kind.view(result, opened.folder if opened else None, self.settings)
             template, note, judged = kind.view_template, kind.unscored_note, kind.judged
-            if bundle is not None:
-                about, failing = kind.about(bundle.folder), kind.failures(bundle.folder)
+            if opened is not None:
+                about, failing = kind.about(opened.folder), kind.failures(opened.folder)
         before, after = self.catalog.neighbours(sweep_id, key)
         return self.page(
             "trial.html",
@@ -244,7 +244,7 @@ class Viewer:
             after=after,
             siblings=self.catalog.siblings(sweep_id, key),
             attempts=self.catalog.attempts(sweep_id, key),
-            bundle=bundle,
+            archive=opened,
             problem=problem,
             transcript=transcript,
             agent_sessions=agent_sessions,
@@ -264,30 +264,30 @@ class Viewer:
                 return self.page("error.html", 404, message=f"no trial {key} in sweep {sweep_id}")
             side: dict[str, Any] = {"r": result, "section": {}, "failing": [], "problem": ""}
             try:
-                bundle = self.evidence.bundle(result)
+                opened = self.evidence.archive_of(result)
             except (HangarError, OSError) as exc:
-                bundle, side["problem"] = None, f"the evidence could not be read: {exc}"
-            if bundle is not None and result.kind in registry():
+                opened, side["problem"] = None, f"the evidence could not be read: {exc}"
+            if opened is not None and result.kind in registry():
                 kind = kind_of(result.kind)
-                side["section"] = kind.view(result, bundle.folder, self.settings)
-                side["failing"] = kind.failures(bundle.folder)
+                side["section"] = kind.view(result, opened.folder, self.settings)
+                side["failing"] = kind.failures(opened.folder)
             sides.append(side)
         return self.page("versus.html", sweep=sweep_id, sides=sides)
 
-    def _bundle_of(self, request: Request) -> tuple[Any, Any]:
+    def _archive_of(self, request: Request) -> tuple[Any, Any]:
         p = request.path_params
         result = self.catalog.trial(p["sweep"], p["key"], int(p["attempt"]))
-        return result, self.evidence.bundle(result) if result is not None else None
+        return result, self.evidence.archive_of(result) if result is not None else None
 
-    def _evidence_path(self, bundle: Any, rel: str) -> Path | None:
-        if bundle is None or rel not in bundle.files:
-            return None  # only files the bundle holds: no path from the request reaches disk
-        return Path(bundle.folder) / rel
+    def _evidence_path(self, opened: Any, rel: str) -> Path | None:
+        if opened is None or rel not in opened.files:
+            return None  # only files the archive holds: no path from the request reaches disk
+        return Path(opened.folder) / rel
 
     async def file(self, request: Request) -> Response:
-        result, bundle = self._bundle_of(request)
+        result, opened = self._archive_of(request)
         rel = request.query_params.get("path", "")
-        path = self._evidence_path(bundle, rel)
+        path = self._evidence_path(opened, rel)
         if result is None or path is None:
             return self.page("error.html", 404, message=f"no evidence file {rel!r}")
         offset = max(0, int(request.query_params.get("offset", "0") or 0))
@@ -310,9 +310,9 @@ class Viewer:
         )
 
     async def raw(self, request: Request) -> Response:
-        _, bundle = self._bundle_of(request)
+        _, opened = self._archive_of(request)
         rel = request.query_params.get("path", "")
-        path = self._evidence_path(bundle, rel)
+        path = self._evidence_path(opened, rel)
         if path is None:
             return self.page("error.html", 404, message=f"no evidence file {rel!r}")
         name = Path(rel).name.replace('"', "")
@@ -323,11 +323,11 @@ class Viewer:
         )
 
     async def bundle(self, request: Request) -> Response:
-        _, bundle = self._bundle_of(request)
-        if bundle is None:
-            return self.page("error.html", 404, message="no bundle")
+        _, opened = self._archive_of(request)
+        if opened is None:
+            return self.page("error.html", 404, message="no evidence archive")
         return FileResponse(
-            bundle.archive,
+            opened.archive,
             media_type="application/gzip",
             headers={"Content-Disposition": 'attachment; filename="bundle.tar.gz"'},
         )
@@ -336,11 +336,11 @@ class Viewer:
         """The trial's session as an ATIF trajectory (`hangar.trajectories`), to download."""
         from hangar.trajectories import trial_trajectory
 
-        result, bundle = self._bundle_of(request)
-        if result is None or bundle is None:
-            return self.page("error.html", 404, message="no bundle")
+        result, opened = self._archive_of(request)
+        if result is None or opened is None:
+            return self.page("error.html", 404, message="no evidence archive")
         return JSONResponse(
-            trial_trajectory(result, Path(bundle.folder)),
+            trial_trajectory(result, Path(opened.folder)),
             headers={"Content-Disposition": 'attachment; filename="trajectory.json"'},
         )
 

@@ -1,4 +1,4 @@
-"""What the viewer reads: the results store (through SQL, paginated) and evidence bundles.
+"""What the viewer reads: the results store (through SQL, paginated) and evidence archives.
 
 - `Catalog.sweeps`: every sweep, newest first, with its verdict mix and what it ran,
   filtered by suite, model, agent, arm and time, a page at a time.
@@ -8,11 +8,11 @@
   built and says it is updating). A large sweep's is built in a process of its own
   (`Builder`), so that building never holds up the pages' interpreter.
 - `Catalog.trials`: one page of a sweep's trials (latest attempts), filtered.
-- `Evidence`: a trial's bundle fetched from its store (file or S3) once, its hashes
+- `Evidence`: a trial's evidence archive fetched from its store (file or S3) once, its hashes
   verified (`verify_archive`: the archive's sha256 against the result's, every file against
   the manifest), and only when that check passes extracted with the untrusted-archive
   rules (`extract_untrusted`: nothing written outside, no link out, no device, a size
-  cap). A bundle that fails its check is never opened; the page says so.
+  cap). An archive that fails its check is never opened; the page says so.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ T = TypeVar("T")
 
 #: Trials a page lists.
 PAGE = 100
-#: The most an extracted bundle may hold.
+#: The most an extracted evidence archive may hold.
 BUNDLE_LIMIT = 2 * 1024**3
 
 
@@ -533,7 +533,7 @@ def snapshot_of(store: ResultsStore | str, sweep_id: str) -> Snapshot:
     return snapshot(sweep_id, sweep_id, store.results(sweep_id))
 
 
-class Bundle(BaseModel):
+class OpenedArchive(BaseModel):
     """A trial's evidence, fetched, verified and extracted."""
 
     folder: Path
@@ -546,14 +546,14 @@ class Bundle(BaseModel):
     """Its files (manifest order), relative."""
 
 
-def _unpacked(archive: Path, check: ArchiveCheck) -> Bundle:
-    """The bundle at `archive`, extracted beside it only when its check passed: one whose
+def _unpacked(archive: Path, check: ArchiveCheck) -> OpenedArchive:
+    """The evidence archive at `archive`, extracted beside it only when its check passed: one whose
     hashes differ from what the result recorded is never opened (its files are not the
     evidence the trial was judged on, and anyone may have written them)."""
     folder = archive.parent / "files"
     folder.mkdir()
     if not check.ok:
-        return Bundle(folder=folder, archive=archive, check=check, files=[])
+        return OpenedArchive(folder=folder, archive=archive, check=check, files=[])
     skipped: list[str] = []
     with archive.open("rb") as handle:
         extract_untrusted(handle, folder, strip=0, limit=BUNDLE_LIMIT, skipped=skipped)
@@ -564,7 +564,7 @@ def _unpacked(archive: Path, check: ArchiveCheck) -> Bundle:
     )
     if skipped:
         check = check.model_copy(update={"ok": False, "problems": [*check.problems, *skipped]})
-    return Bundle(folder=folder, archive=archive, check=check, files=files)
+    return OpenedArchive(folder=folder, archive=archive, check=check, files=files)
 
 
 class Evidence:
@@ -582,19 +582,19 @@ class Evidence:
         self.results = results
         self.root = Path(tempfile.mkdtemp(prefix="hangar-view-"))
         self._lock = threading.Lock()
-        self._bundles: dict[str, Bundle] = {}
+        self._archives: dict[str, OpenedArchive] = {}
 
-    def bundle(
+    def archive_of(
         self, result: TrialResult, fetch: Callable[[str, Path], None] | None = None
-    ) -> Bundle | None:
-        """The result's bundle (None when it has none)."""
+    ) -> OpenedArchive | None:
+        """The result's evidence archive, opened (None when it has none)."""
         uri = result.evidence_uri
         if not uri:
             return None
         with self._lock:
-            if uri in self._bundles:
-                return self._bundles[uri]
-            slot = self.root / f"{len(self._bundles):06d}"
+            if uri in self._archives:
+                return self._archives[uri]
+            slot = self.root / f"{len(self._archives):06d}"
             slot.mkdir()
             archive = slot / "bundle.tar.gz"
             if fetch is not None:
@@ -602,7 +602,7 @@ class Evidence:
             else:
                 self._fetch(result, archive)
             found = _unpacked(archive, verify_archive(archive, result.evidence_sha256))
-            self._bundles[uri] = found
+            self._archives[uri] = found
             return found
 
     def _fetch(self, result: TrialResult, archive: Path) -> None:
@@ -618,5 +618,5 @@ class Evidence:
             other.get(key_in(result.evidence_uri, result.sweep), archive)
 
     def close(self) -> None:
-        """Remove every fetched bundle."""
+        """Remove every fetched archive."""
         shutil.rmtree(self.root, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""Evidence bundles: deterministic archives whose every byte is checked on verify."""
+"""Evidence archives: deterministic archives whose every byte is checked on verify."""
 
 from __future__ import annotations
 

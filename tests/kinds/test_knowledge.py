@@ -171,7 +171,7 @@ def test_a_canary_found_voids_the_whole_suite(tmp_path: Path) -> None:
     (traces / "clean" / "trace.jsonl").write_text('{"event": "nothing here"}\n')
     assert scan_and_void([traces], suite_canaries(folder)) == []
     assert not (folder / "void.json").exists()
-    # inside an evidence bundle, JSON-escaped in a retrieval log
+    # inside an evidence archive, JSON-escaped in a retrieval log
     data = json.dumps({"retrieved": f"...{leaked}..."}).encode()
     with tarfile.open(traces / "bundle.tar.gz", "w:gz") as tar:
         info = tarfile.TarInfo("retrieval.log")

@@ -343,7 +343,7 @@ def test_an_execution_trial(farm: Farm, page: Any) -> None:
     assert "exit 0" in page.inner_text("body")
     assert page.locator("#timeline rect.phase").count() >= 8
     assert "model request" not in page.inner_text("#transcript")  # a command agent
-    assert "The bundle's hashes match" in page.inner_text("#bundle-check")
+    assert "The evidence archive's hashes match" in page.inner_text("#bundle-check")
     with page.expect_download() as download:
         page.click("text=download bundle.tar.gz")
     assert download.value.suggested_filename == "bundle.tar.gz"

@@ -139,7 +139,7 @@ def knowledge_scan(
         Path | None, typer.Option(help="Scan for every canary of this holdouts folder.")
     ] = None,
     sweep: Annotated[
-        list[str] | None, typer.Option(help="Also the evidence bundles of this sweep.")
+        list[str] | None, typer.Option(help="Also the evidence archives of this sweep.")
     ] = None,
     store: Annotated[str | None, typer.Option(help="Results store URL (with --sweep).")] = None,
 ) -> None:

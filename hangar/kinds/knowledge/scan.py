@@ -1,8 +1,8 @@
-"""The canary scan: a suite's canaries looked for in traces, evidence bundles, answers and
+"""The canary scan: a suite's canaries looked for in traces, evidence archives, answers and
 retrieval logs. One found voids the whole suite (``void.json``, shown by every report).
 
 What is scanned: every file under the folders given (and the files given), inside
-``.tar.gz`` / ``.tgz`` bundles too (each member), and the evidence bundles of the sweeps
+``.tar.gz`` / ``.tgz`` bundles too (each member), and the evidence archives of the sweeps
 given (from the results store). A canary is ASCII, so it is matched as bytes, as written
 and JSON-escaped alike.
 """
@@ -88,7 +88,7 @@ def scan(paths: list[Path], canaries: dict[str, tuple[str, str]]) -> list[Found]
 
 
 def sweep_bundles(sweeps: list[str], store_url: str | None, into: Path) -> list[Path]:
-    """The evidence bundles of `sweeps` (every attempt), fetched into `into`."""
+    """The evidence archives of `sweeps` (every attempt), fetched into `into`."""
     from hangar.evidence.stores import split_uri
     from hangar.store import ResultsStore
 
