@@ -153,7 +153,7 @@ def bare_sleep() -> None:
 def measure_ray(cluster: Cluster, trials: int) -> dict[str, float]:
     """The baseline: plain Ray tasks of the same sleep on the same slots and window, fed
     by the smallest loop (no hangar): what Ray itself achieves on this machine."""
-    from hangar.scheduler.driver import SANDBOX_RESOURCE, connect
+    from hangar.cluster.attach import SANDBOX_RESOURCE, connect
 
     connect(cluster.address, 0)  # as the driver does: token auth, loopback; imports Ray
     import ray

@@ -154,9 +154,9 @@ def main() -> None:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         sys.exit(2)
     finally:
-        if "hangar.scheduler.driver" in sys.modules:  # a command that attached Ray
+        if "hangar.cluster.attach" in sys.modules:  # a command that attached Ray
             with contextlib.suppress(Exception):  # the command's own exit stands
-                sys.modules["hangar.scheduler.driver"].detach()
+                sys.modules["hangar.cluster.attach"].detach()
         # The interpreter's last collection walks every object a command kept (a sweep's
         # trials, a report's rows: 0.4 s after a 2,000-trial run) only to free memory the
         # process gives back as it exits (files are flushed by their own exit handlers).

@@ -577,7 +577,7 @@ def test_a_404_mid_sweep_stops_the_model_and_leaves_its_trials_to_run_again(
 
 LATE_KEY = """
 import os, ray
-from hangar.scheduler.driver import connect, detach
+from hangar.cluster.attach import connect, detach
 
 connect(None, 1, ())  # an earlier sweep of the process, which needed no key
 os.environ["HANGAR_LATE_KEY"] = "set-after-the-first-sweep"
@@ -625,12 +625,12 @@ def test_detach_leaves_a_ray_the_caller_started(
 ) -> None:
     import ray
 
-    import hangar.scheduler.driver as driver
-    from hangar.scheduler.driver import connect, detach
+    import hangar.cluster.attach as attach
+    from hangar.cluster.attach import connect, detach
 
     # The session's Ray may have been started by an earlier test's sweep (the fixture then
     # found it running): here it is the caller's, as for a notebook that started its own.
-    monkeypatch.setattr(driver, "_ATTACHED", {})
+    monkeypatch.setattr(attach, "_ATTACHED", {})
 
     assert connect(None, 1) == 2  # the caller's Ray, used as it is
     detach()
