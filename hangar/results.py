@@ -238,3 +238,44 @@ class TrialResult(BaseModel):
     def duration_s(self) -> float:
         """Wall time of the trial."""
         return (self.finished_at - self.started_at).total_seconds()
+
+
+class _Open(BaseModel):
+    """A part of a sweep's record: the fields hangar reads, typed; the rest kept as is."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class RecordedConcurrency(_Open):
+    sandbox_slots: int | None = None
+    """Sandbox slots per node the sweep ran with."""
+
+
+class RecordedRetry(_Open):
+    infra_retries: int = 0
+    """How often an infra_error was sent again."""
+
+
+class SweepRecord(_Open):
+    """A sweep's configuration as the results store keeps it (`ResultsStore.sweep_config`):
+    the sweep file's settings as it ran, and what the run added (its family, the tasks it
+    left out, the dataset locks, the margin, how its comparisons ended). Every field has a
+    default, so the record of any earlier version reads; fields hangar does not read are
+    kept, untyped."""
+
+    id: str | None = None
+    family: str | None = None
+    """The sweep file's own id: the runs of one file share it (`hangar compare`)."""
+    repeats: int = 1
+    margin: float | None = None
+    """The margin its sentences used, in points (None: recorded before margins were)."""
+    left_out: list[dict[str, Any]] = Field(default_factory=list)
+    """Tasks left out as broken or never validated."""
+    sources: dict[str, Any] = Field(default_factory=dict)
+    """Each task source's lock (``registry:NAME@VERSION`` -> the dataset lock)."""
+    until_decided: dict[str, Any] | None = None
+    """The roles of a sweep run until decided (``baseline``, ``candidate``)."""
+    sequential: list[dict[str, Any]] = Field(default_factory=list)
+    """How its comparisons ended, when it ran until decided."""
+    concurrency: RecordedConcurrency = Field(default_factory=RecordedConcurrency)
+    retry: RecordedRetry = Field(default_factory=RecordedRetry)

@@ -54,6 +54,7 @@ from hangar.results import (
     FindingOutcome,
     ProviderError,
     Score,
+    SweepRecord,
     TrialResult,
     Usage,
     Verdict,
@@ -537,11 +538,11 @@ class ResultsStore:
                 )
             )
 
-    def sweep_config(self, sweep_id: str) -> dict[str, Any] | None:
+    def sweep_config(self, sweep_id: str) -> SweepRecord | None:
         """The config the sweep last ran with (None: no such sweep)."""
         with self.engine.connect() as conn:
             row = conn.execute(select(sweeps.c.config).where(sweeps.c.id == sweep_id)).first()
-            return None if row is None else dict(row.config or {})
+            return None if row is None else SweepRecord.model_validate(row.config or {})
 
     def runs(self, family: str) -> list[tuple[str, datetime]]:
         """The runs of one sweep file, newest first: (sweep id, when it was first run) of

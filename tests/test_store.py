@@ -248,7 +248,8 @@ def test_copy_sqlite_into_postgres(tmp_path: Path, postgres_url: str) -> None:
     again = copy_store(local, remote)
     assert (again["trials"], again["sweeps"]) == (1, 0)
     assert len(list(remote.results("copied"))) == 3
-    assert remote.sweep_config("copied") == {"id": "copied", "family": "copied"}
+    copied = remote.sweep_config("copied")
+    assert copied is not None and (copied.id, copied.family) == ("copied", "copied")
     # The one command the dashboards guide runs after each sweep: from the local store.
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "hangar"), "store", "copy", "--to", postgres_url],

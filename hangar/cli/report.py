@@ -23,6 +23,7 @@ from hangar.console import (
     output_format,
 )
 from hangar.errors import ConfigError
+from hangar.results import SweepRecord
 from hangar.scores.report import sweep_margin
 
 
@@ -109,7 +110,7 @@ def _print_runs(sweep_id: str, results: Any, fmt: str, out: Path | None) -> None
     """`hangar report --runs`: the runs of the sweep's file, oldest first, a column each."""
     from hangar.scores.report import over_time
 
-    family = (results.sweep_config(sweep_id) or {}).get("family", sweep_id)
+    family = (results.sweep_config(sweep_id) or SweepRecord()).family or sweep_id
     found = results.runs(family)[:RUNS_SHOWN]
     table = over_time(family, [(i, t, results.results(i)) for i, t in found])
     if fmt == "json":
@@ -145,14 +146,14 @@ def left_out_of(sweep: str, results: Any) -> list[Any]:
     return [LeftOut.model_validate(v.recorded()) for v in found]
 
 
-def _recorded(sweep: str, results: Any, sweep_id: str) -> dict[str, Any]:
+def _recorded(sweep: str, results: Any, sweep_id: str) -> SweepRecord:
     """The sweep's config as the store recorded it; a sweep file's margin stands in for a
     store written before margins were recorded."""
-    config: dict[str, Any] = results.sweep_config(sweep_id) or {}
-    if "margin" not in config and Path(sweep).is_file():
+    config: SweepRecord = results.sweep_config(sweep_id) or SweepRecord()
+    if config.margin is None and Path(sweep).is_file():
         from hangar.scheduler.sweep import load_sweep
 
-        config["margin"] = load_sweep(Path(sweep)).margin
+        config = config.model_copy(update={"margin": load_sweep(Path(sweep)).margin})
     return config
 
 
@@ -243,7 +244,9 @@ def _export_folder(fmt: str, sweep_id: str, results: Any, out: Path, endpoint: s
 
     try:
         rows = list(results.results(sweep_id))
-        departures = write(sweep_id, rows, results.sweep_config(sweep_id) or {}, out, bundle)
+        departures = write(
+            sweep_id, rows, results.sweep_config(sweep_id) or SweepRecord(), out, bundle
+        )
     finally:
         evidence.close()
     console.print(f"wrote {fmt} of sweep {escape(sweep_id)} to {escape(str(out))}", highlight=False)

@@ -18,11 +18,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from statistics import median
-from typing import Any
 
 from pydantic import BaseModel, Field
 
-from hangar.results import COUNTED_VERDICTS, Scale, Score, TrialResult, Verdict
+from hangar.results import COUNTED_VERDICTS, Scale, Score, SweepRecord, TrialResult, Verdict
 from hangar.scores import stats
 from hangar.scores.comparisons import Comparison, GroupKey, compare_groups, metric_words
 from hangar.scores.sequential import SequentialOutcome
@@ -221,12 +220,12 @@ class Report(BaseModel):
 DEFAULT_MARGIN = 5.0
 
 
-def sweep_margin(config: dict[str, object] | None) -> float:
+def sweep_margin(config: SweepRecord | None) -> float:
     """The margin (points) a sweep ran with, as recorded in the store with its config (its
     own `margin`, else its decision suites'), else `DEFAULT_MARGIN`: the same sentence
     whichever way the sweep is named."""
-    recorded = (config or {}).get("margin")
-    return float(recorded) if isinstance(recorded, int | float) else DEFAULT_MARGIN
+    recorded = config.margin if config is not None else None
+    return recorded if recorded is not None else DEFAULT_MARGIN
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -347,13 +346,13 @@ def _unjudged(
 
 
 def sweep_design(
-    config: dict[str, Any] | None,
+    config: SweepRecord | None,
 ) -> tuple[tuple[str, str] | None, list[SequentialOutcome]]:
     """The roles a sweep was run until decided with (None: it was not), and how its
     comparisons ended, as the store recorded them with its config."""
-    plan = (config or {}).get("until_decided") or {}
+    plan = (config.until_decided if config is not None else None) or {}
     roles = (str(plan["baseline"]), str(plan["candidate"])) if plan else None
-    ended = (config or {}).get("sequential") or []
+    ended = config.sequential if config is not None else []
     return roles, [SequentialOutcome.model_validate(o) for o in ended]
 
 

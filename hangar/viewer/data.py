@@ -34,7 +34,7 @@ from sqlalchemy import func, or_, select, tuple_
 from hangar.errors import HangarError
 from hangar.evidence.archive import ArchiveCheck, verify_archive
 from hangar.evidence.stores import key_in, open_store, split_uri
-from hangar.results import STORED_PREFIX, TrialResult
+from hangar.results import STORED_PREFIX, SweepRecord, TrialResult
 from hangar.sandbox.archive import extract_untrusted
 from hangar.scores.baseline import Snapshot, snapshot
 from hangar.scores.report import (
@@ -513,14 +513,14 @@ def report_of(store: ResultsStore | str, margin: float | None, sweep_id: str) ->
     """A sweep's report as `hangar report` builds it; `margin` (a fraction of a metric's
     range): every sentence's, None: the sweep's own."""
     store = _opened(store) if isinstance(store, str) else store
-    config = store.sweep_config(sweep_id) or {}
+    config = store.sweep_config(sweep_id) or SweepRecord()
     points = margin if margin is not None else sweep_margin(config) / 100
     roles, ended = sweep_design(config)
     rows = list(store.results(sweep_id))
     report = build_report(
         sweep_id, rows, margin=points, roles=roles, sequential=ended if margin is None else ()
     )
-    report.left_out = [LeftOut.model_validate(t) for t in config.get("left_out", [])]
+    report.left_out = [LeftOut.model_validate(t) for t in config.left_out]
     report.sections = [
         Section(kind=kind, title=s.title, lines=s.lines) for kind, s in report_sections(rows)
     ]

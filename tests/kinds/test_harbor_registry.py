@@ -173,7 +173,7 @@ def test_a_pulled_dataset_runs(
     assert verdicts == {"hello-file": "pass", "count-lines": "pass"}
     recorded = store.sweep_config("reg")
     assert recorded is not None
-    lock = recorded["sources"]["registry:demo@1.0"]
+    lock = recorded.sources["registry:demo@1.0"]
     folder, _ = locate("demo@1.0")
     assert {t["name"]: t["digest"] for t in lock["tasks"]} == {
         name: content_digest(folder / name) for name in TASKS

@@ -31,7 +31,7 @@ import yaml
 from hangar.errors import ConfigError, HangarError
 from hangar.kinds.execution.harbor import load_task
 from hangar.kinds.execution.harbor_digest import content_digest
-from hangar.results import TrialResult, Verdict
+from hangar.results import SweepRecord, TrialResult, Verdict
 from hangar.trajectories import trial_trajectory
 
 #: Trials of each task a leaderboard asks for.
@@ -295,7 +295,7 @@ def _metadata(rows: list[TrialResult], departures: list[str]) -> str:
 
 
 def export(
-    sweep: str, rows: list[TrialResult], recorded: dict[str, Any], out: Path, bundles: Bundles
+    sweep: str, rows: list[TrialResult], recorded: SweepRecord, out: Path, bundles: Bundles
 ) -> list[str]:
     """Write the sweep's execution trials (`rows`, latest attempts) as Harbor job folders
     under `out` (see the module docstring); `recorded`: the sweep's record in the store,
@@ -303,7 +303,7 @@ def export(
     rows = [r for r in rows if r.kind == "execution"]
     if not rows:
         raise ConfigError(f"sweep {sweep!r} has no execution trials to export as Harbor jobs")
-    locks = {k.partition(":")[2]: v for k, v in (recorded.get("sources") or {}).items()}
+    locks = {k.partition(":")[2]: v for k, v in recorded.sources.items()}
     groups: dict[tuple[str, str], list[TrialResult]] = defaultdict(list)
     for r in rows:
         groups[(r.agent, r.model)].append(r)
@@ -322,7 +322,7 @@ def _write_job(
     rows: list[TrialResult],
     locks: dict[str, Any],
     bundles: Bundles,
-    recorded: dict[str, Any],
+    recorded: SweepRecord,
 ) -> list[str]:
     tasks: dict[str, _Task] = {}
     results, trial_locks = [], []
@@ -370,26 +370,26 @@ def _write_job(
             "created_at": _now(finished),
             "harbor": {"version": None},
             "n_concurrent_trials": _slots(recorded),
-            "retry": {"max_retries": int((recorded.get("retry") or {}).get("infra_retries", 0))},
+            "retry": {"max_retries": recorded.retry.infra_retries},
             "trials": trial_locks,
         },
     )
     return _departures(rows, tasks)
 
 
-def _slots(recorded: dict[str, Any]) -> int:
-    return int((recorded.get("concurrency") or {}).get("sandbox_slots") or 1)
+def _slots(recorded: SweepRecord) -> int:
+    return recorded.concurrency.sandbox_slots or 1
 
 
 def _now(when: datetime) -> str:
     return when.isoformat()
 
 
-def _job_config(job: _Job, tasks: dict[str, _Task], recorded: dict[str, Any]) -> dict[str, Any]:
+def _job_config(job: _Job, tasks: dict[str, _Task], recorded: SweepRecord) -> dict[str, Any]:
     return {
         "job_name": job.sweep,
         "jobs_dir": str(job.folder.parent),
-        "n_attempts": int(recorded.get("repeats") or 1),
+        "n_attempts": recorded.repeats,
         "timeout_multiplier": 1.0,
         "n_concurrent_trials": _slots(recorded),
         "agents": [job.agent],

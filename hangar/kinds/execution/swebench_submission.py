@@ -32,7 +32,7 @@ import yaml
 from hangar.errors import ConfigError
 from hangar.kinds.execution.harbor_job import Bundles
 from hangar.kinds.execution.swebench import predictions
-from hangar.results import TrialResult
+from hangar.results import SweepRecord, TrialResult
 from hangar.trajectories import trial_trajectory
 
 
@@ -138,7 +138,7 @@ def _write(folder: Path, rows: list[TrialResult], bundles: Bundles) -> list[str]
 
 
 def export(
-    sweep: str, rows: list[TrialResult], recorded: dict[str, Any], out: Path, bundles: Bundles
+    sweep: str, rows: list[TrialResult], recorded: SweepRecord, out: Path, bundles: Bundles
 ) -> list[str]:
     """Write the sweep's SWE-bench trials (`rows`, latest attempts) as submission folders
     under `out` (see the module docstring). Returns what departs from the benchmark."""
