@@ -44,7 +44,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from hangar.errors import ConfigError, StoreError
 from hangar.paths import runs_dir
@@ -521,6 +521,34 @@ class ResultsStore:
         with self.engine.connect() as conn:
             rows = conn.execute(select(validations).where(validations.c.digest.in_(wanted)))
             return {r.digest: dict(r._mapping) for r in rows}
+
+    # -- baselines (`hangar.scores.kept.StoreBaselines`) ------------------------------------
+
+    def baselines(self) -> list[tuple[str, str, datetime]]:
+        """(name, sweep, created_at) of every kept baseline, oldest first."""
+        c = baselines.c
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(c.name, c.sweep_id, c.created_at).order_by(c.created_at))
+            return [(r.name, r.sweep_id, r.created_at) for r in rows]
+
+    def keep_baseline(self, name: str, sweep_id: str, created_at: datetime, snapshot: Any) -> None:
+        """Keep `snapshot` as baseline `name`; FileExistsError when the name is taken (the
+        primary key decides, so two writers cannot both take it)."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    baselines.insert().values(
+                        name=name, sweep_id=sweep_id, created_at=created_at, snapshot=snapshot
+                    )
+                )
+        except IntegrityError:
+            raise FileExistsError(name) from None
+
+    def baseline(self, name: str) -> Any | None:
+        """The snapshot kept as baseline `name` (None: none)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(baselines.c.snapshot).where(baselines.c.name == name)).first()
+        return None if row is None else row.snapshot
 
     # -- sweeps ---------------------------------------------------------------------------
 

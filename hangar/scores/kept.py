@@ -17,11 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
-
 from hangar.errors import ConfigError
-from hangar.store import ResultsStore, baselines
+from hangar.store import ResultsStore
 
 #: The name a baseline takes when none is given: the prefix and its next number.
 VERSION_PREFIX = "baseline-v"
@@ -126,30 +123,15 @@ class StoreBaselines(Baselines):
 
     def listed(self) -> list[tuple[str, str, datetime]]:
         """(name, sweep, created_at) of every baseline, oldest first."""
-        c = baselines.c
-        with self.store.engine.connect() as conn:
-            rows = conn.execute(select(c.name, c.sweep_id, c.created_at).order_by(c.created_at))
-            return [(r.name, r.sweep_id, r.created_at) for r in rows]
+        return self.store.baselines()
 
     def names(self) -> list[str]:
         """Every baseline's name, oldest first."""
         return [name for name, _, _ in self.listed()]
 
     def _create(self, name: str, payload: Any) -> None:
-        try:
-            with self.store.engine.begin() as conn:
-                conn.execute(
-                    baselines.insert().values(
-                        name=name,
-                        sweep_id=payload["sweep"],
-                        created_at=datetime.fromisoformat(payload["created_at"]),
-                        snapshot=payload,
-                    )
-                )
-        except IntegrityError:
-            raise FileExistsError(name) from None
+        created = datetime.fromisoformat(payload["created_at"])
+        self.store.keep_baseline(name, payload["sweep"], created, payload)
 
     def _read(self, name: str) -> Any | None:
-        with self.store.engine.connect() as conn:
-            row = conn.execute(select(baselines.c.snapshot).where(baselines.c.name == name)).first()
-        return None if row is None else row.snapshot
+        return self.store.baseline(name)
