@@ -143,11 +143,7 @@ def run(
     Ctrl-C; 2 a configuration error (or a missing file, store or sweep, or an estimate
     not confirmed).
     """
-    from rich.live import Live
-
-    from hangar.cli.progress import SweepView
-    from hangar.scheduler.driver import SweepRunner
-    from hangar.scheduler.sweep import load_sweep, ready_tasks
+    from hangar.scheduler.sweep import load_sweep
     from hangar.store import ResultsStore
 
     configure_logs(log_format)
@@ -159,27 +155,55 @@ def run(
         )
     _warn_unpriced(sweep.config.models)
     store = ResultsStore(sweep.config.store)
-    sweep = _this_run(sweep, store, new=new)
+    sweep, left_out = _ready(_this_run(sweep, store, new=new), store, include_unvalidated)
+    _confirm_cost(sweep, store, yes=yes, above=confirm_above)
+    quiet = as_json or log_format == LogFormat.json or not err_console.is_terminal
+    out = reserve_stdout() if as_json else console  # before Ray can write to stdout
+    tally = _run_watched(sweep, store, address, retry_blocked=retry_blocked, quiet=quiet)
+    if as_json:
+        out.print_json(json.dumps(_outcome(tally, sweep.id, store.safe_url, allow_failures)))
+        out.file.flush()
+    else:
+        _print_tally(tally, sweep.id, sweep.config.budget_usd, sweep_file)
+    _warn_models(tally, sweep_file)
+    code = tally.exit_code(failures_ok=allow_failures)
+    if left_out and not include_unvalidated and code != 130:
+        _say_left_out(left_out, sweep_file)
+        code = 3  # tasks not run: never a clean exit
+    raise typer.Exit(code)
+
+
+def _ready(sweep: Sweep, store: ResultsStore, include_unvalidated: bool) -> tuple[Sweep, list[Any]]:
+    """The sweep with only the tasks ready to run (every task with
+    `include_unvalidated`), and the validations of those that are not; each is named."""
+    from hangar.scheduler.sweep import ready_tasks
+
     kept, left_out = ready_tasks(sweep.tasks, store, include_unready=include_unvalidated)
-    listed = [v.recorded() for v in left_out]
-    sweep = sweep.model_copy(
-        update={"tasks": kept, "left_out": [] if include_unvalidated else listed}
-    )
+    listed = [] if include_unvalidated else [v.recorded() for v in left_out]
     for v in left_out:
         how = "run anyway" if include_unvalidated else "left out"
         err_console.print(
             f"[yellow]{how}:[/] {escape(v.task_id)} is {v.status}: {escape(v.reason)}",
             highlight=False,
         )
+    return sweep.model_copy(update={"tasks": kept, "left_out": listed}), left_out
 
-    _confirm_cost(sweep, store, yes=yes, above=confirm_above)
+
+def _run_watched(
+    sweep: Sweep, store: ResultsStore, address: str | None, *, retry_blocked: bool, quiet: bool
+) -> SweepTally:
+    """Run the sweep, with the live view on a terminal (elsewhere, a log or CI, its frames
+    would be noise)."""
+    from rich.live import Live
+
+    from hangar.cli.progress import SweepView
+    from hangar.scheduler.driver import SweepRunner
+
     view = SweepView(sweep.id, sweep.size)
 
     def listen(tally: SweepTally, result: object) -> None:
         view.update(tally)
 
-    # The live view only on a terminal: elsewhere (a log, CI) its frames would be noise.
-    quiet = as_json or log_format == LogFormat.json or not err_console.is_terminal
     display = (
         contextlib.nullcontext()
         if quiet
@@ -188,20 +212,18 @@ def run(
     # Ray prints its own notices (a node died, a task is retried) on stdout, from its
     # threads and at exit too; keep stdout for hangar's output (the one JSON document of
     # --json) and send everything else to stderr with the view.
-    out = reserve_stdout() if as_json else console
     with display, contextlib.redirect_stdout(sys.stderr):
-        tally = SweepRunner(
+        return SweepRunner(
             sweep,
             store,
             address=address,
             listener=None if quiet else listen,
             retry_blocked=retry_blocked,
         ).run()
-    if as_json:
-        out.print_json(json.dumps(_outcome(tally, sweep.id, store.safe_url, allow_failures)))
-        out.file.flush()
-    else:
-        _print_tally(tally, sweep.id, sweep.config.budget_usd, sweep_file)
+
+
+def _warn_models(tally: SweepTally, sweep_file: Path) -> None:
+    """What the models' checks noted, and the models the sweep stopped (and the fix)."""
     for check in tally.model_checks:
         if check.note:
             err_console.print(
@@ -220,19 +242,16 @@ def run(
             f"{fix} and run the sweep again: its trials were not run or not counted",
             highlight=False,
         )
-    code = tally.exit_code(failures_ok=allow_failures)
-    if listed and not include_unvalidated and code != 130:
-        said = ", ".join(
-            f"{n} {status}" for status, n in Counter(v.status for v in left_out).items()
-        )
-        err_console.print(
-            f"[bold yellow]{len(listed)} task(s) left out[/] ({said}): their trials were not "
-            f"run. `hangar dataset validate {sweep_file}` validates them (or "
-            "--include-unvalidated runs them anyway)",
-            highlight=False,
-        )
-        code = 3  # tasks not run: never a clean exit
-    raise typer.Exit(code)
+
+
+def _say_left_out(left_out: list[Any], sweep_file: Path) -> None:
+    said = ", ".join(f"{n} {status}" for status, n in Counter(v.status for v in left_out).items())
+    err_console.print(
+        f"[bold yellow]{len(left_out)} task(s) left out[/] ({said}): their trials were not "
+        f"run. `hangar dataset validate {sweep_file}` validates them (or "
+        "--include-unvalidated runs them anyway)",
+        highlight=False,
+    )
 
 
 def _confirm_cost(sweep: Any, store: Any, *, yes: bool, above: float) -> None:
