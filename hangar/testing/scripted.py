@@ -46,6 +46,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -602,6 +603,57 @@ def _pieces(text: str, size: int = 16) -> list[str]:
 # -- the server ------------------------------------------------------------------------------
 
 
+Render = Callable[[Reply, str], dict[str, Any]]
+Stream = Callable[[Reply, str], Iterator[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class _Route:
+    """What a request's path says: the API it speaks and the model it names."""
+
+    path: str
+    model: str
+    gemini: re.Match[str] | None
+    bedrock: re.Match[str] | None
+    vertex: re.Match[str] | None
+
+    @classmethod
+    def of(cls, path: str, body: dict[str, Any]) -> _Route:
+        gemini, azure = GEMINI_PATH.match(path), AZURE_DEPLOYMENT_PATH.match(path)
+        bedrock, vertex = BEDROCK_PATH.match(path), VERTEX_PATH.match(path)
+        model = gemini["model"] if gemini else str(body.get("model", ""))
+        model = azure["deployment"] if azure else model
+        if bedrock:
+            model = unquote(bedrock["model"])
+        if vertex:
+            model = vertex["model"]
+        return cls(path, model, gemini, bedrock, vertex)
+
+
+def _dialect(route: _Route, body: dict[str, Any]) -> tuple[Render, Stream, bool] | None:
+    """How to answer the route: (a reply, its stream, whether to stream); None: no route."""
+    streaming = bool(body.get("stream"))
+    gemini, bedrock, vertex, path = route.gemini, route.bedrock, route.vertex, route.path
+    if gemini:
+        return _gemini, _gemini_stream, gemini["verb"] == "streamGenerateContent"
+    if bedrock and bedrock["verb"].startswith("converse"):
+        return _converse, _converse_stream, bedrock["verb"] == "converse-stream"
+    if bedrock:
+        return _anthropic, _anthropic_stream, bedrock["verb"] == "invoke-with-response-stream"
+    if vertex and vertex["publisher"] == "anthropic":
+        return _anthropic, _anthropic_stream, vertex["verb"] == "streamRawPredict"
+    if vertex:
+        return _gemini, _gemini_stream, vertex["verb"] == "streamGenerateContent"
+    if path.endswith("/messages"):
+        return _anthropic, _anthropic_stream, streaming
+    if path.endswith("/responses"):
+        return _responses, _responses_stream, streaming
+    if path.endswith("/chat/completions"):
+        include = bool((body.get("stream_options") or {}).get("include_usage"))
+        return _chat, functools.partial(_chat_stream, include_usage=include), streaming
+    return None
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: ScriptedServer
     protocol_version = "HTTP/1.1"
@@ -647,101 +699,90 @@ class _Handler(BaseHTTPRequestHandler):
             self._token(raw)
             return
         body = json.loads(raw or b"{}")
-        gemini = GEMINI_PATH.match(path)
-        azure = AZURE_DEPLOYMENT_PATH.match(path)
-        bedrock = BEDROCK_PATH.match(path)
-        model = gemini["model"] if gemini else str(body.get("model", ""))
-        model = azure["deployment"] if azure else model
-        vertex = VERTEX_PATH.match(path)
-        if bedrock:
-            model = unquote(bedrock["model"])
-            problem = sigv4_problem(self, raw, self.server.aws)
-            if problem is not None:
-                self._record(body)
-                self._json(403, {"message": problem})
-                return
-        entra = self.server.azure
-        bearer = f"Bearer {entra[1]}" if entra is not None else None
-        if bearer and path.startswith("/openai/") and self.headers.get("Authorization") != bearer:
+        route = _Route.of(path, body)
+        refused = self._refused(route, raw)
+        if refused is not None:
             self._record(body)
-            self._json(401, {"error": {"code": "401", "message": "invalid Entra ID token"}})
+            self._json(*refused)
             return
-        if vertex:
-            model = vertex["model"]
-            wanted = self.server.google
-            if wanted is not None and self.headers.get("Authorization") != f"Bearer {wanted[1]}":
-                self._record(body)
-                self._json(401, {"error": {"code": 401, "status": "UNAUTHENTICATED"}})
-                return
         first, turn = _conversation(path, body)
         self._record(body, turn, check=turn == 0 and first.strip() == CHECK_USER)
-        known = self.server.script.models
-        if known is not None and model not in known:
-            self._json(400 if bedrock else 404, not_found(path, model))
+        reply = self._scripted(route, first, turn)
+        if reply is None:
             return
-        reply = self.server.script.reply(model, first, turn)
-        if self.server.throttles(reply):
-            headers, answer = throttled(path)
-            self._json(429, answer, headers)
-            return
-        time.sleep(reply.delay_s)
-        if reply.status == 404:  # the provider no longer has the model
-            self._json(400 if bedrock else 404, not_found(path, model))
-            return
-        if reply.status != 200:
-            self._json(
-                reply.status,
-                {"error": {"type": "scripted", "message": f"scripted HTTP {reply.status}"}},
-            )
-            return
-        render: Callable[[Reply, str], dict[str, Any]]
-        stream: Callable[[Reply, str], Iterator[dict[str, Any]]]
-        streaming = bool(body.get("stream"))
-        if gemini and gemini["verb"] == "countTokens":
+        if route.gemini and route.gemini["verb"] == "countTokens":
             self._json(200, {"totalTokens": max(1, len(first.split()))})
             return
-        if gemini:
-            render, stream = _gemini, _gemini_stream
-            streaming = gemini["verb"] == "streamGenerateContent"
-        elif bedrock and bedrock["verb"].startswith("converse"):
-            render, stream = _converse, _converse_stream
-            streaming = bedrock["verb"] == "converse-stream"
-        elif bedrock:
-            render, stream = _anthropic, _anthropic_stream
-            streaming = bedrock["verb"] == "invoke-with-response-stream"
-        elif vertex and vertex["publisher"] == "anthropic":
-            render, stream = _anthropic, _anthropic_stream
-            streaming = vertex["verb"] == "streamRawPredict"
-        elif vertex:
-            render, stream = _gemini, _gemini_stream
-            streaming = vertex["verb"] == "streamGenerateContent"
-        elif path.endswith("/messages"):
-            render, stream = _anthropic, _anthropic_stream
-        elif path.endswith("/responses"):
-            render, stream = _responses, _responses_stream
-        elif path.endswith("/chat/completions"):
-            include = bool((body.get("stream_options") or {}).get("include_usage"))
-            render, stream = _chat, functools.partial(_chat_stream, include_usage=include)
-        else:
+        dialect = _dialect(route, body)
+        if dialect is None:
             self._json(404, {"error": {"message": f"no route {path}"}})
             return
+        render, stream, streaming = dialect
         if not streaming:
-            self._json(200, render(reply, model))
-            return
-        events = list(stream(reply, model))
-        if bedrock:  # AWS's event-stream framing, one frame per Anthropic event
-            self.send_response(200)
-            self.send_header("Content-Type", "application/vnd.amazon.eventstream")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            for event in events:
-                if bedrock["verb"] == "converse-stream":
-                    ((kind, payload),) = event.items()
-                    self.wfile.write(event_frame(payload, kind))
-                else:
-                    self.wfile.write(event_frame(event))
-            self.close_connection = True
-            return
+            self._json(200, render(reply, route.model))
+        elif route.bedrock:
+            self._event_stream(list(stream(reply, route.model)), route.bedrock["verb"])
+        else:
+            self._sse(list(stream(reply, route.model)), reply, path)
+
+    def _refused(self, route: _Route, raw: bytes) -> tuple[int, dict[str, Any]] | None:
+        """The answer to a request whose cloud credentials are wrong (None: they are
+        right, or the route takes none): a SigV4 signature, an Entra ID or Google token."""
+        if route.bedrock:
+            problem = sigv4_problem(self, raw, self.server.aws)
+            return None if problem is None else (403, {"message": problem})
+        given = self.headers.get("Authorization")
+        entra, google = self.server.azure, self.server.google
+        if (
+            entra is not None
+            and route.path.startswith("/openai/")
+            and given != f"Bearer {entra[1]}"
+        ):
+            return 401, {"error": {"code": "401", "message": "invalid Entra ID token"}}
+        if route.vertex and google is not None and given != f"Bearer {google[1]}":
+            return 401, {"error": {"code": 401, "status": "UNAUTHENTICATED"}}
+        return None
+
+    def _scripted(self, route: _Route, first: str, turn: int) -> Reply | None:
+        """The script's reply to the request; None when the answer is an error (a model
+        the script does not name or no longer has, a throttle, a scripted status), which
+        is sent here as the provider sends it."""
+        missing = 400 if route.bedrock else 404
+        known = self.server.script.models
+        if known is not None and route.model not in known:
+            self._json(missing, not_found(route.path, route.model))
+            return None
+        reply = self.server.script.reply(route.model, first, turn)
+        if self.server.throttles(reply):
+            headers, answer = throttled(route.path)
+            self._json(429, answer, headers)
+            return None
+        time.sleep(reply.delay_s)
+        if reply.status == 404:  # the provider no longer has the model
+            self._json(missing, not_found(route.path, route.model))
+            return None
+        if reply.status != 200:
+            message = f"scripted HTTP {reply.status}"
+            self._json(reply.status, {"error": {"type": "scripted", "message": message}})
+            return None
+        return reply
+
+    def _event_stream(self, events: list[dict[str, Any]], verb: str) -> None:
+        """AWS's event-stream framing, one frame per event (Converse's named by kind)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/vnd.amazon.eventstream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for event in events:
+            if verb == "converse-stream":
+                ((kind, payload),) = event.items()
+                self.wfile.write(event_frame(payload, kind))
+            else:
+                self.wfile.write(event_frame(event))
+        self.close_connection = True
+
+    def _sse(self, events: list[dict[str, Any]], reply: Reply, path: str) -> None:
+        """Server-sent events, cut halfway through for a reply that drops its stream."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
