@@ -182,8 +182,125 @@ BAND = (
 )
 
 
-def scores_dashboard() -> Dashboard:
-    """Scores and cost across sweeps, from the results store (PostgreSQL)."""
+#: The scores dashboard's panels, in order.
+SCORES_PANELS = (
+    Panel(
+        "Pass rate per model over time (95% Wilson band)",
+        "timeseries",
+        (PASS_RATE_OVER_TIME,),
+        "Daily pass rate of counted trials (pass and fail) per "
+        "model, with its Wilson interval as dashed low and high lines.",
+        "percentunit",
+        width=24,
+        overrides=BAND,
+    ),
+    Panel(
+        "Pass rate per agent, model and arm",
+        "table",
+        (SCORES_BY_GROUP,),
+        "Counted trials, passes, pass rate and its 95% Wilson interval per group.",
+        "percentunit",
+    ),
+    Panel(
+        "Scores per agent, model, arm, kind and metric",
+        "table",
+        (METRIC_BY_GROUP,),
+        "Every metric of every kind (variables `metric`, `kind`): execution `pass`, "
+        "decision `correct`, rubric dimensions and `overall`, routing `route`, "
+        "knowledge `correctness` and `citation_validity` per answer (pending answers "
+        "left out). Assessed scores, their mean, and a 95% interval (Wilson for "
+        "binary scores; for points and counts the normal approximation, where "
+        "`hangar report` bootstraps).",
+        "short",
+    ),
+    Panel(
+        "Mean score per model over time",
+        "timeseries",
+        (METRIC_OVER_TIME,),
+        "Daily mean of each selected metric per model.",
+        "short",
+    ),
+    Panel(
+        "Each arm against control",
+        "table",
+        (ARM_VS_CONTROL,),
+        "Mean over shared scenarios of (arm's pass rate - control's), repeats averaged "
+        "first: the difference `hangar report` tests with a paired bootstrap.",
+        "percentunit",
+    ),
+    Panel(
+        "Cost per day per model",
+        "timeseries",
+        (COST_PER_DAY,),
+        "USD spent per day by model, every attempt included.",
+        "currencyUSD",
+    ),
+    Panel(
+        "Model cost and judge cost",
+        "table",
+        (COST_BY_PAYER,),
+        "Per group, every attempt: what the trials' own model calls cost, and apart "
+        "what their LLM judge's calls cost (rubric benchmarks), with the judge's tokens.",
+        "currencyUSD",
+    ),
+    Panel(
+        "Judge cost per day per model",
+        "timeseries",
+        (JUDGE_COST_PER_DAY,),
+        "USD the LLM judge cost per day, by the judged trials' model.",
+        "currencyUSD",
+    ),
+    Panel(
+        "Cost per trial and per passing trial",
+        "table",
+        (COST_PER_PASS,),
+        "Per group: total cost, cost per counted trial, cost per passing trial.",
+        "currencyUSD",
+    ),
+    Panel(
+        "Tokens by kind",
+        "barchart",
+        (TOKENS_BY_KIND,),
+        "Uncached input, cached input, output (non-reasoning) and reasoning tokens per model.",
+        "short",
+    ),
+    Panel(
+        "Trial duration p50 and p95",
+        "table",
+        (DURATIONS,),
+        "Median and 95th percentile duration of counted trials per group.",
+        "s",
+    ),
+    Panel(
+        "Verdict mix over time",
+        "timeseries",
+        (VERDICT_MIX,),
+        "Trials per day by verdict, blocked_setup, infra_error, verifier_error and void included.",
+        "short",
+    ),
+    Panel(
+        "Tasks left out: broken or not validated",
+        "table",
+        (TASKS_LEFT_OUT,),
+        "Dataset tasks whose oracle fails, whose nop passes, whose image does not "
+        "build, or that are flaky (`hangar dataset validate`): sweeps leave them out, "
+        "so they are in no rate above.",
+        "",
+        width=24,
+    ),
+    Panel(
+        "Latest sweep per model",
+        "table",
+        (LATEST_SWEEP,),
+        "Each model's most recent sweep: trials, passes, pass rate and cost.",
+        "",
+        width=24,
+    ),
+)
+
+
+def _filters() -> list[Variable]:
+    """The dashboard's variables: sweep, suite, agent, model, arm, metric and kind."""
     # from the scores too: a knowledge arm run outside hangar has scores and no trial
     var = [
         Variable(
@@ -201,126 +318,16 @@ def scores_dashboard() -> Dashboard:
     ]
     var.append(Variable("metric", "SELECT DISTINCT metric FROM v_scores ORDER BY 1", "metric"))
     var.append(Variable("kind", "SELECT DISTINCT kind FROM v_scores ORDER BY 1", "kind"))
+    return var
+
+
+def scores_dashboard() -> Dashboard:
+    """Scores and cost across sweeps, from the results store (PostgreSQL)."""
     return Dashboard(
         uid="hangar-scores",
         title="hangar: scores and cost",
-        variables=var,
-        panels=[
-            Panel(
-                "Pass rate per model over time (95% Wilson band)",
-                "timeseries",
-                (PASS_RATE_OVER_TIME,),
-                "Daily pass rate of counted trials (pass and fail) per "
-                "model, with its Wilson interval as dashed low and high lines.",
-                "percentunit",
-                width=24,
-                overrides=BAND,
-            ),
-            Panel(
-                "Pass rate per agent, model and arm",
-                "table",
-                (SCORES_BY_GROUP,),
-                "Counted trials, passes, pass rate and its 95% Wilson interval per group.",
-                "percentunit",
-            ),
-            Panel(
-                "Scores per agent, model, arm, kind and metric",
-                "table",
-                (METRIC_BY_GROUP,),
-                "Every metric of every kind (variables `metric`, `kind`): execution `pass`, "
-                "decision `correct`, rubric dimensions and `overall`, routing `route`, "
-                "knowledge `correctness` and `citation_validity` per answer (pending answers "
-                "left out). Assessed scores, their mean, and a 95% interval (Wilson for "
-                "binary scores; for points and counts the normal approximation, where "
-                "`hangar report` bootstraps).",
-                "short",
-            ),
-            Panel(
-                "Mean score per model over time",
-                "timeseries",
-                (METRIC_OVER_TIME,),
-                "Daily mean of each selected metric per model.",
-                "short",
-            ),
-            Panel(
-                "Each arm against control",
-                "table",
-                (ARM_VS_CONTROL,),
-                "Mean over shared scenarios of (arm's pass rate - control's), repeats averaged "
-                "first: the difference `hangar report` tests with a paired bootstrap.",
-                "percentunit",
-            ),
-            Panel(
-                "Cost per day per model",
-                "timeseries",
-                (COST_PER_DAY,),
-                "USD spent per day by model, every attempt included.",
-                "currencyUSD",
-            ),
-            Panel(
-                "Model cost and judge cost",
-                "table",
-                (COST_BY_PAYER,),
-                "Per group, every attempt: what the trials' own model calls cost, and apart "
-                "what their LLM judge's calls cost (rubric benchmarks), with the judge's tokens.",
-                "currencyUSD",
-            ),
-            Panel(
-                "Judge cost per day per model",
-                "timeseries",
-                (JUDGE_COST_PER_DAY,),
-                "USD the LLM judge cost per day, by the judged trials' model.",
-                "currencyUSD",
-            ),
-            Panel(
-                "Cost per trial and per passing trial",
-                "table",
-                (COST_PER_PASS,),
-                "Per group: total cost, cost per counted trial, cost per passing trial.",
-                "currencyUSD",
-            ),
-            Panel(
-                "Tokens by kind",
-                "barchart",
-                (TOKENS_BY_KIND,),
-                "Uncached input, cached input, output (non-reasoning) and reasoning tokens per "
-                "model.",
-                "short",
-            ),
-            Panel(
-                "Trial duration p50 and p95",
-                "table",
-                (DURATIONS,),
-                "Median and 95th percentile duration of counted trials per group.",
-                "s",
-            ),
-            Panel(
-                "Verdict mix over time",
-                "timeseries",
-                (VERDICT_MIX,),
-                "Trials per day by verdict, blocked_setup, infra_error, verifier_error and void "
-                "included.",
-                "short",
-            ),
-            Panel(
-                "Tasks left out: broken or not validated",
-                "table",
-                (TASKS_LEFT_OUT,),
-                "Dataset tasks whose oracle fails, whose nop passes, whose image does not "
-                "build, or that are flaky (`hangar dataset validate`): sweeps leave them out, "
-                "so they are in no rate above.",
-                "",
-                width=24,
-            ),
-            Panel(
-                "Latest sweep per model",
-                "table",
-                (LATEST_SWEEP,),
-                "Each model's most recent sweep: trials, passes, pass rate and cost.",
-                "",
-                width=24,
-            ),
-        ],
+        variables=_filters(),
+        panels=list(SCORES_PANELS),
     )
 
 
