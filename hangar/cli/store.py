@@ -48,8 +48,8 @@ def list_sweeps(
 ) -> None:
     """The sweeps in a results store, newest first: trials run of the matrix, pass rate
     of the counted trials, agents, models and cost."""
+    from hangar.catalog import Catalog, Filters
     from hangar.store import ResultsStore
-    from hangar.viewer.data import Catalog, Filters
 
     results = ResultsStore(store, create=False)
     rows, total = Catalog(results).sweeps(Filters(), 0, limit)

@@ -40,6 +40,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from hangar.catalog import PAGE, Catalog, Filters, TrialFilters
 from hangar.errors import HangarError
 from hangar.pages import environment
 from hangar.results import Verdict
@@ -48,17 +49,7 @@ from hangar.scores.render import svg_cost, svg_differences, svg_intervals
 from hangar.scores.report import Report
 from hangar.store import ResultsStore
 from hangar.trials.kind import About, KindPage, ViewSettings, kind_of, kinds, registry
-from hangar.viewer.data import (
-    PAGE,
-    Builder,
-    Catalog,
-    Evidence,
-    Filters,
-    PerSweep,
-    ReportCache,
-    TrialFilters,
-    snapshots,
-)
+from hangar.viewer.data import Builder, Evidence, PerSweep, ReportCache, snapshots
 from hangar.viewer.transcript import read_agent_sessions, read_transcript
 
 HERE = Path(__file__).parent

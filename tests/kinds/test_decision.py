@@ -468,8 +468,9 @@ def test_the_example_suite_on_ray_with_roles(ray_local: None, tmp_path: Path) ->
     )
     assert by_id.exit_code == 0, by_id.output
     assert "lose by at least 15 points on correct" in by_id.output
+    from hangar.catalog import Catalog
     from hangar.store import ResultsStore
-    from hangar.viewer.data import Catalog, ReportCache
+    from hangar.viewer.data import ReportCache
 
     cached = ReportCache(Catalog(ResultsStore(f"sqlite:///{tmp_path}/r.db"))).report(
         outcome["sweep"]

@@ -193,8 +193,9 @@ def test_a_clear_loss_stops_after_the_first_round(ray_local: None, tmp_path: Pat
     assert c["sentence"] == decided["sentence"] and c["scenarios"] == 10
     (note,) = [n for n in data["notes"] if n.startswith("run until decided")]
     assert "stopped after 10 of 60 paired units" in note and "lower bound reached 15" in note
+    from hangar.catalog import Catalog
     from hangar.store import ResultsStore
-    from hangar.viewer.data import Catalog, ReportCache
+    from hangar.viewer.data import ReportCache
 
     viewed = ReportCache(Catalog(ResultsStore(f"sqlite:///{tmp_path}/clear.db"))).report("clear")
     assert viewed is not None

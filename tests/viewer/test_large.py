@@ -73,7 +73,7 @@ def test_a_comparison_page_says_its_snapshots_are_being_computed(store: ResultsS
 
 
 def test_a_trials_neighbours_come_from_the_store_in_order(store: ResultsStore) -> None:
-    from hangar.viewer.data import Catalog
+    from hangar.catalog import Catalog
 
     store.record([result("k3"), result("k0", scenario_id="s0"), result("k2", attempt=2)])
     catalog = Catalog(store)
