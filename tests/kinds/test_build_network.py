@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tarfile
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +21,7 @@ from hangar.kinds.execution.harbor import load_task
 from hangar.kinds.execution.settings import execution_settings
 from hangar.results import TrialResult, Verdict
 from hangar.trials import Arm, run_trial
+from tests.kinds.test_harbor_trials import evidence
 
 pytestmark = pytest.mark.docker
 
@@ -74,16 +74,6 @@ def _run(tmp_path: Path, toml: Path, **network: object) -> TrialResult:
     return run_trial(spec)
 
 
-def _evidence(result: TrialResult) -> dict[str, str]:
-    assert result.evidence_uri is not None
-    with tarfile.open(result.evidence_uri.removeprefix("file://")) as tar:
-        return {
-            m.name: tar.extractfile(m).read().decode(errors="replace")  # type: ignore[union-attr]
-            for m in tar.getmembers()
-            if m.isfile()
-        }
-
-
 def _reach(url: str) -> str:
     return (
         'RUN python3 -c "import urllib.request as u; '
@@ -114,7 +104,7 @@ def test_a_build_never_reaches_the_worker(
     result = _run(tmp_path, toml, builds=["localhost:*"])
     assert result.verdict == Verdict.PASS, result.reason
     assert _Service.hits == []
-    files = _evidence(result)
+    files = evidence(result)
     log = files["image/build.log"]
     assert "secret of the worker" not in log and "unreachable" in log
     audit = [json.loads(line) for line in files["image/network.jsonl"].splitlines()]
@@ -132,7 +122,7 @@ def test_a_build_reaches_what_the_sweep_allows_and_names_what_it_refused(
     )
     assert allowed.verdict == Verdict.PASS, allowed.reason
     assert _Service.hits == ["/allowed"]
-    audit = _evidence(allowed)["image/network.jsonl"]
+    audit = evidence(allowed)["image/network.jsonl"]
     assert '"allowed": true' in audit and "/allowed" in audit
 
     toml = _task(tmp_path, port, "needs-more", _reach(f"http://localhost:{port}/other"))
@@ -151,7 +141,7 @@ def test_no_build_network_at_all(docker_client: docker.DockerClient, tmp_path: P
     )  # fmt: skip
     result = _run(tmp_path, toml, builds=[])
     assert result.verdict == Verdict.PASS, result.reason
-    assert "image/network.jsonl" not in _evidence(result)
+    assert "image/network.jsonl" not in evidence(result)
 
 
 def test_the_default_allowlist_is_the_package_registries() -> None:
