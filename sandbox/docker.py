@@ -400,7 +400,7 @@ class DockerSandbox(Sandbox):
             command_argv(cmd), timeout, self.spec.kill_after_s, self.timeout_in(env)
         )
         output = ExecOutput(self.spec, timeout, on_output)
-        exec_id, sock, raw = self._start_exec(
+        exec_id, attached = self._start_exec(
             argv,
             stdin=stdin is not None,
             env=env,
@@ -409,15 +409,15 @@ class DockerSandbox(Sandbox):
         )
         try:
             if stdin is not None:
-                raw.sendall(stdin.encode() if isinstance(stdin, str) else stdin)
-                raw.shutdown(socket.SHUT_WR)
-            for stream, chunk in _frames(raw, output.deadline):
+                attached.raw.sendall(stdin.encode() if isinstance(stdin, str) else stdin)
+                attached.raw.shutdown(socket.SHUT_WR)
+            for stream, chunk in attached.frames(output.deadline):
                 output.feed("stdout" if stream == 1 else "stderr", chunk)
         except OSError as exc:
             self._raise_if_dead(f"while running {describe(argv)}")
             raise SandboxUnavailable(f"lost the exec stream of {describe(argv)}: {exc}") from exc
         finally:
-            sock.close()
+            attached.close()
         return self._concluded(exec_id, argv, output)
 
     def _concluded(self, exec_id: str, argv: list[str], output: ExecOutput) -> ExecResult:
@@ -452,8 +452,8 @@ class DockerSandbox(Sandbox):
         env: dict[str, str] | None = None,
         workdir: str | None = None,
         user: str | None = None,
-    ) -> tuple[str, Any, socket.socket]:
-        """Create and start an exec: its id, the attached socket and the raw socket under it."""
+    ) -> tuple[str, _Attached]:
+        """Create and start an exec: its id and its attached connection."""
         api = self.client.api
         try:
             exec_id = api.exec_create(
@@ -470,16 +470,12 @@ class DockerSandbox(Sandbox):
             sock = api.exec_start(exec_id, socket=True)
         except docker.errors.APIError as exc:
             raise self._gone_or(exc, f"run {describe(argv)}") from exc
-        raw = cast(socket.socket, getattr(sock, "_sock", sock))
-        # The client's read timeout would cut off a command that is silent for a while
-        # (an agent thinking); deadlines are kept by select() in _frames instead.
-        raw.settimeout(None)
-        return str(exec_id), sock, raw
+        return str(exec_id), _Attached(sock)
 
     def open_stream(self, argv: list[str], *, user: str | None = None) -> ExecStream:
         """Start `argv` with stdin and stdout attached (see `Sandbox.open_stream`)."""
-        exec_id, sock, raw = self._start_exec(argv, stdin=True, user=user)
-        return _DockerStream(self, exec_id, sock, raw)
+        exec_id, attached = self._start_exec(argv, stdin=True, user=user)
+        return _DockerStream(self, exec_id, attached)
 
     def _exec_inspect(self, exec_id: str) -> dict[str, Any]:
         try:
@@ -758,9 +754,9 @@ class _DockerHeld(HeldExec):
         self._token = secrets.token_hex(16).encode()
         self._argv = ["/bin/sh", "-c", HELD_SHELL, "hangar-held", script]
         self._done = False
-        self._exec_id, self._sock, self._raw = sandbox._start_exec(self._argv, stdin=True)
+        self._exec_id, self._attached = sandbox._start_exec(self._argv, stdin=True)
         try:
-            self._raw.sendall(self._token + b"\n")
+            self._attached.raw.sendall(self._token + b"\n")
             self.first = self._first_part()
         except BaseException:
             self._close()
@@ -774,7 +770,7 @@ class _DockerHeld(HeldExec):
         held: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
         marks: dict[int, int] = {}
         try:
-            for stream, chunk in _frames(self._raw, None):
+            for stream, chunk in self._attached.frames(None):
                 if stream in marks:
                     continue  # after the token: nothing more is written before the resume
                 held[stream] += chunk
@@ -824,15 +820,15 @@ class _DockerHeld(HeldExec):
         )
         output = ExecOutput(self._sandbox.spec, timeout, None)
         try:
-            self._raw.sendall(script.encode())
-            self._raw.shutdown(socket.SHUT_WR)
-            for stream, chunk in _frames(self._raw, output.deadline):
+            self._attached.raw.sendall(script.encode())
+            self._attached.raw.shutdown(socket.SHUT_WR)
+            for stream, chunk in self._attached.frames(output.deadline):
                 output.feed("stdout" if stream == 1 else "stderr", chunk)
         except OSError as exc:
             self._sandbox._raise_if_dead(f"while running {describe(argv)}")
             raise SandboxUnavailable(f"lost the exec stream of {describe(argv)}: {exc}") from exc
         finally:
-            self._sock.close()
+            self._attached.close()
         res = self._sandbox._concluded(self._exec_id, argv, output)
         return ended_result(res, timeout) if end_user else res
 
@@ -840,24 +836,23 @@ class _DockerHeld(HeldExec):
         if not self._done:
             self._done = True
             with contextlib.suppress(OSError):
-                self._raw.shutdown(socket.SHUT_WR)  # an empty second part: the shell ends
-                for _ in _frames(self._raw, time.monotonic() + 30):
+                self._attached.raw.shutdown(socket.SHUT_WR)  # an empty second part: the shell ends
+                for _ in self._attached.frames(time.monotonic() + 30):
                     pass
         self._close()
 
     def _close(self) -> None:
         self._done = True
-        with contextlib.suppress(OSError):
-            self._sock.close()
+        self._attached.close()
 
 
 class _DockerStream(ExecStream):
     """An exec with stdin attached: stdin raw on the socket, stdout/stderr framed."""
 
-    def __init__(self, sandbox: DockerSandbox, exec_id: str, sock: Any, raw: socket.socket) -> None:
+    def __init__(self, sandbox: DockerSandbox, exec_id: str, attached: _Attached) -> None:
         super().__init__()
-        self._sandbox, self._exec_id, self._sock, self._raw = sandbox, exec_id, sock, raw
-        self._frames = _frames(self._raw, None)
+        self._sandbox, self._exec_id, self._attached = sandbox, exec_id, attached
+        self._frames = attached.frames(None)
         self._closed = False
 
     def recv(self) -> bytes:
@@ -872,7 +867,7 @@ class _DockerStream(ExecStream):
 
     def send(self, data: bytes) -> None:
         try:
-            self._raw.sendall(data)
+            self._attached.raw.sendall(data)
         except OSError as exc:
             raise SandboxUnavailable(f"lost the stream to the sandbox: {exc}") from exc
 
@@ -881,9 +876,8 @@ class _DockerStream(ExecStream):
             return
         self._closed = True
         with contextlib.suppress(OSError):
-            self._raw.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            self._sock.close()
+            self._attached.raw.shutdown(socket.SHUT_RDWR)
+        self._attached.close()
 
     def exit_code(self) -> int | None:
         try:
@@ -893,27 +887,60 @@ class _DockerStream(ExecStream):
         return None if code is None else int(code)
 
 
-def _frames(raw: socket.socket, deadline: float | None) -> Iterator[tuple[int, bytes]]:
-    """Demultiplex docker's attach stream: 8-byte headers ``[stream, 0, 0, 0, size]``.
+class _Attached:
+    """An exec's hijacked connection (docker's attach protocol): stdin written raw,
+    stdout and stderr read as frames. Bytes read but not yet framed are kept here, so
+    that one reader can stop and the next go on where it left off."""
 
-    Stops at end of stream or at `deadline` (monotonic seconds).
-    """
-    pending = b""
-    while True:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self.raw = cast(socket.socket, getattr(sock, "_sock", sock))
+        self._pending = _past_headers(sock, self.raw)
+        # The client's read timeout would cut off a command that is silent for a while
+        # (an agent thinking); deadlines are kept by select() in `frames` instead.
+        self.raw.settimeout(None)
+
+    def frames(self, deadline: float | None) -> Iterator[tuple[int, bytes]]:
+        """Demultiplex the stream: 8-byte headers ``[stream, 0, 0, 0, size]``.
+
+        Stops at end of stream or at `deadline` (monotonic seconds).
+        """
+        while True:
+            while len(self._pending) >= 8:
+                stream, size = struct.unpack(">BxxxL", self._pending[:8])
+                if len(self._pending) < 8 + size:
+                    break
+                chunk, self._pending = self._pending[8 : 8 + size], self._pending[8 + size :]
+                yield stream, chunk
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                ready, _, _ = select.select([self.raw], [], [], left)
+                if not ready:
+                    return
+            chunk = self.raw.recv(65536)
+            if not chunk:
                 return
-            ready, _, _ = select.select([raw], [], [], left)
-            if not ready:
-                return
-        chunk = raw.recv(65536)
-        if not chunk:
-            return
-        pending += chunk
-        while len(pending) >= 8:
-            stream, size = struct.unpack(">BxxxL", pending[:8])
-            if len(pending) < 8 + size:
-                break
-            yield stream, pending[8 : 8 + size]
-            pending = pending[8 + size :]
+            self._pending += chunk
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
+def _past_headers(sock: Any, raw: socket.socket) -> bytes:
+    """What the HTTP client read past the response's headers before handing over the
+    socket. A command that writes before the client reads the headers (a quick command,
+    a busy machine) has its first frames in the client's buffer, not on the socket:
+    reading only the socket lost them."""
+    response = getattr(getattr(sock, "_response", None), "raw", None)
+    reader = getattr(getattr(response, "_fp", None), "fp", None)
+    if not isinstance(reader, io.BufferedReader):
+        return b""
+    raw.setblocking(False)  # the buffer only: an empty one must not wait for the socket
+    try:
+        head = reader.peek()
+    finally:
+        raw.setblocking(True)
+    return reader.read(len(head)) if head else b""

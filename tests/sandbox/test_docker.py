@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import tarfile
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -113,6 +115,29 @@ def test_silent_command_outlives_client_timeout(docker_client: docker.DockerClie
     with DockerSandbox(SandboxSpec(image=BASE_IMAGE, trial="silent"), client=impatient) as sb:
         res = sb.exec("sleep 4; echo done", timeout=30)
     assert res.ok and res.stdout == "done\n"
+
+
+def test_output_that_comes_with_the_response_headers_is_kept(
+    docker_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A busy client reads the exec's response headers only after a quick command has
+    # written: its first frames arrive with the headers, in the HTTP reader's buffer. On
+    # a loaded machine this lost a knowledge trial's `python3 --version` (an empty
+    # stdout with exit 0). Here the client is made slow on purpose.
+    with DockerSandbox(SandboxSpec(image=BASE_IMAGE, trial="quick-output")) as sb:
+        begin = http.client.HTTPResponse.begin
+
+        def late(response: http.client.HTTPResponse) -> None:
+            time.sleep(0.5)
+            begin(response)
+
+        monkeypatch.setattr(http.client.HTTPResponse, "begin", late)
+        res = sb.exec("echo out; echo err >&2", timeout=30)
+        stream = sb.open_stream(["/bin/sh", "-c", "echo ready"])
+        first = stream.recv()
+        stream.close()
+    assert (res.returncode, res.stdout, res.stderr) == (0, "out\n", "err\n")
+    assert first == b"ready\n"
 
 
 def test_close_after_container_vanished(docker_client: docker.DockerClient) -> None:

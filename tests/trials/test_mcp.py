@@ -242,7 +242,7 @@ def test_the_retrieval_arm_end_to_end(ray_local: None, tmp_path: Path) -> None:
         server.shutdown()
     assert "arm needs the MCP server 'handbook' in the agent's `mcp` (none)" in str(wrong.exception)
     assert run.exit_code == 0, run.output
-    assert "11 answered" in run.output
+    assert "11 answered" in run.output, run.output
     # The model was offered the server's tools and nothing of the workspace; what it was
     # told back came from the server, in the sandbox.
     first = server.requests[0]["body"]
