@@ -78,7 +78,7 @@ def make_task(root: Path) -> Path:
 @contextmanager
 def unobserved() -> Iterator[None]:
     """The shared place as it was before the observer (see the module docstring)."""
-    from hangar.kinds.execution.image_verifier import Shared, VerifierPlace
+    from hangar.kinds.execution.images.verifier import Shared, VerifierPlace
     from hangar.sandbox.docker import DockerSandbox
 
     saved = Shared.run, Shared.judged, Shared.mounts, DockerSandbox.changes
@@ -98,7 +98,7 @@ def one(toml: Path, work: Path) -> dict[str, float]:
     """One trial of the reference solution: its wall time and phase times."""
     from hangar.agents import ORACLE
     from hangar.kinds.execution import KIND, single_trial
-    from hangar.kinds.execution.harbor import load_task
+    from hangar.kinds.execution.harbor.tasks import load_task
     from hangar.kinds.execution.settings import execution_settings
     from hangar.results import Verdict
     from hangar.trials import Arm, run_trial

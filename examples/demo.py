@@ -78,8 +78,8 @@ from rich.markup import escape
 
 from hangar.agents import load_agents
 from hangar.console import console, print_result
-from hangar.kinds.execution.image_task import ImageTask
-from hangar.kinds.execution.validate import validate_dataset
+from hangar.kinds.execution.images.task import ImageTask
+from hangar.kinds.execution.images.validate import validate_dataset
 from hangar.kinds.knowledge.custody import import_arm, sealed_suite
 from hangar.kinds.knowledge.record import default_store, record_scores
 from hangar.kinds.knowledge.render import render as render_knowledge

@@ -6,7 +6,7 @@
  * that stops it, and every process it makes, at each syscall that opens, runs, maps as code,
  * renames or links a file, or connects a socket. What they did is written as a record
  * (below) that hangar's host reads to decide whether the judge's own machinery used what
- * the agent changed (hangar/kinds/execution/takeover.py: the rules live there, not here).
+ * the agent changed (hangar/kinds/execution/images/takeover.py: the rules live there, not here).
  * This program only records, and enforces three things as they happen:
  *
  * - a process that ran the agent's code (executed or mapped a file the agent changed, or

@@ -5,7 +5,7 @@ runs a command as its traced child: every process the command makes is stopped, 
 seccomp filter, at each syscall that opens, runs, maps as code, renames or links a file,
 or connects a socket. It writes a record of what those processes did with the files the
 agent changed (`Record`); hangar's host decides what that means
-(`hangar.kinds.execution.takeover`). As it happens, the observer also refuses the guarded
+(`hangar.kinds.execution.images.takeover`). As it happens, the observer also refuses the guarded
 ports to processes that ran the agent's code, refuses to open FIFOs, sockets and devices
 the agent made, and ends everything at its deadline, noting what was still in progress.
 

@@ -9,7 +9,7 @@ An image map rewrites ``FROM`` references (and a task's ``docker_image``) for mi
 or offline registries. A task's Dockerfile is written by a stranger, so its ``RUN`` steps
 never get the worker's network: a build runs with none, or with the network `network`
 opens (the execution kind's: a netns whose only way out is the audited egress proxy, for
-the package registries a sweep allows; `hangar.kinds.execution.build_network`). Its log
+the package registries a sweep allows; `hangar.kinds.execution.images.build_network`). Its log
 and its network audit are kept for the evidence.
 
 `stock_image` is the variant of the base image that images like ``debian:*`` or

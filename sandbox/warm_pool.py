@@ -51,7 +51,7 @@ DISK = Path("/hangar-warm-disk")
 #: A kind of sandbox nobody claimed for this long has its warm sandboxes removed.
 IDLE_S = 60.0
 #: A warm sandbox older than this is never claimed (its expiry, counted from its start,
-#: has a trial's slack of 900 s: `hangar.kinds.execution.trial`), but removed.
+#: has a trial's slack of 900 s: `hangar.kinds.execution.scenarios.trial`), but removed.
 MAX_AGE_S = 300.0
 
 

@@ -128,7 +128,7 @@ def schemas() -> str:
     """The fields of every file hangar reads."""
     from hangar.agents import ChatAgent, CommandAgent, PromptAgent
     from hangar.kinds.decision.cases import DecisionSuite
-    from hangar.kinds.execution.scenario import Scenario
+    from hangar.kinds.execution.scenarios.scenario import Scenario
     from hangar.kinds.knowledge.formats import Answer, Key, Label, Question
     from hangar.kinds.rubric.formats import Config, DatasetFile, RubricFile
     from hangar.models import ModelSpec

@@ -14,7 +14,7 @@ MODULE = '''"""hangar-extras: a backend, an agent preset and a task source of it
 from pathlib import Path
 
 from hangar.agents.presets import Preset
-from hangar.kinds.execution.scenario import load_scenario
+from hangar.kinds.execution.scenarios.scenario import load_scenario
 from hangar.kinds.execution.sources import TaskSource
 from hangar.kinds.routing import RoutingKind
 from hangar.sandbox.local import LocalSandbox

@@ -49,7 +49,7 @@ def test_the_command_line_help_uses_no_internal_labels() -> None:
 
 def test_the_schemas_follow_the_models() -> None:
     text = _gen_docs().schemas()
-    from hangar.kinds.execution.scenario import Scenario
+    from hangar.kinds.execution.scenarios.scenario import Scenario
 
     for field in Scenario.model_fields:
         assert f"| `{field}` |" in text

@@ -17,7 +17,7 @@ import pytest
 from hangar.agents import CommandAgent, load_agents
 from hangar.evidence.archive import verify_archive
 from hangar.kinds.execution import single_trial
-from hangar.kinds.execution.scenario import load_scenario
+from hangar.kinds.execution.scenarios.scenario import load_scenario
 from hangar.results import TrialResult
 from hangar.sandbox.config import BackendConfig
 from hangar.trials import Arm, TrialSpec, run_trial

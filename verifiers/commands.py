@@ -10,8 +10,8 @@ agent did to ``.git``; the diff itself is taken on the host against the pinned c
 (`hangar.verifiers.harness`) and the hidden files are put in place, then the commands run
 where nothing the agent left outside the workspace exists (a process, a
 ``usercustomize.py`` in HOME, a file in /tmp): the agent's sandbox with its scratch
-wiped, or a fresh one (see `hangar.kinds.execution.verification`), with tools the workspace
-cannot shadow (`_WITH_OUT`).
+wiped, or a fresh one (see `hangar.kinds.execution.scenarios.verification`), with
+tools the workspace cannot shadow (`_WITH_OUT`).
 """
 
 from __future__ import annotations

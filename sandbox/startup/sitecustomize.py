@@ -6,7 +6,7 @@ so every Python started there imports it last in its start-up, after ``site`` ha
 observer (hangar's helper, ``observe.c``) each import root and that the start-up is over,
 by opening names in its own folder that do not exist: the observer sees the opens, nothing
 is read or written. What a Python reads before that is its start-up, which the judge's
-machinery needs to be the image's (see hangar/kinds/execution/takeover.py).
+machinery needs to be the image's (see hangar/kinds/execution/images/takeover.py).
 """
 
 import os as _os

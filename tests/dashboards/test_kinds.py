@@ -21,7 +21,7 @@ from hangar.dashboards.scores import ALL_QUERIES, scores_dashboard
 from hangar.kinds.decision import case_trial
 from hangar.kinds.decision.cases import load_decision_suite
 from hangar.kinds.execution import single_trial
-from hangar.kinds.execution.scenario import load_scenario
+from hangar.kinds.execution.scenarios.scenario import load_scenario
 from hangar.kinds.knowledge.custody import import_arm, sealed_suite
 from hangar.kinds.knowledge.record import record_scores
 from hangar.kinds.knowledge.report import build_gold_set_report

@@ -17,7 +17,7 @@ import pytest
 
 from hangar.agents import ORACLE
 from hangar.kinds.execution import KIND, single_trial
-from hangar.kinds.execution.harbor import load_task
+from hangar.kinds.execution.harbor.tasks import load_task
 from hangar.kinds.execution.settings import execution_settings
 from hangar.results import TrialResult, Verdict
 from hangar.trials import Arm, run_trial
@@ -145,7 +145,7 @@ def test_no_build_network_at_all(docker_client: docker.DockerClient, tmp_path: P
 
 
 def test_the_default_allowlist_is_the_package_registries() -> None:
-    from hangar.kinds.execution.build_network import DEFAULT_BUILD_HOSTS
+    from hangar.kinds.execution.images.build_network import DEFAULT_BUILD_HOSTS
     from hangar.sandbox.egress import Refused, check
 
     for wanted in ("deb.debian.org", "pypi.org", "files.pythonhosted.org", "registry.npmjs.org"):

@@ -6,7 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from hangar.kinds.execution.scenario import load_scenario, scenario_digest
+from hangar.kinds.execution.scenarios.scenario import load_scenario, scenario_digest
 from hangar.kinds.execution.shipping import (
     local_repository,
     pack_repository,
@@ -91,7 +91,7 @@ def test_a_repository_by_url_is_not_shipped(tmp_path: Path) -> None:
 
 
 def test_a_missing_revision_on_a_worker_names_the_users_repository(tmp_path: Path) -> None:
-    from hangar.kinds.execution.fixture_checks import fixture_problems
+    from hangar.kinds.execution.scenarios.fixture_checks import fixture_problems
 
     driver = tmp_path / "driver"
     shutil.copytree(ROOT / "examples" / "median", driver / "median")

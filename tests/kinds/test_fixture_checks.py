@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hangar.kinds.execution.fixture_checks import fixture_problems
-from hangar.kinds.execution.scenario import load_scenario
+from hangar.kinds.execution.scenarios.fixture_checks import fixture_problems
+from hangar.kinds.execution.scenarios.scenario import load_scenario
 from hangar.sandbox.workspace import MirrorCache
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples"

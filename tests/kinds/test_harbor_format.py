@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from hangar.errors import ConfigError
-from hangar.kinds.execution.harbor import load_task, task_files
-from hangar.kinds.execution.rewards import read_reward
-from hangar.kinds.execution.validate import judge_task, partition
+from hangar.kinds.execution.harbor.tasks import load_task, task_files
+from hangar.kinds.execution.images.rewards import read_reward
+from hangar.kinds.execution.images.validate import judge_task, partition
 from hangar.results import TrialResult, Verdict
 from hangar.sandbox.task_images import context_tag, map_dockerfile
 
@@ -216,7 +216,7 @@ def test_an_mcp_server_without_its_address_says_what_to_fix(tmp_path: Path) -> N
 def test_on_another_backend_each_docker_feature_is_a_reason(tmp_path: Path) -> None:
     from hangar.agents import ORACLE
     from hangar.kinds.execution import single_trial
-    from hangar.kinds.execution.image_backends import backend_problems
+    from hangar.kinds.execution.images.backends import backend_problems
     from hangar.results import Verdict
     from hangar.trials import Arm, run_trial
 

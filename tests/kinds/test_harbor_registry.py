@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from hangar.errors import ConfigError
-from hangar.kinds.execution.harbor_digest import content_digest
-from hangar.kinds.execution.harbor_registry import dataset_folder, locate, pull
+from hangar.kinds.execution.harbor.digest import content_digest
+from hangar.kinds.execution.harbor.registry import dataset_folder, locate, pull
 from scheduler.sweep import load_sweep
 from tests.harbor import harbor_digest
 

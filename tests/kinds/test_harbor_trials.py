@@ -15,7 +15,7 @@ import pytest
 
 from hangar.agents import NOP, ORACLE, AgentSpec, CommandAgent
 from hangar.kinds.execution import KIND, single_trial
-from hangar.kinds.execution.harbor import load_task
+from hangar.kinds.execution.harbor.tasks import load_task
 from hangar.kinds.execution.settings import execution_settings
 from hangar.results import TrialResult, Verdict
 from hangar.testing.answers import EXAMPLE_ANSWERS, EXAMPLE_PORT, serve_answers

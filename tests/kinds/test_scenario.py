@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from hangar.cli import app
 from hangar.errors import ConfigError
-from hangar.kinds.execution.scenario import load_registry, load_scenario, repin
+from hangar.kinds.execution.scenarios.scenario import load_registry, load_scenario, repin
 
 runner = CliRunner()
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "median"
@@ -162,7 +162,7 @@ def test_scenario_pin_writes_missing_pins(scenario_dir: Path) -> None:
 def test_a_wrong_pin_says_how_to_repin_and_fields_are_spelled_for_you(
     scenario_dir: Path,
 ) -> None:
-    from hangar.kinds.execution.fixture_checks import static_fixture_problems
+    from hangar.kinds.execution.scenarios.fixture_checks import static_fixture_problems
 
     path = scenario_dir / "scenario.yaml"
     (scenario_dir / "verify.py").write_text("print('edited')\n")

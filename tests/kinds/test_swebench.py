@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from hangar.cli import app
 from hangar.errors import ConfigError
-from hangar.kinds.execution.harbor import load_task
-from hangar.kinds.execution.image_task import SwebenchGrading
-from hangar.kinds.execution.swebench import (
+from hangar.kinds.execution.harbor.tasks import load_task
+from hangar.kinds.execution.images.task import SwebenchGrading
+from hangar.kinds.execution.swebench.instances import (
     ImportOptions,
     failing_words,
     grade,

@@ -1,4 +1,4 @@
-"""The rules that judge a verifier's record (`hangar.kinds.execution.takeover`), on records
+"""The rules that judge a verifier's record (`hangar.kinds.execution.images.takeover`), on records
 written as the observer writes them: what the judge's machinery used of the agent's
 changes is a finding, what the subject under test used is not."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from hangar.kinds.execution.takeover import AgentChanges, Judgement, judge
+from hangar.kinds.execution.images.takeover import AgentChanges, Judgement, judge
 from hangar.sandbox.base import Change
 from hangar.sandbox.observe import read_record
 

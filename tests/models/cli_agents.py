@@ -14,7 +14,7 @@ import pytest
 
 from hangar.agents import parse_agent
 from hangar.kinds.execution import single_trial
-from hangar.kinds.execution.scenario import load_scenario
+from hangar.kinds.execution.scenarios.scenario import load_scenario
 from hangar.models import ModelSpec
 from hangar.results import TrialResult
 from hangar.sandbox.base import ExecResult

@@ -13,7 +13,7 @@ import pytest
 
 from hangar.agents import ChatAgent
 from hangar.kinds.execution import single_trial
-from hangar.kinds.execution.scenario import load_scenario
+from hangar.kinds.execution.scenarios.scenario import load_scenario
 from hangar.models import ModelSpec
 from hangar.models.pricing import Price
 from hangar.results import TrialResult, Verdict

@@ -20,7 +20,7 @@ import pytest
 
 from hangar.agents import parse_agent
 from hangar.kinds.execution import KIND, single_trial
-from hangar.kinds.execution.harbor import load_task
+from hangar.kinds.execution.harbor.tasks import load_task
 from hangar.kinds.execution.settings import execution_settings
 from hangar.models import ModelSpec
 from hangar.results import TrialResult, Verdict

@@ -16,7 +16,7 @@ import pytest
 
 from hangar.agents import CommandAgent
 from hangar.kinds.execution import single_trial
-from hangar.kinds.execution.scenario import load_scenario
+from hangar.kinds.execution.scenarios.scenario import load_scenario
 from hangar.models import ModelSpec
 from hangar.models.pricing import Price
 from hangar.results import TrialResult, Verdict

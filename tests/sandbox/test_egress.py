@@ -28,7 +28,7 @@ import pytest
 
 from hangar.agents import CommandAgent
 from hangar.kinds.execution import KIND, single_trial
-from hangar.kinds.execution.harbor import load_task
+from hangar.kinds.execution.harbor.tasks import load_task
 from hangar.kinds.execution.settings import execution_settings
 from hangar.results import Verdict
 from hangar.sandbox.egress import (

@@ -30,7 +30,7 @@ import pytest
 
 from hangar.agents import ORACLE, CommandAgent, ReferenceAgent
 from hangar.kinds.execution import KIND, single_trial
-from hangar.kinds.execution.harbor import load_task
+from hangar.kinds.execution.harbor.tasks import load_task
 from hangar.kinds.execution.settings import execution_settings
 from hangar.results import TrialResult, Verdict
 from hangar.trials import Arm, run_trial

@@ -12,7 +12,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from hangar.kinds.execution.scenario import repin
+from hangar.kinds.execution.scenarios.scenario import repin
 from hangar.results import Verdict
 from hangar.sandbox.config import DockerConfig
 from hangar.sandbox.disk import TrialDisk
@@ -492,12 +492,14 @@ def test_container_killed_mid_run(run: Runner, docker_client: docker.DockerClien
 def test_exception_in_a_phase_still_tears_down(
     run: Runner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hangar.kinds.execution.verification
+    import hangar.kinds.execution.scenarios.verification
 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("verifier phase exploded")
 
-    monkeypatch.setattr(hangar.kinds.execution.verification, "run_verifier_commands", boom)
+    monkeypatch.setattr(
+        hangar.kinds.execution.scenarios.verification, "run_verifier_commands", boom
+    )
     result = run(GOLD)
     assert result.verdict is Verdict.INFRA_ERROR
     assert result.reason == "hangar failure: RuntimeError: verifier phase exploded"

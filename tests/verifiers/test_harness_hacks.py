@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hangar.kinds.execution.scenario import repin
+from hangar.kinds.execution.scenarios.scenario import repin
 from hangar.results import TrialResult, Verdict
 from tests.trialkit import GOLD, Runner, bundle
 

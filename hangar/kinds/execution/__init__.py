@@ -16,9 +16,9 @@ from typing import Any
 
 from hangar.agents import AgentSpec, sandbox_agents
 from hangar.files import tree_digest
-from hangar.kinds.execution.fixtures import Registry, read_registry
-from hangar.kinds.execution.image_task import ImageTask
-from hangar.kinds.execution.scenario import LoadedScenario
+from hangar.kinds.execution.images.task import ImageTask
+from hangar.kinds.execution.scenarios.fixtures import Registry, read_registry
+from hangar.kinds.execution.scenarios.scenario import LoadedScenario
 from hangar.kinds.execution.settings import ExecutionSettings
 from hangar.kinds.execution.sources import source_of
 from hangar.models import ModelSpec
@@ -108,8 +108,8 @@ class ExecutionKind(Kind):
     view_template = "execution/view.html"
     settings_model = ExecutionSettings
     cli = (
-        ("scenario", "hangar.kinds.execution.cli"),
-        ("task", "hangar.kinds.execution.task_cli"),
+        ("scenario", "hangar.kinds.execution.scenarios.cli"),
+        ("task", "hangar.kinds.execution.harbor.cli"),
         ("dataset", "hangar.kinds.execution.dataset_cli"),
     )
 
@@ -132,14 +132,14 @@ class ExecutionKind(Kind):
 
     schemes = ("registry",)
     exports = (
-        ("harbor-job", "hangar.kinds.execution.harbor_job:export"),
-        ("swebench-submission", "hangar.kinds.execution.swebench_submission:export"),
+        ("harbor-job", "hangar.kinds.execution.exports.harbor_job:export"),
+        ("swebench-submission", "hangar.kinds.execution.exports.swebench_submission:export"),
     )
 
     def resolve(self, scheme: str, value: str) -> tuple[Path, dict[str, Any]]:
         """``registry:NAME@VERSION``: the pulled dataset's tasks, each checked against its
-        lock, and the lock (`hangar.kinds.execution.harbor_registry`)."""
-        from hangar.kinds.execution.harbor_registry import locate
+        lock, and the lock (`hangar.kinds.execution.harbor.registry`)."""
+        from hangar.kinds.execution.harbor.registry import locate
 
         folder, lock = locate(value)
         return folder, lock.model_dump(mode="json")
@@ -152,7 +152,7 @@ class ExecutionKind(Kind):
 
     def unready(self, tasks: list[Task], store: ResultsStore) -> dict[str, tuple[str, str]]:
         """Image tasks broken or never validated (`hangar dataset validate`)."""
-        from hangar.kinds.execution.validate import validated_tasks
+        from hangar.kinds.execution.images.validate import validated_tasks
 
         return {v.digest: (v.status, v.reason) for v in validated_tasks(tasks, store).left_out}
 
@@ -199,16 +199,19 @@ class ExecutionKind(Kind):
     def runner(self, spec: TrialSpec) -> TrialRun:
         """The execution trial (of a git scenario, or of an image task)."""
         if isinstance(spec.task, ImageTask):
-            from hangar.kinds.execution.image_trial import ImageTaskTrial
+            from hangar.kinds.execution.images.trial import ImageTaskTrial
 
             return ImageTaskTrial(spec)
-        from hangar.kinds.execution.trial import ExecutionTrial
+        from hangar.kinds.execution.scenarios.trial import ExecutionTrial
 
         return ExecutionTrial(spec)
 
     def problems(self, task: Task, matrix: Matrix, *, deep: bool) -> list[str]:
-        """The scenario's admission in each arm (`hangar.kinds.execution.fixture_checks`)."""
-        from hangar.kinds.execution.fixture_checks import fixture_problems, static_fixture_problems
+        """The scenario's admission in each arm (`scenarios.fixture_checks`)."""
+        from hangar.kinds.execution.scenarios.fixture_checks import (
+            fixture_problems,
+            static_fixture_problems,
+        )
         from hangar.paths import cache_dir
         from hangar.sandbox import sandbox_class
         from hangar.sandbox.workspace import MirrorCache

@@ -40,10 +40,10 @@ def dataset_validate(
     Exit status: 0 every task valid; 1 some broken or not loading; 3 some not validated
     yet.
     """
-    from hangar.kinds.execution.image_task import ImageTask
+    from hangar.kinds.execution.harbor.cli import parse_pairs
+    from hangar.kinds.execution.images.task import ImageTask
+    from hangar.kinds.execution.images.validate import validate_dataset
     from hangar.kinds.execution.settings import execution_settings
-    from hangar.kinds.execution.task_cli import parse_pairs
-    from hangar.kinds.execution.validate import validate_dataset
     from hangar.store import ResultsStore
 
     settings = execution_settings(image_map=parse_pairs(image_map, "--image-map"))
@@ -117,8 +117,8 @@ def import_swebench(
     """Write each SWE-bench instance as a task folder: the repository at base_commit as the
     workspace in /testbed, the instance's image, test_patch and the tests after the agent,
     graded with swebench's own parser; the gold patch is the `gold` (oracle) agent."""
-    from hangar.kinds.execution.swebench import ImportOptions, import_instances
-    from hangar.kinds.execution.task_cli import parse_pairs
+    from hangar.kinds.execution.harbor.cli import parse_pairs
+    from hangar.kinds.execution.swebench.instances import ImportOptions, import_instances
 
     options = ImportOptions(
         repositories=parse_pairs(repository, "--repository"),
@@ -147,7 +147,7 @@ def export_predictions(
     from the diffs of a sweep's trials, so its runs can be rechecked by SWE-bench's own
     harness. One (agent, model) per file: name them when the sweep has several."""
     from hangar.evidence.archive import read_member
-    from hangar.kinds.execution.swebench import predictions
+    from hangar.kinds.execution.swebench.instances import predictions
 
     sweep_id, results = services_of(ctx.obj).resolve_sweep(sweep, store)
     rows = [
@@ -192,7 +192,7 @@ def dataset_pull(
     lock (each task's commit and content digest, as Harbor computes it). A sweep runs it
     as `scenarios: [registry:NAME@VERSION]`; a task changed since the pull is refused
     until it is pulled again."""
-    from hangar.kinds.execution.harbor_registry import dataset_folder, parse_ref, pull
+    from hangar.kinds.execution.harbor.registry import dataset_folder, parse_ref, pull
 
     lock, changed = pull(ref, registry)
     folder = dataset_folder(*parse_ref(ref))

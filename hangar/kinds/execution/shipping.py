@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from hangar.errors import ConfigError
-from hangar.kinds.execution.image_task import ImageTask
-from hangar.kinds.execution.scenario import LoadedScenario, referenced_files
+from hangar.kinds.execution.images.task import ImageTask
+from hangar.kinds.execution.scenarios.scenario import LoadedScenario, referenced_files
 from hangar.sandbox.archive import extract_untrusted
 from hangar.trials.kind import Fetch, Put
 from hangar.trials.spec import Task, TrialSpec

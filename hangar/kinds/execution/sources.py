@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from hangar.errors import ConfigError
-from hangar.kinds.execution.fixtures import Registry, missing_fixture
-from hangar.kinds.execution.harbor import TASK_FILE, load_task
-from hangar.kinds.execution.scenario import load_scenario
+from hangar.kinds.execution.harbor.tasks import TASK_FILE, load_task
+from hangar.kinds.execution.scenarios.fixtures import Registry, missing_fixture
+from hangar.kinds.execution.scenarios.scenario import load_scenario
 from hangar.plugins import load_target, plugin_targets
 from hangar.trials.spec import Task
 
@@ -41,7 +41,7 @@ class TaskSource(ABC):
 
 
 class ScenarioFile(TaskSource):
-    """hangar's own scenario YAML (see `hangar.kinds.execution.scenario`)."""
+    """hangar's own scenario YAML (see `hangar.kinds.execution.scenarios.scenario`)."""
 
     name = "scenario file"
 
@@ -61,7 +61,7 @@ class ScenarioFile(TaskSource):
 
 
 class HarborTaskDir(TaskSource):
-    """A Harbor task directory, named by its ``task.toml`` (`hangar.kinds.execution.harbor`)."""
+    """A Harbor task directory, named by its ``task.toml`` (`harbor.tasks`)."""
 
     name = "Harbor task"
 
@@ -75,7 +75,7 @@ class HarborTaskDir(TaskSource):
 
 
 class SwebenchFile(TaskSource):
-    """A JSONL file of SWE-bench instances (`hangar.kinds.execution.swebench`)."""
+    """A JSONL file of SWE-bench instances (`hangar.kinds.execution.swebench.instances`)."""
 
     name = "SWE-bench instances"
 
@@ -85,7 +85,7 @@ class SwebenchFile(TaskSource):
 
     def load(self, path: Path, data: Any, fixtures: Registry | None = None) -> list[Task]:
         """One task per instance (imported once per version of the file)."""
-        from hangar.kinds.execution.swebench import imported
+        from hangar.kinds.execution.swebench.instances import imported
         from hangar.paths import cache_dir
 
         return [load_task(folder / TASK_FILE) for folder in imported(path, cache_dir())]

@@ -12,7 +12,7 @@ runs, so that a sweep says which tasks could move and what holds each back.
 
 from __future__ import annotations
 
-from hangar.kinds.execution.image_task import ImageTask
+from hangar.kinds.execution.images.task import ImageTask
 
 #: Root, as a task names it.
 _ROOT = ("root", "0")

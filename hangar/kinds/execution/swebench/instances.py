@@ -35,8 +35,8 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hangar.errors import ConfigError
-from hangar.kinds.execution.image_task import SwebenchGrading
-from hangar.kinds.execution.rewards import Reward
+from hangar.kinds.execution.images.rewards import Reward
+from hangar.kinds.execution.images.task import SwebenchGrading
 from hangar.kinds.execution.testlog import first_error
 from hangar.results import CheckOutcome, Score
 from hangar.validation import validation_message

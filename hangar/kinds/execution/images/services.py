@@ -1,4 +1,4 @@
-"""An image task's services (`hangar.kinds.execution.compose`) for one trial: their
+"""An image task's services (`hangar.kinds.execution.images.compose`) for one trial: their
 images built, their network made, each started after what it depends on, and the agent
 let in once the services it waits for are up (`hangar.sandbox.services`).
 
@@ -14,14 +14,14 @@ import secrets
 from typing import TYPE_CHECKING
 
 from hangar.errors import ImageNotFound, SandboxError
-from hangar.kinds.execution.image_task import Condition, Service
+from hangar.kinds.execution.images.task import Condition, Service
 from hangar.results import Verdict
 from hangar.sandbox.service_specs import ServiceRun, ServiceSpec
 from hangar.sandbox.services import ServiceNetwork
 from hangar.trials.boundary import Outcome
 
 if TYPE_CHECKING:
-    from hangar.kinds.execution.image_trial import ImageTaskTrial
+    from hangar.kinds.execution.images.trial import ImageTaskTrial
 
 #: The most of a service's log shown in a reason.
 REASON_TAIL = 300

@@ -24,7 +24,7 @@ from pydantic import Field
 
 from hangar.errors import ConfigError
 from hangar.files import parse_size
-from hangar.kinds.execution.image_task import Condition, ImageSource, Service
+from hangar.kinds.execution.images.task import Condition, ImageSource, Service
 from hangar.sandbox.service_specs import ServiceHealth
 from hangar.validation import Strict
 

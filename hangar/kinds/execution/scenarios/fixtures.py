@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hangar.errors import AdmissionError, ConfigError
 from hangar.files import read_data
-from hangar.kinds.execution.scenario import pinned_revision, task_text
+from hangar.kinds.execution.scenarios.scenario import pinned_revision, task_text
 from hangar.validation import CaseId, validation_message
 from hangar.verifiers.spec import PinnedFile
 

@@ -22,7 +22,7 @@ The places:
   workspace's by each file's state) are in the evidence; the test script runs under
   hangar's observer (`hangar.sandbox.observe`, `Observed`),
   started with the image's own shell, and what its processes did with those changes is
-  judged (`hangar.kinds.execution.takeover`): a pass beside the judge's machinery using
+  judged (`hangar.kinds.execution.images.takeover`): a pass beside the judge's machinery using
   any of them is not counted, the agent's code is refused the verifier's network, and
   nothing the agent made can stall the tests. Bytecode caches the agent wrote are
   removed first. Python runs without the current folder on its path and without a user
@@ -49,7 +49,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, ClassVar
 
 from hangar.errors import ImageNotFound, SandboxError, TooManyChanges
-from hangar.kinds.execution.takeover import RUNNER_MARK, AgentChanges, judge, neutralised
+from hangar.kinds.execution.images.takeover import RUNNER_MARK, AgentChanges, judge, neutralised
 from hangar.results import Verdict
 from hangar.sandbox import Mount, Sandbox, create_sandbox
 from hangar.sandbox.archive import copy_untrusted_tree
@@ -73,7 +73,7 @@ from hangar.sandbox.workspace import WORKSPACE_FILES, tree_state
 from hangar.trials.boundary import Outcome
 
 if TYPE_CHECKING:
-    from hangar.kinds.execution.image_trial import ImageTaskTrial
+    from hangar.kinds.execution.images.trial import ImageTaskTrial
 
 #: Where the task's tests and the logs are in a sandbox.
 TESTS, LOGS = "/tests", "/logs"
@@ -141,7 +141,7 @@ class Observed(VerifierPlace):
     """A place whose test script runs under hangar's observer (`hangar.sandbox.observe`),
     started with the image's own shell, and whose pass stands only where the judge's
     machinery used nothing of `changes`, the agent's (set by `open`; see
-    `hangar.kinds.execution.takeover`)."""
+    `hangar.kinds.execution.images.takeover`)."""
 
     def __init__(self) -> None:
         self.changes = AgentChanges(kinds={}, workspace="")

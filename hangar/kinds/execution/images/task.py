@@ -3,9 +3,9 @@
 The environment is the image (built from a task's build context, or a reference); the
 workspace is the image's working directory, taken out on the host at the start and
 served from the trial's size-capped disk at the same path; the judge is a test script
-copied in after the agent, which writes a reward (`hangar.kinds.execution.rewards`).
-Harbor task directories load into this shape (`hangar.kinds.execution.harbor`); the trial
-is `hangar.kinds.execution.image_trial`.
+copied in after the agent, which writes a reward (`hangar.kinds.execution.images.rewards`).
+Harbor task directories load into this shape (`hangar.kinds.execution.harbor.tasks`); the trial
+is `hangar.kinds.execution.images.trial`.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ class Step(Strict):
 class SwebenchGrading(Strict):
     """How a SWE-bench instance is graded: its test log parsed by the ``swebench``
     package's parser, each ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` test a check, resolved
-    as SWE-bench defines it (`hangar.kinds.execution.swebench`)."""
+    as SWE-bench defines it (`hangar.kinds.execution.swebench.instances`)."""
 
     instance_id: str
     """The instance."""
@@ -256,7 +256,7 @@ class ImageTask(Task):
     agent_may_change: tuple[str, ...] = ()
     """Paths (fnmatch patterns) the agent may change although the verifier's machinery
     uses them (``[metadata.hangar] agent_may_change``): a task that asks for a newer
-    version of a tool the tests run, say (`hangar.kinds.execution.takeover`)."""
+    version of a tool the tests run, say (`hangar.kinds.execution.images.takeover`)."""
     grading: SwebenchGrading | None = None
     """How the test log is graded on the host (None: the reward file the script writes)."""
     allow_public: bool = False
@@ -268,7 +268,7 @@ class ImageTask(Task):
     link-local or metadata address stays refused."""
     build_hosts: tuple[str, ...] | None = None
     """What the image's build may reach (the sweep's ``network: builds``; None: the
-    package registries, `hangar.kinds.execution.build_network.DEFAULT_BUILD_HOSTS`).
+    package registries, `hangar.kinds.execution.images.build_network.DEFAULT_BUILD_HOSTS`).
     Not part of the version: a build that needs more fails, it does not differ."""
     registry: str | None = None
     """Where nodes share built images (``host:port/namespace``), from the sweep: each
@@ -376,13 +376,13 @@ class ImageTask(Task):
 
 #: The code that judges every image task (in its digest, as for scenarios).
 _JUDGING_CODE = (
-    "rewards.py",
-    "image_trial.py",
-    "image_verifier.py",
-    "takeover.py",
-    "swebench.py",
-    "steps.py",
-    "healthcheck.py",
+    "images/rewards.py",
+    "images/trial.py",
+    "images/verifier.py",
+    "images/takeover.py",
+    "swebench/instances.py",
+    "images/steps.py",
+    "images/healthcheck.py",
 )
 #: The sandbox's code that judges it too: the verifier's observer, hangar's start-up mark
 #: for Python, the reading of a container's changes.
@@ -402,7 +402,7 @@ _LATER_FIELDS = (
 
 def image_task_digest(task: ImageTask) -> str:
     """sha256 of the task's settings, every byte of its folder, and its judging code."""
-    here, sandbox = Path(__file__).parent, Path(observe.__file__).parent
+    here, sandbox = Path(__file__).parents[1], Path(observe.__file__).parent
     # fields added since digests were first taken count only when set, so tasks without
     # them keep their digests (and their validations)
     later = {

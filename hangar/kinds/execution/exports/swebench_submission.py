@@ -30,8 +30,8 @@ from typing import Any
 import yaml
 
 from hangar.errors import ConfigError
-from hangar.kinds.execution.harbor_job import Bundles
-from hangar.kinds.execution.swebench import predictions
+from hangar.kinds.execution.exports.harbor_job import Bundles
+from hangar.kinds.execution.swebench.instances import predictions
 from hangar.results import SweepRecord, TrialResult
 from hangar.trajectories import trial_trajectory
 

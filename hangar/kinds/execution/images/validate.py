@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import Literal, NamedTuple
 
 from hangar.agents import NOP, ORACLE
-from hangar.kinds.execution.image_task import ImageTask
+from hangar.kinds.execution.images.task import ImageTask
 from hangar.models import ModelSpec
 from hangar.results import TrialResult, Verdict
 from hangar.store import ResultsStore

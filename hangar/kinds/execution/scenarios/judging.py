@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hangar.agents import AgentRun
-from hangar.kinds.execution.scenario import LoadedScenario
+from hangar.kinds.execution.scenarios.scenario import LoadedScenario
 from hangar.results import Verdict
 from hangar.trace import find_canaries
 from hangar.trials.boundary import unless_provider_failed

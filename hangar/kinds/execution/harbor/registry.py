@@ -28,8 +28,8 @@ from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from hangar._version import __version__
 from hangar.errors import ConfigError, SandboxError, WorkspaceError
-from hangar.kinds.execution.harbor import is_task_dir
-from hangar.kinds.execution.harbor_digest import content_digest
+from hangar.kinds.execution.harbor.digest import content_digest
+from hangar.kinds.execution.harbor.tasks import is_task_dir
 from hangar.paths import cache_dir
 from hangar.sandbox.archive import copy_untrusted_tree, extract_untrusted
 from hangar.sandbox.workspace import MirrorCache

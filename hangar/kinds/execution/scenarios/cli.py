@@ -19,8 +19,8 @@ def scenario_check(
     backend: Annotated[str, typer.Option(help="Backend whose images to check.")] = "docker",
 ) -> None:
     """Validate scenarios (schema, pins, files, revision, image) and print each digest."""
-    from hangar.kinds.execution.fixture_checks import fixture_problems
-    from hangar.kinds.execution.scenario import load_scenario
+    from hangar.kinds.execution.scenarios.fixture_checks import fixture_problems
+    from hangar.kinds.execution.scenarios.scenario import load_scenario
     from hangar.paths import cache_dir
     from hangar.sandbox import sandbox_class
     from hangar.sandbox.workspace import MirrorCache
@@ -57,7 +57,7 @@ def scenario_check(
 @app.command("pin")
 def scenario_pin(files: Annotated[list[Path], typer.Argument(help="Scenario YAML files.")]) -> None:
     """Re-pin prepare and verifier scripts to their current sha256 (after a reviewed edit)."""
-    from hangar.kinds.execution.scenario import repin
+    from hangar.kinds.execution.scenarios.scenario import repin
 
     for path in files:
         changed = repin(path)

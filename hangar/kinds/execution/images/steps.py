@@ -30,15 +30,15 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hangar.kinds.execution.healthcheck import wait_healthy
-from hangar.kinds.execution.image_task import Step
-from hangar.kinds.execution.rewards import Reward
+from hangar.kinds.execution.images.healthcheck import wait_healthy
+from hangar.kinds.execution.images.rewards import Reward
+from hangar.kinds.execution.images.task import Step
 from hangar.results import Score, Verdict
 from hangar.sandbox import Sandbox
 from hangar.trials.boundary import Outcome
 
 if TYPE_CHECKING:
-    from hangar.kinds.execution.image_trial import ImageTaskTrial
+    from hangar.kinds.execution.images.trial import ImageTaskTrial
 
 #: What of the evidence belongs to one step (moved to ``steps/<name>/`` after it).
 STEP_EVIDENCE = (

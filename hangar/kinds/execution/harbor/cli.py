@@ -43,7 +43,7 @@ def task_check(
 ) -> None:
     """Validate Harbor tasks (task.toml fields, files, what hangar cannot honour) and print
     each one's digest; with --build, build their images too. Exit 1 if any is unusable."""
-    from hangar.kinds.execution.harbor import load_task, task_files
+    from hangar.kinds.execution.harbor.tasks import load_task, task_files
 
     mapping = parse_pairs(image_map, "--image-map")
     bad = 0
@@ -85,8 +85,8 @@ def _build_problem(task: object) -> list[str]:
     import tempfile
 
     from hangar.errors import ImageBuildError
-    from hangar.kinds.execution.build_network import build_networks
-    from hangar.kinds.execution.image_task import ImageTask
+    from hangar.kinds.execution.images.build_network import build_networks
+    from hangar.kinds.execution.images.task import ImageTask
     from hangar.sandbox.task_images import ensure_task_image
 
     assert isinstance(task, ImageTask)

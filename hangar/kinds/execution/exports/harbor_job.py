@@ -29,8 +29,8 @@ from typing import Any
 import yaml
 
 from hangar.errors import ConfigError, HangarError
-from hangar.kinds.execution.harbor import load_task
-from hangar.kinds.execution.harbor_digest import content_digest
+from hangar.kinds.execution.harbor.digest import content_digest
+from hangar.kinds.execution.harbor.tasks import load_task
 from hangar.results import SweepRecord, TrialResult, Verdict
 from hangar.trajectories import trial_trajectory
 

@@ -34,7 +34,7 @@ from hangar.sandbox.helper import HELPER_USER
 from hangar.sandbox.task_images import BuildNetwork, BuildNetworks
 
 if TYPE_CHECKING:
-    from hangar.kinds.execution.image_task import ImageTask
+    from hangar.kinds.execution.images.task import ImageTask
 
 #: The holder's image: nothing in it runs (`holder_image`).
 HOLDER = "hangar/build-network:1"

@@ -1,4 +1,4 @@
-"""The trial of an image task (`hangar.kinds.execution.image_task`): the image is the fixture.
+"""The trial of an image task (`hangar.kinds.execution.images.task`): the image is the fixture.
 
 `ImageTaskTrial.run` reads as its phases: admission (what the task asks that hangar
 cannot honour), the image (built once per node, its log kept), the trial's disk, the
@@ -8,7 +8,7 @@ sandbox (the task's agent user; no capabilities, no new privileges, no network, 
 limits), the agent, the hand-over to verification, the diff against the initial
 content (on the host: the agent cannot break it), the tests and the reward.
 
-Hand-over (`hangar.kinds.execution.image_verifier`): the agent's sandbox is stopped, so
+Hand-over (`hangar.kinds.execution.images.verifier`): the agent's sandbox is stopped, so
 every process of the agent is gone, its logs are copied out, and the tests run in a new
 sandbox with a fresh read-only ``/tests`` and a ``/logs/verifier`` on a disk of their
 own: a snapshot of the agent's for ``shared`` (the verifier sees the file system the
@@ -46,20 +46,17 @@ from hangar.errors import (
     SandboxUnavailable,
     WorkspaceError,
 )
-from hangar.kinds.execution.build_network import build_networks
-from hangar.kinds.execution.healthcheck import wait_healthy
-from hangar.kinds.execution.image_backends import backend_problems
-from hangar.kinds.execution.image_task import ImageSource, ImageTask, Network, TaskMcpServer
-from hangar.kinds.execution.image_verifier import (
-    LOGS,
-    TESTS,
-    VerifierPlace,
-    fresh_tests,
-    place_of,
-    save_agent_logs,
+from hangar.kinds.execution.images.backends import backend_problems
+from hangar.kinds.execution.images.build_network import build_networks
+from hangar.kinds.execution.images.healthcheck import wait_healthy
+from hangar.kinds.execution.images.rewards import Reward, log_texts, read_reward, reported_failures
+from hangar.kinds.execution.images.services import (
+    build_services,
+    save_service_logs,
+    start_services,
 )
-from hangar.kinds.execution.rewards import Reward, log_texts, read_reward, reported_failures
-from hangar.kinds.execution.steps import (
+from hangar.kinds.execution.images.skills import install_task_skills
+from hangar.kinds.execution.images.steps import (
     archive_step,
     below_minimum,
     combined,
@@ -67,13 +64,16 @@ from hangar.kinds.execution.steps import (
     step_record,
     steps_words,
 )
-from hangar.kinds.execution.swebench import failing_words, grade
-from hangar.kinds.execution.task_services import (
-    build_services,
-    save_service_logs,
-    start_services,
+from hangar.kinds.execution.images.task import ImageSource, ImageTask, Network, TaskMcpServer
+from hangar.kinds.execution.images.verifier import (
+    LOGS,
+    TESTS,
+    VerifierPlace,
+    fresh_tests,
+    place_of,
+    save_agent_logs,
 )
-from hangar.kinds.execution.task_skills import install_task_skills
+from hangar.kinds.execution.swebench.instances import failing_words, grade
 from hangar.models.tunnel import RelayTunnel
 from hangar.results import COUNTED_VERDICTS, CheckOutcome, Score, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxSpec, create_sandbox
@@ -302,7 +302,7 @@ class ImageTaskTrial(SandboxedTrial):
         return sandbox
 
     def steps_judged(self, stopped: str) -> None:
-        """The trial's verdict from its steps' rewards (`hangar.kinds.execution.steps`)."""
+        """The trial's verdict from its steps' rewards (`hangar.kinds.execution.images.steps`)."""
         records, strategy = self.step_records, self.whole.step_reward
         last = records[-1]
         if last["verdict"] not in (Verdict.PASS.value, Verdict.FAIL.value):
@@ -613,7 +613,7 @@ class ImageTaskTrial(SandboxedTrial):
     # -- verification ---------------------------------------------------------------------
 
     def hand_over(self, sandbox: Sandbox) -> Sandbox:
-        """The sandbox the tests run in (`hangar.kinds.execution.image_verifier`), once
+        """The sandbox the tests run in (`hangar.kinds.execution.images.verifier`), once
         nothing of the agent runs any more and its logs are copied out."""
         sandbox.stop()
         save_agent_logs(self)
@@ -739,7 +739,7 @@ class ImageTaskTrial(SandboxedTrial):
 
     def not_earned(self, res: ExecResult, logs: Path) -> None:
         """A pass is not counted when the judge's machinery used what the agent changed
-        (`hangar.kinds.execution.takeover`), or when a reward of 1 stands beside a test log
+        (`hangar.kinds.execution.images.takeover`), or when a reward of 1 stands beside a test log
         that reports failures."""
         if self.takeover:
             self.verdict = Verdict.FAIL

@@ -2,10 +2,10 @@
 
 `ExecutionTrial.run` reads as its phases: admission, the trial's disk, the model
 relay, set-up (workspace, prepare, sandbox, plugins), the agent, the final status, the
-hand-over to verification (`hangar.kinds.execution.verification`: the agent's own sandbox wiped,
-or a fresh one), the diff against the pinned commit, the verifier commands, the host
-verifier and the judgement. Nothing the agent leaves outside the workspace reaches
-verification. docs/architecture.md walks through it.
+hand-over to verification (`hangar.kinds.execution.scenarios.verification`: the
+agent's own sandbox wiped, or a fresh one), the diff against the pinned commit, the
+verifier commands, the host verifier and the judgement. Nothing the agent leaves outside
+the workspace reaches verification. docs/architecture.md walks through it.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 from hangar.agents.command import CONTEXT_FILE
 from hangar.errors import ImageNotFound, WorkspaceError
 from hangar.files import tree_digest
-from hangar.kinds.execution.fixture_checks import fixture_problems
-from hangar.kinds.execution.judging import host_verify, judgement
-from hangar.kinds.execution.scenario import LoadedScenario
-from hangar.kinds.execution.verification import VerificationPlace, place_for
+from hangar.kinds.execution.scenarios.fixture_checks import fixture_problems
+from hangar.kinds.execution.scenarios.judging import host_verify, judgement
+from hangar.kinds.execution.scenarios.scenario import LoadedScenario
+from hangar.kinds.execution.scenarios.verification import VerificationPlace, place_for
 from hangar.results import COUNTED_VERDICTS, Score, Verdict
 from hangar.sandbox import (
     Mount,

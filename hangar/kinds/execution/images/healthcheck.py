@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hangar.kinds.execution.image_task import Healthcheck
+from hangar.kinds.execution.images.task import Healthcheck
 from hangar.results import Verdict
 from hangar.sandbox import Sandbox
 from hangar.trials.boundary import Outcome

@@ -12,7 +12,7 @@ Two *places* verification can run in, one interface (`VerificationPlace`):
 Either way nothing the agent left outside the workspace reaches verification, and in the
 workspace the test harness is put back as it was before the agent
 (`hangar.verifiers.guard`) before the hidden files are placed. Then the pinned host
-verifier judges and its output is admitted (`hangar.kinds.execution.judging`).
+verifier judges and its output is admitted (`hangar.kinds.execution.scenarios.judging`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path, PurePosixPath
 from typing import Protocol, TypeVar
 
-from hangar.kinds.execution.scenario import LoadedScenario, Scenario
+from hangar.kinds.execution.scenarios.scenario import LoadedScenario, Scenario
 from hangar.sandbox import Sandbox
 from hangar.sandbox.archive import copy_untrusted_tree
 from hangar.sandbox.base import SANDBOX_UID

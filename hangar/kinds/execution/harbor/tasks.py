@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hangar.errors import ConfigError
 from hangar.files import parse_size, read_config_text
-from hangar.kinds.execution.compose import read_compose
-from hangar.kinds.execution.image_task import (
+from hangar.kinds.execution.images.compose import read_compose
+from hangar.kinds.execution.images.task import (
     Artifact,
     Healthcheck,
     ImageSource,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hangar.errors import WorkspaceError
-from hangar.kinds.execution.scenario import LoadedScenario
+from hangar.kinds.execution.scenarios.scenario import LoadedScenario
 from hangar.sandbox.workspace import MirrorCache
 from hangar.verifiers.admission import pinned_script_problem
 from hangar.verifiers.spec import PinnedFile

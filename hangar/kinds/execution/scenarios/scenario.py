@@ -189,7 +189,7 @@ def _text(path: Path) -> str:
 
 def load_scenario(path: Path, data: Any = None) -> LoadedScenario:
     """Load, validate and digest one scenario file (`data`: its content as read and bound
-    to its fixture, `hangar.kinds.execution.fixtures`; default: the file as it is)."""
+    to its fixture, `hangar.kinds.execution.scenarios.fixtures`; default: the file as it is)."""
     path = path.resolve()
     scenario = parse_scenario(path, read_yaml(path) if data is None else data)
     if not scenario.sources_outside:

@@ -1,0 +1,2 @@
+"""Harbor's formats: task directories, their content digest, registry datasets, and
+`hangar task`."""

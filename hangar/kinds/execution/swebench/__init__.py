@@ -1,0 +1,1 @@
+"""SWE-bench instances: imported as image tasks, graded with the ``swebench`` package."""
