@@ -7,12 +7,12 @@ import subprocess
 from pathlib import Path
 
 from hangar.kinds.execution.scenarios.scenario import load_scenario, scenario_digest
-from hangar.kinds.execution.shipping import (
+from hangar.kinds.execution.scenarios.shipping import (
     local_repository,
-    pack_repository,
     pack_scenario,
     unpack_scenario,
 )
+from hangar.kinds.execution.shipping import pack_repository
 from hangar.sandbox.workspace import MirrorCache, make_workspace
 
 ROOT = Path(__file__).resolve().parents[2]

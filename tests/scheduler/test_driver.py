@@ -426,7 +426,8 @@ def test_a_worker_that_cannot_unpack_its_scenario_reports_why(
     assert result.verdict is Verdict.INFRA_ERROR
     expected = "sandbox failure: SandboxError: could not read an untrusted archive"
     assert result.reason.startswith(expected), result.reason
-    assert "unpack_scenario" in _evidence_file(result.evidence_uri, "error.txt")
+    assert 'shipping.py", line' in (said := _evidence_file(result.evidence_uri, "error.txt"))
+    assert ", in unpack\n" in said
     assert runs(tmp_path) == []  # no agent ran
 
 

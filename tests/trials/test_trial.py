@@ -515,9 +515,9 @@ def test_every_phase_a_sandboxed_trial_times_is_in_the_table() -> None:
     root = Path(__file__).resolve().parents[2] / "hangar"
     sandboxed = [
         root / "trials" / "sandboxed.py",
-        root / "kinds" / "execution" / "trial.py",
-        root / "kinds" / "execution" / "image_trial.py",
-        root / "kinds" / "execution" / "verification.py",
+        root / "kinds" / "execution" / "scenarios" / "trial.py",
+        root / "kinds" / "execution" / "images" / "trial.py",
+        root / "kinds" / "execution" / "scenarios" / "verification.py",
         root / "kinds" / "routing" / "trial.py",
         root / "kinds" / "knowledge" / "trial.py",
     ]

@@ -1,9 +1,10 @@
 """The execution kind: a pinned repository (or the task's image), a sandbox, an agent,
 the verifiers.
 
-Its tasks come from task sources (`sources`: scenario files today); each becomes a
-`LoadedScenario` that admission, the trial (`trial`, `verification`), evidence, verdicts
-and reports treat alike. docs/architecture.md walks through its phases.
+Its tasks come from task sources (`sources`: scenario files, Harbor task folders,
+SWE-bench instances); each is an `ExecutionTask` (`task`): a git scenario
+(`scenarios`) or an image task (`images`), which the kind, its shipping, evidence,
+verdicts and reports treat alike. docs/architecture.md walks through its phases.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from hangar.kinds.execution.scenarios.fixtures import Registry, read_registry
 from hangar.kinds.execution.scenarios.scenario import LoadedScenario
 from hangar.kinds.execution.settings import ExecutionSettings
 from hangar.kinds.execution.sources import source_of
+from hangar.kinds.execution.task import ExecutionTask, execution_task
 from hangar.models import ModelSpec
 from hangar.results import TrialResult
 from hangar.sandbox.config import BackendConfig
@@ -43,14 +45,8 @@ def plugin_bytes_digest(loaded: ExecutionTask, arm: Arm) -> str:
     """sha256 over the selected plugins' names and bytes (an image task has none)."""
     parts = []
     for name in sorted(arm.plugins):
-        if not isinstance(loaded, LoadedScenario):
-            parts.append([name, "absent"])
-            continue
-        try:
-            source = loaded.local(loaded.scenario.plugin(name).source)
-            parts.append([name, tree_digest(source)])
-        except KeyError:
-            parts.append([name, "absent"])
+        source = loaded.plugin_source(name)
+        parts.append([name, "absent" if source is None else tree_digest(source)])
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
@@ -65,10 +61,6 @@ def _registry(path: str | Path | None) -> Registry | None:
 @functools.lru_cache(maxsize=8)
 def _read_registry(path: str, mtime_ns: int, size: int) -> Registry:
     return read_registry(Path(path))
-
-
-#: The tasks of the execution kind: a git scenario, or a task whose fixture is its image.
-ExecutionTask = LoadedScenario | ImageTask
 
 
 def single_trial(
@@ -115,9 +107,7 @@ class ExecutionKind(Kind):
 
     def title_of(self, task: Task | None) -> str:
         """Scenarios, Harbor tasks or SWE-bench instances."""
-        if isinstance(task, ImageTask):
-            return "SWE-bench instances" if task.grading is not None else "Harbor tasks"
-        return self.title
+        return (execution_task(task).sweep_title() if task is not None else None) or self.title
 
     def recognizes(self, path: Path, data: Any) -> bool:
         """A file one of the task sources reads."""
@@ -159,18 +149,7 @@ class ExecutionKind(Kind):
     def configure(self, task: Task, settings: SweepSettings) -> Task:
         """An image task with the sweep's image map, reward threshold, repositories,
         networks and registry."""
-        if not isinstance(task, ImageTask):
-            return task
-        mine = settings.of(ExecutionSettings)
-        return task.configured(
-            image_map=mine.image_map,
-            threshold=mine.reward_threshold,
-            repo_map=mine.repo_map,
-            allow_public=mine.network.allow_public,
-            host_services=mine.network.host_services,
-            registry=settings.registry,
-            build_hosts=mine.network.builds,
-        )
+        return execution_task(task).for_sweep(settings.of(ExecutionSettings), settings.registry)
 
     def agents(self, matrix: Matrix) -> list[AgentSpec]:
         """Command, chat and reference agents."""
@@ -184,9 +163,8 @@ class ExecutionKind(Kind):
         self, task: Task, agent: AgentSpec, arm: Arm, model: ModelSpec, repeat: int, m: Matrix
     ) -> TrialSpec:
         """`single_trial` in the sweep."""
-        assert isinstance(task, LoadedScenario | ImageTask)
         return single_trial(
-            task,
+            execution_task(task),
             agent,
             arm,
             model=model,
@@ -198,51 +176,21 @@ class ExecutionKind(Kind):
 
     def runner(self, spec: TrialSpec) -> TrialRun:
         """The execution trial (of a git scenario, or of an image task)."""
-        if isinstance(spec.task, ImageTask):
-            from hangar.kinds.execution.images.trial import ImageTaskTrial
-
-            return ImageTaskTrial(spec)
-        from hangar.kinds.execution.scenarios.trial import ExecutionTrial
-
-        return ExecutionTrial(spec)
+        return execution_task(spec.task).trial(spec)
 
     def problems(self, task: Task, matrix: Matrix, *, deep: bool) -> list[str]:
-        """The scenario's admission in each arm (`scenarios.fixture_checks`)."""
-        from hangar.kinds.execution.scenarios.fixture_checks import (
-            fixture_problems,
-            static_fixture_problems,
-        )
-        from hangar.paths import cache_dir
-        from hangar.sandbox import sandbox_class
-        from hangar.sandbox.workspace import MirrorCache
-
-        if isinstance(task, ImageTask):
-            return [f"{task.id}: {p}" for p in task.blocked]
-        assert isinstance(task, LoadedScenario)
-        mirrors = MirrorCache(cache_dir() / "mirrors")
-        image_problem = sandbox_class(matrix.backend.kind).image_problem
-        found = []
-        for arm in matrix.arms:
-            problems = (
-                fixture_problems(task, arm.plugins, mirrors=mirrors, image_problem=image_problem)
-                if deep
-                else static_fixture_problems(task, arm.plugins)
-            )
-            found += [f"{task.id} (arm {arm.name}): {p}" for p in problems]
-        return found
+        """The task's admission in each arm (a scenario's: `scenarios.fixture_checks`)."""
+        return execution_task(task).problems(matrix, deep=deep)
 
     def image(self, task: Task) -> str | None:
-        """The scenario's image (an image task's is built or looked up by its trial, which
-        is blocked_setup naming it when it is missing: None)."""
-        if isinstance(task, ImageTask):
-            return None
-        assert isinstance(task, LoadedScenario)
-        return task.scenario.image
+        """The image a scenario names (an image task's is built or looked up by its trial,
+        which is blocked_setup naming it when it is missing: None)."""
+        return execution_task(task).fixed_image()
 
     def host_services(self, task: Task) -> tuple[str, ...]:
         """The sweep's `network: host_services`, for an image task (its allowlist's way to
         the worker's own services)."""
-        return task.host_services if isinstance(task, ImageTask) else ()
+        return execution_task(task).worker_services()
 
     def shipper(self, put: Put) -> Any:
         """Each scenario's files and local repository, once."""

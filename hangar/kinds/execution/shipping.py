@@ -1,15 +1,15 @@
 """Scenarios shipped to the workers through the scheduler's object store.
 
 A worker on another machine cannot read the driver's scenario folder. The driver packs
-each scenario once per sweep (`pack_scenario`: the scenario file and every file it
-references) and each local repository once (`pack_repository`: a bundle file as it is,
-a directory as a git bundle of all its refs, however many scenarios share it), and puts
+each task once per sweep (`ExecutionTask.package`: a scenario file and every file it
+references, or an image task's folder) and each local repository once
+(`pack_repository`: a bundle file as it is, a directory as a git bundle of all its
+refs, however many scenarios share it), and puts
 them into the object store; every trial task gets their references wrapped in a list
 (`Shipment`), so Ray does not resolve them for each task (that cost a plain task's
 worth of CPU per trial: `benchmarks/scale.py`); the worker fetches one only when its
 node's cache lacks it, so each moves to a node once, and unpacks it once per node
-(`unpack_scenario`, under the node's cache, keyed by the scenario's digest and the
-bundle's sha256). Relative
+(`unpack`, under the node's cache, keyed by the task's digest and the bundle's sha256). Relative
 paths keep their meaning because the archive keeps the files' layout relative to their
 common folder. A repository given by URL is not shipped: workers fetch it themselves.
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import shutil
 import subprocess
 import tarfile
@@ -28,23 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from hangar.errors import ConfigError
-from hangar.kinds.execution.images.task import ImageTask
-from hangar.kinds.execution.scenarios.scenario import LoadedScenario, referenced_files
+from hangar.kinds.execution.task import execution_task
 from hangar.sandbox.archive import extract_untrusted
 from hangar.trials.kind import Fetch, Put
 from hangar.trials.spec import Task, TrialSpec
 
-#: Holds the scenario file's path inside the package.
-_WHERE = ".hangar-scenario"
 _COMPLETE = ".hangar-complete"
-
-
-def local_repository(loaded: LoadedScenario) -> Path | None:
-    """The repository of `loaded` when it is a local path (a bundle or a directory)."""
-    url = loaded.repository_url()
-    if url.startswith("git@") or ("://" in url and not url.startswith("file://")):
-        return None
-    return Path(url.removeprefix("file://")).resolve()
 
 
 def pack_repository(path: Path) -> tuple[str, bytes]:
@@ -70,26 +58,6 @@ def pack_repository(path: Path) -> tuple[str, bytes]:
     return hashlib.sha256(data).hexdigest(), data
 
 
-def pack_scenario(loaded: LoadedScenario) -> bytes:
-    """A tar.gz of the scenario file and every file it references (not its repository,
-    which `pack_repository` ships once for all the scenarios that share it).
-
-    Referenced files that do not exist are left out (the worker's admission names them).
-    """
-    paths = [loaded.path] + [loaded.local(rel) for _, rel in referenced_files(loaded.scenario)]
-    present = [p for p in paths if p.exists()]
-    root = Path(os.path.commonpath([str(p.parent) for p in present]))
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path in dict.fromkeys(present):
-            tar.add(path, arcname=path.relative_to(root).as_posix())
-        where = loaded.path.relative_to(root).as_posix().encode()
-        info = tarfile.TarInfo(_WHERE)
-        info.size = len(where)
-        tar.addfile(info, io.BytesIO(where))
-    return buf.getvalue()
-
-
 Data = bytes | Callable[[], bytes]
 """Bytes, or a function that fetches them (called only when the node lacks them)."""
 
@@ -104,16 +72,12 @@ class Shipper:
         self._repositories: dict[Path, tuple[str, Any]] = {}
 
     def __call__(self, task: Task) -> tuple[Any, str | None, Any]:
-        """(package, repository sha256, repository bundle) of a scenario's trial."""
-        digest = task.digest
-        if isinstance(task, ImageTask):  # its folder is the whole task
-            if digest not in self._packages:
-                self._packages[digest] = self._put(pack_folder(task.folder))
-            return self._packages[digest], None, None
-        assert isinstance(task, LoadedScenario)
+        """(package, repository sha256, repository bundle) of a task's trial."""
+        mine = execution_task(task)
+        digest = mine.digest
         if digest not in self._packages:
-            self._packages[digest] = self._put(pack_scenario(task))
-        repo = local_repository(task)
+            self._packages[digest] = self._put(mine.package())
+        repo = mine.repository_to_ship()
         if repo is None or not repo.exists():
             return self._packages[digest], None, None
         if repo not in self._repositories:
@@ -128,14 +92,10 @@ def localise(spec: TrialSpec, shipped: Any, fetch: Fetch, cache: Path) -> TrialS
     if shipped is None:
         return spec
     package, key, repository = shipped
-    if isinstance(spec.task, ImageTask):
-        folder = _unpack(spec.task.digest, fetch(package), cache) / spec.task.folder.name
-        task = spec.task.model_copy(update={"folder": folder, "path": folder / spec.task.path.name})
-        return spec.model_copy(update={"task": task})
-    assert isinstance(spec.task, LoadedScenario)
-    repo = (key, fetch(repository)) if key and repository is not None else None
-    scenario = unpack_scenario(spec.task, fetch(package), cache, repo)
-    return spec.model_copy(update={"task": scenario})
+    task = execution_task(spec.task)
+    folder = unpack(task.digest, fetch(package), cache)
+    bundle = store_bundle(key, fetch(repository), cache) if key and repository is not None else None
+    return spec.model_copy(update={"task": task.unpacked(folder, bundle)})
 
 
 def pack_folder(folder: Path) -> bytes:
@@ -146,7 +106,7 @@ def pack_folder(folder: Path) -> bytes:
     return buf.getvalue()
 
 
-def _unpack(digest: str, package: Data, cache: Path) -> Path:
+def unpack(digest: str, package: Data, cache: Path) -> Path:
     """The package unpacked once per node, under ``cache/scenarios/<digest>``."""
     target = cache / "scenarios" / digest
     if not (target / _COMPLETE).exists():
@@ -165,25 +125,13 @@ def _bytes(data: Data) -> bytes:
     return data() if callable(data) else data
 
 
-def unpack_scenario(
-    loaded: LoadedScenario,
-    package: Data,
-    cache: Path,
-    repository: tuple[str, Data] | None = None,
-) -> LoadedScenario:
-    """`loaded` as read from its `package`, unpacked once per node under
-    ``cache/scenarios``; with `repository` ((sha256, bundle) from `pack_repository`),
-    the repository is the bundle, written once per node under ``cache/repositories``."""
-    target = _unpack(loaded.digest, package, cache)
-    update: dict[str, object] = {"path": target / (target / _WHERE).read_text()}
-    if repository is not None:
-        key, data = repository
-        bundle = cache / "repositories" / f"{key}.bundle"
-        if not bundle.exists():
-            bundle.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=bundle.parent, delete=False) as part:
-                part.write(_bytes(data))
-            Path(part.name).replace(bundle)  # whole or not at all
-        update["scenario"] = loaded.scenario.model_copy(update={"repository": str(bundle)})
-        update["origin"] = loaded.repository_name()
-    return loaded.model_copy(update=update)
+def store_bundle(key: str, data: Data, cache: Path) -> Path:
+    """The shipped repository bundle of sha256 `key`, written once per node under
+    ``cache/repositories`` (fetched only when the node lacks it)."""
+    bundle = cache / "repositories" / f"{key}.bundle"
+    if not bundle.exists():
+        bundle.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=bundle.parent, delete=False) as part:
+            part.write(_bytes(data))
+        Path(part.name).replace(bundle)  # whole or not at all
+    return bundle

@@ -14,16 +14,22 @@ import fnmatch
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 from pydantic import ConfigDict, Field
 
 from hangar.files import tree_digest
+from hangar.kinds.execution.task import ExecutionTask
 from hangar.sandbox import observe
 from hangar.sandbox.service_specs import ServiceRun
 from hangar.trials.limits import ScenarioLimits
-from hangar.trials.spec import Task
 from hangar.validation import Strict
+
+if TYPE_CHECKING:
+    from hangar.kinds.execution.settings import ExecutionSettings
+    from hangar.trials.boundary import TrialRun
+    from hangar.trials.kind import Matrix
+    from hangar.trials.spec import TrialSpec
 
 NetworkMode = Literal["no-network", "allowlist", "public"]
 
@@ -214,7 +220,7 @@ class SwebenchGrading(Strict):
     script); '' when it has none: its log is graded whole, ``pass_and_fail``."""
 
 
-class ImageTask(Task):
+class ImageTask(ExecutionTask):
     """An execution task whose fixture is its image (see the module docstring)."""
 
     model_config = ConfigDict(frozen=True)
@@ -352,7 +358,7 @@ class ImageTask(Task):
         host_services: tuple[str, ...] = (),
         registry: str | None = None,
         build_hosts: tuple[str, ...] | None = None,
-    ) -> ImageTask:
+    ) -> Self:
         """The task with a sweep's image map, pass threshold and repository map (keys: a
         repository's URL, or a SWE-bench ``owner/name``), its digest recomputed."""
         update: dict[str, object] = {
@@ -372,6 +378,65 @@ class ImageTask(Task):
                 break
         task = self.model_copy(update=update)
         return task.model_copy(update={"digest": image_task_digest(task)})
+
+    # -- what the execution kind asks of its tasks (`hangar.kinds.execution.task`) -----
+
+    #: Its oracle must pass and doing nothing must not (`images.validate`).
+    needs_validation: ClassVar[bool] = True
+
+    def worker_services(self) -> tuple[str, ...]:
+        """The sweep's `network: host_services`."""
+        return self.host_services
+
+    def sweep_title(self) -> str | None:
+        """SWE-bench instances, or Harbor tasks."""
+        return "SWE-bench instances" if self.grading is not None else "Harbor tasks"
+
+    def plugin_source(self, name: str) -> Path | None:
+        """None: an image task has no plugins of its own."""
+        return None
+
+    def for_sweep(self, settings: ExecutionSettings, registry: str | None) -> Self:
+        """The task with the sweep's image map, reward threshold, repositories, networks
+        and registry (`configured`)."""
+        return self.configured(
+            image_map=settings.image_map,
+            threshold=settings.reward_threshold,
+            repo_map=settings.repo_map,
+            allow_public=settings.network.allow_public,
+            host_services=settings.network.host_services,
+            registry=registry,
+            build_hosts=settings.network.builds,
+        )
+
+    def fixed_image(self) -> str | None:
+        """None: its trial builds or finds its image, and is blocked_setup naming it."""
+        return None
+
+    def problems(self, matrix: Matrix, *, deep: bool) -> list[str]:
+        """What it asks that hangar cannot honour (`blocked`)."""
+        return [f"{self.id}: {p}" for p in self.blocked]
+
+    def trial(self, spec: TrialSpec) -> TrialRun:
+        """`ImageTaskTrial`."""
+        from hangar.kinds.execution.images.trial import ImageTaskTrial
+
+        return ImageTaskTrial(spec)
+
+    def package(self) -> bytes:
+        """Its folder: the whole task."""
+        from hangar.kinds.execution.shipping import pack_folder
+
+        return pack_folder(self.folder)
+
+    def repository_to_ship(self) -> Path | None:
+        """None: a repository it names is fetched by URL."""
+        return None
+
+    def unpacked(self, folder: Path, repository: Path | None) -> Self:
+        """The task read from its folder in `folder`."""
+        mine = folder / self.folder.name
+        return self.model_copy(update={"folder": mine, "path": mine / self.path.name})
 
 
 #: The code that judges every image task (in its digest, as for scenarios).

@@ -22,6 +22,7 @@ from typing import Literal, NamedTuple
 
 from hangar.agents import NOP, ORACLE
 from hangar.kinds.execution.images.task import ImageTask
+from hangar.kinds.execution.task import execution_task
 from hangar.models import ModelSpec
 from hangar.results import TrialResult, Verdict
 from hangar.store import ResultsStore
@@ -95,7 +96,7 @@ def partition(tasks: Sequence[Task], recorded: dict[str, dict[str, str]]) -> Par
     run: list[Task] = []
     left_out: list[Validation] = []
     for task in tasks:
-        if not isinstance(task, ImageTask):
+        if not execution_task(task).needs_validation:
             run.append(task)
             continue
         row = recorded.get(task.digest)

@@ -9,12 +9,16 @@ is called.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from hangar.errors import WorkspaceError
 from hangar.kinds.execution.scenarios.scenario import LoadedScenario
 from hangar.sandbox.workspace import MirrorCache
 from hangar.verifiers.admission import pinned_script_problem
 from hangar.verifiers.spec import PinnedFile
+
+if TYPE_CHECKING:
+    from hangar.trials.kind import Matrix
 
 
 def _script(loaded: LoadedScenario, role: str, pinned: PinnedFile) -> str:
@@ -62,3 +66,22 @@ def fixture_problems(
     except WorkspaceError as exc:
         problems.append(f"repository: {exc}")
     return problems
+
+
+def matrix_problems(loaded: LoadedScenario, matrix: Matrix, *, deep: bool) -> list[str]:
+    """The scenario's admission in each arm of `matrix`, each problem naming it (`deep`:
+    also the revision and the image, through git and the sandbox backend)."""
+    from hangar.paths import cache_dir
+    from hangar.sandbox import sandbox_class
+
+    mirrors = MirrorCache(cache_dir() / "mirrors")
+    image_problem = sandbox_class(matrix.backend.kind).image_problem
+    found = []
+    for arm in matrix.arms:
+        problems = (
+            fixture_problems(loaded, arm.plugins, mirrors=mirrors, image_problem=image_problem)
+            if deep
+            else static_fixture_problems(loaded, arm.plugins)
+        )
+        found += [f"{loaded.id} (arm {arm.name}): {p}" for p in problems]
+    return found

@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 import yaml
 from pydantic import (
@@ -28,9 +28,15 @@ from pydantic import (
 from hangar import verifiers
 from hangar.errors import ConfigError
 from hangar.files import file_sha256, read_yaml, tree_digest
+from hangar.kinds.execution.task import ExecutionTask
 from hangar.trials.limits import ScenarioLimits
-from hangar.trials.spec import Task
 from hangar.validation import CaseId, Name, Strict, validation_message
+
+if TYPE_CHECKING:
+    from hangar.kinds.execution.settings import ExecutionSettings
+    from hangar.trials.boundary import TrialRun
+    from hangar.trials.kind import Matrix
+    from hangar.trials.spec import TrialSpec
 from hangar.verifiers.spec import (
     BuiltinVerifier,
     PinnedFile,
@@ -123,7 +129,7 @@ class Scenario(Strict):
         raise KeyError(name)
 
 
-class LoadedScenario(Task):
+class LoadedScenario(ExecutionTask):
     """A scenario with where it came from and its digest: the execution kind's task."""
 
     model_config = ConfigDict(frozen=True)
@@ -165,6 +171,57 @@ class LoadedScenario(Task):
     def repository_name(self) -> str:
         """The repository as its user named it (never a worker's shipped copy)."""
         return self.origin or self.repository_url()
+
+    # -- what the execution kind asks of its tasks (`hangar.kinds.execution.task`) -----
+
+    def plugin_source(self, name: str) -> Path | None:
+        """The folder of the scenario's plugin `name`."""
+        try:
+            return self.local(self.scenario.plugin(name).source)
+        except KeyError:
+            return None
+
+    def for_sweep(self, settings: ExecutionSettings, registry: str | None) -> Self:
+        """The scenario as it is: a sweep's execution settings are for image tasks."""
+        return self
+
+    def fixed_image(self) -> str | None:
+        """The scenario's image."""
+        return self.scenario.image
+
+    def problems(self, matrix: Matrix, *, deep: bool) -> list[str]:
+        """The scenario's admission in each arm (`fixture_checks`)."""
+        from hangar.kinds.execution.scenarios.fixture_checks import matrix_problems
+
+        return matrix_problems(self, matrix, deep=deep)
+
+    def trial(self, spec: TrialSpec) -> TrialRun:
+        """`ExecutionTrial`."""
+        from hangar.kinds.execution.scenarios.trial import ExecutionTrial
+
+        return ExecutionTrial(spec)
+
+    def package(self) -> bytes:
+        """The scenario file and every file it references (`shipping.pack_scenario`)."""
+        from hangar.kinds.execution.scenarios.shipping import pack_scenario
+
+        return pack_scenario(self)
+
+    def repository_to_ship(self) -> Path | None:
+        """Its repository when that is a local path."""
+        from hangar.kinds.execution.scenarios.shipping import local_repository
+
+        return local_repository(self)
+
+    def unpacked(self, folder: Path, repository: Path | None) -> Self:
+        """The scenario read from `folder`, its repository the shipped bundle."""
+        from hangar.kinds.execution.scenarios.shipping import WHERE
+
+        update: dict[str, object] = {"path": folder / (folder / WHERE).read_text()}
+        if repository is not None:
+            update["scenario"] = self.scenario.model_copy(update={"repository": str(repository)})
+            update["origin"] = self.repository_name()
+        return self.model_copy(update=update)
 
 
 def parse_scenario(path: Path, data: Any) -> Scenario:
