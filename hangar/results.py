@@ -143,6 +143,38 @@ class Usage(BaseModel):
     """Cost in US dollars at the model's prices."""
 
 
+class TrialOutcome(BaseModel):
+    """What a trial's run knows beyond its identity and verdict (`TrialRun.outcome`): the
+    fields of its `TrialResult` that a kind fills, typed where the kind writes them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    completed: bool = False
+    """The agent ran to its end (see `TrialResult.completed`)."""
+    agent_exit_code: int | None = None
+    """The agent's exit code, when it ran as a command."""
+    checks: tuple[CheckOutcome, ...] = ()
+    """The graded checks."""
+    route: FindingOutcome | None = None
+    """The route finding, where the kind judges one."""
+    scope: FindingOutcome | None = None
+    """The scope finding, where the kind judges one."""
+    provider_error: ProviderError | None = None
+    """The provider's failure that made the trial an infra_error."""
+    scores: tuple[Score, ...] = ()
+    """The trial's scores (none for a verdict that says nothing of the agent)."""
+    usage: Usage = Field(default_factory=Usage)
+    """The agent's metered model use."""
+    judge_usage: Usage = Field(default_factory=Usage)
+    """A model judge's use."""
+    details: dict[str, Any] = Field(default_factory=dict)
+    """The kind's own provenance and findings, for its reports."""
+
+    def result_fields(self) -> dict[str, Any]:
+        """The fields as `TrialResult` takes them (the values themselves, not dumps)."""
+        return {name: getattr(self, name) for name in type(self).model_fields}
+
+
 class TrialResult(BaseModel):
     """The outcome of one trial attempt."""
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pydantic_core
 
@@ -28,7 +28,7 @@ from hangar.errors import SandboxError
 from hangar.evidence.archive import archive_bytes, build_archive
 from hangar.evidence.stores import EvidenceStore, archive_key, open_store, run_name
 from hangar.paths import cache_dir
-from hangar.results import STORED_PREFIX, ProviderError, TrialResult, Verdict
+from hangar.results import STORED_PREFIX, ProviderError, TrialOutcome, TrialResult, Verdict
 from hangar.sessions import SESSION_FILE, trace_session, write_trial_session
 from hangar.trace import TraceWriter
 from hangar.trials.spec import TrialSpec, result_of
@@ -160,9 +160,9 @@ class TrialRun:
         """Walk the phases; set `verdict` and `reason` (or raise `Outcome`)."""
         raise NotImplementedError
 
-    def outcome(self) -> dict[str, Any]:
-        """Fields of the result this run knows beyond its verdict (checks, usage...)."""
-        return {}
+    def outcome(self) -> TrialOutcome:
+        """What this run knows beyond its verdict (checks, scores, usage...)."""
+        return TrialOutcome()
 
     def tear_down(self, *, wait: bool) -> None:
         """Release what the run holds (sandboxes, relays, disks); never raises."""
@@ -222,9 +222,9 @@ def run_trial(
             trial.reason,
             started,
             datetime.now(UTC),
+            trial.outcome(),
             timings=trial.timings,
             node=spec.node or socket.gethostname(),
-            **trial.outcome(),
         )
         result = _bundled(trial, result)
         with trial.phase("teardown"):

@@ -41,7 +41,7 @@ from hangar.models.relay import ModelRelay
 from hangar.models.tunnel import RelayTunnel
 from hangar.models.usage import add as add_usage
 from hangar.paths import cache_dir
-from hangar.results import Usage, Verdict
+from hangar.results import TrialOutcome, Usage, Verdict
 from hangar.sandbox import (
     Mount,
     Sandbox,
@@ -245,21 +245,21 @@ class SandboxedTrial(TrialRun):
             **more,
         )
 
-    def outcome(self) -> dict[str, Any]:
+    def outcome(self) -> TrialOutcome:
         """What every sandboxed trial knows (the agent's run, the metered usage, the
         provider's failure when it made an infra_error) and what its kind judged."""
         run = self.agent_run
-        return {
+        known = {
             "completed": run.completed,
             "agent_exit_code": run.exit_code,
             "usage": self.usage,
             "provider_error": run.provider_error if self.verdict is Verdict.INFRA_ERROR else None,
-            **self.judged(),
         }
+        return self.judged().model_copy(update=known)
 
-    def judged(self) -> dict[str, Any]:
+    def judged(self) -> TrialOutcome:
         """The kind's part of the result: checks, scores, route, scope, details."""
-        return {}
+        return TrialOutcome()
 
     def install_mcp(self) -> None:
         """The agent's MCP servers resolved on this node (before the sandbox starts: they

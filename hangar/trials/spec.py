@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, SerializeAsAny
 from hangar.agents import AgentSpec
 from hangar.models import ModelSpec
 from hangar.paths import default_evidence_url
-from hangar.results import TrialResult, Verdict
+from hangar.results import TrialOutcome, TrialResult, Verdict
 from hangar.sandbox.config import BackendConfig
 from hangar.validation import ArmName
 
@@ -197,9 +197,13 @@ def result_of(
     reason: str,
     started_at: datetime,
     finished_at: datetime,
-    **outcome: Any,
+    outcome: TrialOutcome | None = None,
+    *,
+    timings: dict[str, float] | None = None,
+    node: str = "",
 ) -> TrialResult:
-    """The result of `spec`'s attempt: its identity, the verdict, and what else it knows."""
+    """The result of `spec`'s attempt: its identity, the verdict, and what else its run
+    knows (`outcome`), with its phases' timings and the node it ran on."""
     return TrialResult(
         sweep=spec.sweep,
         trial_key=spec.trial_key,
@@ -219,5 +223,7 @@ def result_of(
         agent_digest=spec.agent.digest(),
         agent_settings=spec.agent.settings(),
         plugins_digest=spec.plugins_digest,
-        **outcome,
+        timings=timings or {},
+        node=node,
+        **(outcome or TrialOutcome()).result_fields(),
     )

@@ -18,7 +18,7 @@ from hangar.agents import PromptAgent
 from hangar.kinds.decision import choice
 from hangar.kinds.decision.cases import LoadedCase
 from hangar.models.complete import Completion, complete
-from hangar.results import COUNTED_VERDICTS, Score, Usage, Verdict
+from hangar.results import COUNTED_VERDICTS, Score, TrialOutcome, Usage, Verdict
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun, provider_failed
 from hangar.trials.spec import SKILL_ARM, TrialSpec
@@ -125,7 +125,7 @@ class DecisionTrial(TrialRun):
         if self.trace is not None and not self.trace.closed:
             self.trace.close(completed=False, reason=reason)
 
-    def outcome(self) -> dict[str, Any]:
+    def outcome(self) -> TrialOutcome:
         """Its checks, ``correct`` score, usage and the seed's provenance."""
         model = self.spec.model_spec
         supplied = self.spec.arm == SKILL_ARM
@@ -147,11 +147,11 @@ class DecisionTrial(TrialRun):
         }
         counted = self.verdict in COUNTED_VERDICTS
         correct = float(self.verdict is Verdict.PASS)
-        return {
-            "completed": bool(self.completion.text),
-            "checks": tuple(self.grade.checks) if self.grade else (),
-            "usage": self.completion.usage or Usage(),
-            "provider_error": self.completion.provider_error,
-            "scores": (Score(metric="correct", value=correct),) if counted else (),
-            "details": details,
-        }
+        return TrialOutcome(
+            completed=bool(self.completion.text),
+            checks=tuple(self.grade.checks) if self.grade else (),
+            usage=self.completion.usage or Usage(),
+            provider_error=self.completion.provider_error,
+            scores=(Score(metric="correct", value=correct),) if counted else (),
+            details=details,
+        )

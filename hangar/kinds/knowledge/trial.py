@@ -34,7 +34,7 @@ from typing import Any
 from hangar.agents import ChatAgent
 from hangar.errors import WorkspaceError
 from hangar.kinds.knowledge.questions import LoadedQuestion
-from hangar.results import Verdict
+from hangar.results import TrialOutcome, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxSpec
 from hangar.sandbox.workspace import MirrorCache, export_tree, file_digest_at
 from hangar.trials.boundary import Outcome, provider_failed
@@ -205,11 +205,11 @@ class KnowledgeTrial(SandboxedTrial):
             found = manifest.get("knowledge_snapshot")
             self.snapshot = str(found) if found else json.dumps(manifest, sort_keys=True)
 
-    def judged(self) -> dict[str, Any]:
+    def judged(self) -> TrialOutcome:
         """The answer and what it was asked on (no score: labels decide later)."""
         q = self.item
-        return {
-            "details": {
+        return TrialOutcome(
+            details={
                 "suite": q.suite,
                 "question": q.id,
                 "questionKind": q.question.kind,
@@ -218,4 +218,4 @@ class KnowledgeTrial(SandboxedTrial):
                 "answer": self.answer,
                 "knowledge_snapshot": self.snapshot,
             },
-        }
+        )

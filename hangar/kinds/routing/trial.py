@@ -15,13 +15,11 @@ farm's (infra_error), never the agent's.
 
 from __future__ import annotations
 
-from typing import Any
-
 from hangar.agents import ChatAgent, CommandAgent, ReferenceAgent
 from hangar.agents.skills import skills_dir
 from hangar.kinds.routing.grading import Route, grade
 from hangar.kinds.routing.suite import LoadedRoutingCase
-from hangar.results import COUNTED_VERDICTS, Score, Verdict
+from hangar.results import COUNTED_VERDICTS, Score, TrialOutcome, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxSpec
 from hangar.sandbox.base import SANDBOX_UID
 from hangar.sandbox.workspace import hand_over
@@ -139,7 +137,7 @@ class RoutingTrial(SandboxedTrial):
         self.verdict = Verdict.PASS if self.route.exact else Verdict.FAIL
         self.reason = self.route.sentence()
 
-    def judged(self) -> dict[str, Any]:
+    def judged(self) -> TrialOutcome:
         """The route and its scores: ``route`` (exactly the golden set) and
         ``forbidden_avoided`` (no forbidden skill loaded)."""
         route = self.route
@@ -149,13 +147,13 @@ class RoutingTrial(SandboxedTrial):
                 Score(metric="route", value=float(self.verdict is Verdict.PASS)),
                 Score(metric="forbidden_avoided", value=float(not route.forbidden_loaded)),
             )
-        return {
-            "scores": scores,
-            "details": {
+        return TrialOutcome(
+            scores=scores,
+            details={
                 "suite": self.case.suite,
                 "case": self.case.id,
                 "route": route.model_dump(mode="json", exclude={"loads", "outside"})
                 if route
                 else None,
             },
-        }
+        )

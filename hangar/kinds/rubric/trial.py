@@ -22,7 +22,7 @@ from hangar.kinds.rubric.judge import Judged, judge_output
 from hangar.kinds.rubric.scoring import SampleScores, score_sample
 from hangar.models.complete import Completion, complete
 from hangar.models.tokens import TOKENIZER
-from hangar.results import COUNTED_VERDICTS, CheckOutcome, Usage, Verdict
+from hangar.results import COUNTED_VERDICTS, CheckOutcome, TrialOutcome, Usage, Verdict
 from hangar.trace import TraceWriter
 from hangar.trials.boundary import Outcome, TrialRun, provider_failed
 from hangar.trials.spec import TrialSpec
@@ -131,7 +131,7 @@ class RubricTrial(TrialRun):
         if self.trace is not None and not self.trace.closed:
             self.trace.close(completed=verdict in COUNTED_VERDICTS, reason=reason)
 
-    def outcome(self) -> dict[str, Any]:
+    def outcome(self) -> TrialOutcome:
         """Scores, checks, the judge's verdicts and cost, and what the report needs."""
         item, judged = self.item, self.judged
         verdicts = judged.verdicts if judged else []
@@ -165,13 +165,13 @@ class RubricTrial(TrialRun):
             for c in self.checks
         )
         counted = self.verdict in COUNTED_VERDICTS and self.scored is not None
-        return {
-            "completed": bool(self.written.text.strip()),
-            "checks": checks,
-            "usage": self.written.usage or Usage(),
-            "judge_usage": judged.usage if judged else Usage(),
-            "provider_error": self.written.provider_error
+        return TrialOutcome(
+            completed=bool(self.written.text.strip()),
+            checks=checks,
+            usage=self.written.usage or Usage(),
+            judge_usage=judged.usage if judged else Usage(),
+            provider_error=self.written.provider_error
             or (judged.provider_error if judged else None),
-            "scores": self.scored.as_scores() if counted and self.scored else (),
-            "details": details,
-        }
+            scores=self.scored.as_scores() if counted and self.scored else (),
+            details=details,
+        )

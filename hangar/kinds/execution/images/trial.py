@@ -75,7 +75,7 @@ from hangar.kinds.execution.images.verifier import (
 )
 from hangar.kinds.execution.swebench.instances import failing_words, grade
 from hangar.models.tunnel import RelayTunnel
-from hangar.results import COUNTED_VERDICTS, CheckOutcome, Score, Verdict
+from hangar.results import COUNTED_VERDICTS, CheckOutcome, Score, TrialOutcome, Verdict
 from hangar.sandbox import Mount, Sandbox, SandboxSpec, create_sandbox
 from hangar.sandbox.archive import copy_untrusted_tree, extract_untrusted
 from hangar.sandbox.base import Change, ExecResult
@@ -776,13 +776,13 @@ class ImageTaskTrial(SandboxedTrial):
             return f"reward {self.reward.value:g}"
         return f"reward {self.reward.value:g} is below the threshold {self.task.threshold:g}"
 
-    def judged(self) -> dict[str, Any]:
+    def judged(self) -> TrialOutcome:
         """The graded checks, and the reward's scores beside ``pass``."""
         scores: tuple[Score, ...] = ()
         if self.verdict in COUNTED_VERDICTS:
             scores = (Score(metric="pass", value=float(self.verdict is Verdict.PASS)),)
             scores += self.reward.scores if self.reward is not None else ()
-        return {"checks": self.checks, "scores": scores}
+        return TrialOutcome(checks=tuple(self.checks), scores=scores)
 
 
 #: How a pass the judge's machinery did not earn is told.

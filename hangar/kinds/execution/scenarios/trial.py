@@ -25,7 +25,7 @@ from hangar.kinds.execution.scenarios.fixture_checks import fixture_problems
 from hangar.kinds.execution.scenarios.judging import host_verify, judgement
 from hangar.kinds.execution.scenarios.scenario import LoadedScenario
 from hangar.kinds.execution.scenarios.verification import VerificationPlace, place_for
-from hangar.results import COUNTED_VERDICTS, Score, Verdict
+from hangar.results import COUNTED_VERDICTS, Score, TrialOutcome, Verdict
 from hangar.sandbox import (
     Mount,
     Sandbox,
@@ -413,15 +413,15 @@ class ExecutionTrial(SandboxedTrial):
         super().tear_down(wait=wait)
         self.guard.close()
 
-    def judged(self) -> dict[str, Any]:
+    def judged(self) -> TrialOutcome:
         """The verification's findings and the ``pass`` score."""
         judged = self.judgement
-        return {
-            "checks": judged.checks if judged else (),
-            "route": judged.route if judged else None,
-            "scope": judged.scope if judged else None,
-            "scores": _pass_score(self.verdict),
-        }
+        return TrialOutcome(
+            checks=tuple(judged.checks) if judged else (),
+            route=judged.route if judged else None,
+            scope=judged.scope if judged else None,
+            scores=_pass_score(self.verdict),
+        )
 
 
 def _pass_score(verdict: Verdict) -> tuple[Score, ...]:
