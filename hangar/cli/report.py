@@ -7,7 +7,7 @@ import gc
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -25,6 +25,11 @@ from hangar.console import (
 from hangar.errors import ConfigError
 from hangar.results import SweepRecord
 from hangar.scores.report import sweep_margin
+
+if TYPE_CHECKING:
+    from hangar.results import TrialResult
+    from hangar.scores.report import LeftOut
+    from hangar.store import ResultsStore
 
 
 @app.command("report")
@@ -106,7 +111,7 @@ def report(
 RUNS_SHOWN = 12
 
 
-def _print_runs(sweep_id: str, results: Any, fmt: str, out: Path | None) -> None:
+def _print_runs(sweep_id: str, results: ResultsStore, fmt: str, out: Path | None) -> None:
     """`hangar report --runs`: the runs of the sweep's file, oldest first, a column each."""
     from hangar.scores.report import over_time
 
@@ -135,7 +140,7 @@ def _print_runs(sweep_id: str, results: Any, fmt: str, out: Path | None) -> None
     console.print(grid)
 
 
-def left_out_of(sweep: str, results: Any) -> list[Any]:
+def left_out_of(sweep: str, results: ResultsStore) -> list[LeftOut]:
     """The tasks a sweep file leaves out (broken or unvalidated), for the report."""
     from hangar.scheduler.sweep import load_sweep, ready_tasks
     from hangar.scores.report import LeftOut
@@ -146,7 +151,7 @@ def left_out_of(sweep: str, results: Any) -> list[Any]:
     return [LeftOut.model_validate(v.recorded()) for v in found]
 
 
-def _recorded(sweep: str, results: Any, sweep_id: str) -> SweepRecord:
+def _recorded(sweep: str, results: ResultsStore, sweep_id: str) -> SweepRecord:
     """The sweep's config as the store recorded it; a sweep file's margin stands in for a
     store written before margins were recorded."""
     config: SweepRecord = results.sweep_config(sweep_id) or SweepRecord()
@@ -207,7 +212,7 @@ def export(
         say(f"wrote {written} trajectory file(s) to {trajectories}", highlight=False)
 
 
-def _export_jsonl(sweep_id: str, results: Any, out: Path, all_attempts: bool) -> int:
+def _export_jsonl(sweep_id: str, results: ResultsStore, out: Path, all_attempts: bool) -> int:
     from hangar.results import Score
 
     labelled: dict[str, list[Score]] = {}
@@ -227,7 +232,9 @@ def _export_jsonl(sweep_id: str, results: Any, out: Path, all_attempts: bool) ->
     return n
 
 
-def _export_folder(fmt: str, sweep_id: str, results: Any, out: Path, endpoint: str | None) -> None:
+def _export_folder(
+    fmt: str, sweep_id: str, results: ResultsStore, out: Path, endpoint: str | None
+) -> None:
     """A kind's export format (`Kind.exports`) into the folder `out`."""
     from hangar.trials.kind import export_format
     from hangar.viewer.data import Evidence
@@ -238,7 +245,7 @@ def _export_folder(fmt: str, sweep_id: str, results: Any, out: Path, endpoint: s
     out.mkdir(parents=True, exist_ok=True)
     evidence = Evidence(endpoint, results=results)
 
-    def bundle(r: Any) -> Path | None:
+    def bundle(r: TrialResult) -> Path | None:
         found = evidence.archive_of(r) if r.evidence_uri else None
         return Path(found.folder) if found is not None else None
 
@@ -255,7 +262,7 @@ def _export_folder(fmt: str, sweep_id: str, results: Any, out: Path, endpoint: s
 
 
 def _write_trajectories(
-    rows: list[Any], folder: Path, endpoint: str | None, each: bool, results: Any
+    rows: list[TrialResult], folder: Path, endpoint: str | None, each: bool, results: ResultsStore
 ) -> int:
     """Each trial's ATIF trajectory from its evidence, into `folder`; a trial without a
     bundle (one that never ran) has none. Returns how many were written."""

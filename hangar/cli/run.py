@@ -254,7 +254,7 @@ def _say_left_out(left_out: list[Any], sweep_file: Path) -> None:
     )
 
 
-def _confirm_cost(sweep: Any, store: Any, *, yes: bool, above: float) -> None:
+def _confirm_cost(sweep: Sweep, store: ResultsStore, *, yes: bool, above: float) -> None:
     """Say what the trials still to run are estimated to cost (`hangar sweep check
     --estimate`), and ask before an estimate past `above` or the sweep's budget (off a
     terminal: refuse, unless `yes`)."""
@@ -286,8 +286,8 @@ def _confirm_cost(sweep: Any, store: Any, *, yes: bool, above: float) -> None:
 
 
 def _until_decided(
-    sweep: Any, on: bool, baseline: str | None, candidate: str | None, round_units: int | None
-) -> Any:
+    sweep: Sweep, on: bool, baseline: str | None, candidate: str | None, round_units: int | None
+) -> Sweep:
     """`sweep` with the command line's ``--until-decided`` roles in its config."""
     from hangar.scheduler.sweep import UntilDecided
 
@@ -507,7 +507,7 @@ def _final(counts: Counts) -> int:
     return sum(n for v, *_, n in counts if Verdict(v).final)
 
 
-def _left_out(sweep: str, results: Any) -> list[tuple[str, str, str]]:
+def _left_out(sweep: str, results: ResultsStore) -> list[tuple[str, str, str]]:
     """(task, status, reason) of each task a sweep file leaves out (broken, unvalidated)."""
     if not Path(sweep).is_file():
         return []

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from hangar.cli._app import app, given_fixtures
 from hangar.console import console, err_console
+
+if TYPE_CHECKING:
+    from hangar.scheduler.sweep import Sweep
+    from hangar.scores.estimate import Estimate
+    from hangar.trials.spec import TrialSpec
 
 sweep_app = typer.Typer(help="Check sweep files.")
 app.add_typer(sweep_app, name="sweep")
@@ -106,7 +111,7 @@ def _unpriced(models: list[Any]) -> dict[str, str]:
     return found
 
 
-def _estimate(sweep: Any) -> Any:
+def _estimate(sweep: Sweep) -> Estimate:
     """The sweep's estimate from its store (no store yet: every trial unknown)."""
     from hangar.errors import StoreError
     from hangar.scores.estimate import estimate
@@ -123,14 +128,14 @@ def _estimate(sweep: Any) -> Any:
     return estimate(sweep.trials(sweep.config.evidence or ""), store, final, token_guess)
 
 
-def token_guess(spec: Any) -> tuple[int, int] | None:
+def token_guess(spec: TrialSpec) -> tuple[int, int] | None:
     """A trial's tokens told from its task by its kind (`Kind.token_guess`)."""
     from hangar.trials.kind import kind_of
 
     return kind_of(spec.task.kind).token_guess(spec)
 
 
-def _print_estimate(guess: Any) -> None:
+def _print_estimate(guess: Estimate) -> None:
     from hangar.console import usd
 
     console.print(

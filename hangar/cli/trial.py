@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -12,6 +12,10 @@ from rich.markup import escape
 from hangar.cli._app import app
 from hangar.console import EndpointOption, JsonFlag, console, print_result
 from hangar.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hangar.results import TrialResult
+    from hangar.trials.kind import Failure
 
 trial_app = typer.Typer(help="Run one trial end to end.")
 app.add_typer(trial_app, name="trial")
@@ -226,7 +230,7 @@ def trial_trajectory(
         console.out(text, highlight=False)
 
 
-def _print_trial(result: Any, attempts: int, failing: list[Any]) -> None:
+def _print_trial(result: TrialResult, attempts: int, failing: list[Failure]) -> None:
     """A trial for people; everything from the trial is escaped (it is hostile)."""
     colour = {"pass": "green", "fail": "red", "void": "magenta"}.get(result.verdict, "yellow")
     console.print(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -14,6 +14,9 @@ from rich.table import Table
 from hangar.console import JsonFlag, console, err_console, model_arg, output_format
 from hangar.errors import ConfigError
 from hangar.trials.batch import runner_from
+
+if TYPE_CHECKING:
+    from hangar.kinds.rubric.report import BenchmarkReport, PhaseResult
 
 app = typer.Typer(help="Rubric benchmarks: run a folder, check its datasets, keep baselines.")
 
@@ -152,7 +155,7 @@ def _changed(folder: Path, revision: str, wanted: list[str] | None) -> list[str]
     return [p for p in affected if keep is None or phase_name(p) in keep]
 
 
-def _print_phase(label: str, r: Any) -> None:
+def _print_phase(label: str, r: PhaseResult) -> None:
     """One phase's breakdown, the judge's agreement with people, its regressions."""
     dims = ", ".join(f"{esc(d)} {v:.2f}" for d, v in r.by_dimension.items())
     levels = ", ".join(f"{esc(d)} {v:.2f}" for d, v in r.by_difficulty.items())
@@ -179,7 +182,7 @@ def _print_phase(label: str, r: Any) -> None:
         )
 
 
-def print_report(report: Any) -> None:
+def print_report(report: BenchmarkReport) -> None:
     """The report for people: per phase, its scores, judge agreement and regressions."""
     console.print(
         f"[bold]{esc(report.run_id)}[/] model {esc(report.model)}, judge {esc(report.judge_model)}"
