@@ -13,11 +13,7 @@ MODULE = '''"""hangar-extras: a backend, an agent preset and a task source of it
 
 from pathlib import Path
 
-from hangar.agents.presets import Preset
-from hangar.kinds.execution.scenarios.scenario import load_scenario
-from hangar.kinds.execution.sources import TaskSource
-from hangar.kinds.routing import RoutingKind
-from hangar.sandbox.local import LocalSandbox
+from hangar.api import Kind, LocalSandbox, Preset, TaskSource, load_scenario
 
 
 class ExtrasSandbox(LocalSandbox):
@@ -45,15 +41,26 @@ class TaskList(TaskSource):
 SOURCE = TaskList()
 
 
-class ExtrasKind(RoutingKind):
-    """A kind of another package's (routing's trials; no file of a sweep is its)."""
+class ExtrasKind(Kind):
+    """A kind of another package's (no file of a sweep is its: it runs no trial)."""
 
     name = "extras"
     title = "extras cases"
-    cli = ()
 
     def recognizes(self, path, data):
         return False
+
+    def agents(self, matrix):
+        return []
+
+    def arms(self, task, matrix):
+        return []
+
+    def spec(self, task, agent, arm, model, repeat, m):
+        raise NotImplementedError("extras cases are not run")
+
+    def runner(self, spec):
+        raise NotImplementedError("extras cases are not run")
 
 
 KIND = ExtrasKind()
