@@ -126,13 +126,7 @@ class SandboxedTrial(TrialRun):
             self.prepare_bundle()
         with self.phase("disk"):
             self.write("disk.json", self.open_disk().model_dump())
-        with self.phase("relay_up"):
-            self.open_relay()
-        sandbox = self.set_up()
-        if self.mcp:
-            with self.phase("mcp_start"):
-                self.start_mcp(sandbox)
-        step: Sandbox | None = sandbox
+        step: Sandbox | None = self.start_turn(self.set_up)
         while step is not None:
             self.before_agent(step)
             with self.phase("agent"):
@@ -140,6 +134,18 @@ class SandboxedTrial(TrialRun):
                 self.after_agent(step)
             self.verify(step)
             step = self.next_step()
+
+    def start_turn(self, set_up: Callable[[], Sandbox]) -> Sandbox:
+        """What an agent's turn starts from: the model relay, the sandbox `set_up` makes,
+        the agent's MCP servers started in it. A multi-step task's next step is brought
+        up the same way (`next_step`)."""
+        with self.phase("relay_up"):
+            self.open_relay()
+        sandbox = set_up()
+        if self.mcp:
+            with self.phase("mcp_start"):
+                self.start_mcp(sandbox)
+        return sandbox
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:

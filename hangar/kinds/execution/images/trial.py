@@ -285,21 +285,27 @@ class ImageTaskTrial(SandboxedTrial):
             shutil.rmtree(self.logs / folder)
             (self.logs / folder).mkdir()
         image_record = (self.artifacts / "image.json").read_bytes()
-        with self.phase("relay_up"):
-            self.open_relay()
-        sandbox = self.agent_sandbox()
-        (self.artifacts / "image.json").write_bytes(image_record)  # the task's, not a snapshot's
-        if self.mcp:  # the agent is told of its servers again, in this sandbox
-            with self.phase("mcp_start"):
-                try:
-                    self.start_mcp(sandbox)
-                except Outcome as exc:  # it started before: what changed is the agent's
-                    raise Outcome(
-                        Verdict.FAIL,
-                        f"step {self.whole.steps[self.step_index].name!r}: {exc.reason} "
-                        "(in the environment the agent left)",
-                    ) from exc
-        return sandbox
+
+        def from_snapshot() -> Sandbox:
+            sandbox = self.agent_sandbox()
+            (self.artifacts / "image.json").write_bytes(image_record)  # the task's, not the
+            return sandbox  # snapshot's
+
+        return self.start_turn(from_snapshot)  # its MCP servers told to the agent again
+
+    def start_mcp(self, sandbox: Sandbox) -> None:
+        """The agent's MCP servers (`SandboxedTrial.start_mcp`). After the first step they
+        started before, so one that no longer starts is what the agent changed: a fail."""
+        try:
+            super().start_mcp(sandbox)
+        except Outcome as exc:
+            if self.step_index == 0:
+                raise
+            raise Outcome(
+                Verdict.FAIL,
+                f"step {self.whole.steps[self.step_index].name!r}: {exc.reason} "
+                "(in the environment the agent left)",
+            ) from exc
 
     def steps_judged(self, stopped: str) -> None:
         """The trial's verdict from its steps' rewards (`hangar.kinds.execution.images.steps`)."""
