@@ -11,28 +11,25 @@ the trial's tear-down, through every step and the verification.
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING
 
 from hangar.errors import ImageNotFound, SandboxError
 from hangar.kinds.execution.images.task import Condition, Service
+from hangar.kinds.execution.images.trial_view import ImageTrialView
 from hangar.results import Verdict
 from hangar.sandbox.service_specs import ServiceRun, ServiceSpec
 from hangar.sandbox.services import ServiceNetwork
 from hangar.trials.boundary import Outcome
 
-if TYPE_CHECKING:
-    from hangar.kinds.execution.images.trial import ImageTaskTrial
-
 #: The most of a service's log shown in a reason.
 REASON_TAIL = 300
 
 
-def build_services(trial: ImageTaskTrial) -> dict[str, str]:
+def build_services(trial: ImageTrialView) -> dict[str, str]:
     """Each service's image on this node (built once per context, as the task's is)."""
     return {s.name: trial.build(s.image, f"services/{s.name}/image") for s in trial.whole.services}
 
 
-def start_services(trial: ImageTaskTrial, images: dict[str, str]) -> ServiceNetwork:
+def start_services(trial: ImageTrialView, images: dict[str, str]) -> ServiceNetwork:
     """The trial's network with its services up, as the task's compose file orders."""
     labels = trial.sandbox_of(trial.image_ref, (), ttl_s=trial.budget() + 900).labels()
     network = ServiceNetwork(f"hangar-svc-{secrets.token_hex(6)}", labels)
@@ -70,7 +67,7 @@ def _wait(
     ready[service.name] = condition
 
 
-def _spec(trial: ImageTaskTrial, service: Service, image: str) -> ServiceSpec:
+def _spec(trial: ImageTrialView, service: Service, image: str) -> ServiceSpec:
     return ServiceSpec(
         **service.model_dump(include=set(ServiceRun.model_fields)),
         name=service.name,
@@ -81,7 +78,7 @@ def _spec(trial: ImageTaskTrial, service: Service, image: str) -> ServiceSpec:
     )
 
 
-def save_service_logs(trial: ImageTaskTrial, network: ServiceNetwork) -> None:
+def save_service_logs(trial: ImageTrialView, network: ServiceNetwork) -> None:
     """Every service's output into the evidence."""
     for name, data in network.logs().items():
         path = trial.artifacts / "services" / f"{name}.log"

@@ -28,17 +28,15 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hangar.kinds.execution.images.healthcheck import wait_healthy
 from hangar.kinds.execution.images.rewards import Reward
 from hangar.kinds.execution.images.task import Step
+from hangar.kinds.execution.images.trial_view import ImageTrialView
 from hangar.results import Score, Verdict
 from hangar.sandbox import Sandbox
 from hangar.trials.boundary import Outcome
-
-if TYPE_CHECKING:
-    from hangar.kinds.execution.images.trial import ImageTaskTrial
 
 #: What of the evidence belongs to one step (moved to ``steps/<name>/`` after it).
 STEP_EVIDENCE = (
@@ -55,7 +53,7 @@ STEP_EVIDENCE = (
 SETUP = "setup.sh"
 
 
-def prepare_step(trial: ImageTaskTrial, sandbox: Sandbox, step: Step) -> None:
+def prepare_step(trial: ImageTrialView, sandbox: Sandbox, step: Step) -> None:
     """The step's files in the working directory, its setup run, its healthcheck passed.
     A setup that fails is the task's problem at the first step, and the agent's after
     (the task's oracle shows which: a task whose oracle fails is left out as broken).
@@ -92,7 +90,7 @@ def prepare_step(trial: ImageTaskTrial, sandbox: Sandbox, step: Step) -> None:
             )
 
 
-def step_record(trial: ImageTaskTrial, step: Step) -> dict[str, Any]:
+def step_record(trial: ImageTrialView, step: Step) -> dict[str, Any]:
     """What one verified step gave."""
     reward = trial.reward
     scores = {s.metric: s.value for s in reward.scores} if reward is not None else {}

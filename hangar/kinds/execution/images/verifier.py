@@ -46,10 +46,11 @@ import shutil
 import stat
 from abc import ABC, abstractmethod
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from hangar.errors import ImageNotFound, SandboxError, TooManyChanges
 from hangar.kinds.execution.images.takeover import RUNNER_MARK, AgentChanges, judge, neutralised
+from hangar.kinds.execution.images.trial_view import ImageTrialView
 from hangar.results import Verdict
 from hangar.sandbox import Mount, Sandbox, create_sandbox
 from hangar.sandbox.archive import copy_untrusted_tree
@@ -71,9 +72,6 @@ from hangar.sandbox.observe import (
 )
 from hangar.sandbox.workspace import WORKSPACE_FILES, tree_state
 from hangar.trials.boundary import Outcome
-
-if TYPE_CHECKING:
-    from hangar.kinds.execution.images.trial import ImageTaskTrial
 
 #: Where the task's tests and the logs are in a sandbox.
 TESTS, LOGS = "/tests", "/logs"
@@ -98,24 +96,24 @@ class VerifierPlace(ABC):
     env: ClassVar[dict[str, str]] = PYTHON_ENV
 
     @abstractmethod
-    def open(self, trial: ImageTaskTrial, agent: Sandbox) -> Sandbox:
+    def open(self, trial: ImageTrialView, agent: Sandbox) -> Sandbox:
         """The verifier's sandbox, started, once the agent's `agent` is stopped."""
 
-    def mounts(self, trial: ImageTaskTrial) -> tuple[Mount, ...]:
+    def mounts(self, trial: ImageTrialView) -> tuple[Mount, ...]:
         """Folders of hangar's the verifier's sandbox has besides the tests and logs."""
         return ()
 
-    def run(self, trial: ImageTaskTrial, box: Sandbox, env: dict[str, str]) -> ExecResult:
+    def run(self, trial: ImageTrialView, box: Sandbox, env: dict[str, str]) -> ExecResult:
         """The test script from the read-only ``/tests``, as the verifier's user."""
         verifier = trial.task.verifier
         script = f"{TESTS}/{verifier.script}"
         return box.exec(["bash", script], timeout=verifier.timeout_s, env=env, user=verifier.user)
 
-    def judged(self, trial: ImageTaskTrial, res: ExecResult) -> ExecResult:
+    def judged(self, trial: ImageTrialView, res: ExecResult) -> ExecResult:
         """The script's result as the verdict reads it, once its sandbox is stopped."""
         return res
 
-    def start(self, trial: ImageTaskTrial, image: str) -> Sandbox:
+    def start(self, trial: ImageTrialView, image: str) -> Sandbox:
         """A verifier sandbox of `image`: its tests, its logs, the workspace if any. A
         start that fails where one of the task's own image succeeds is the agent's."""
         spec = trial.verifier_spec(image, self.workspace, self.mounts(trial))
@@ -150,7 +148,7 @@ class Observed(VerifierPlace):
         #: What keeps a pass from standing whatever the record shows.
         self.problems: list[str] = []
 
-    def mounts(self, trial: ImageTaskTrial) -> tuple[Mount, ...]:
+    def mounts(self, trial: ImageTrialView) -> tuple[Mount, ...]:
         """hangar's start-up mark for Python; on the verifier's own disk, the folder the
         observer's record goes to and the verifier's own caches (`CACHE`)."""
         made = []
@@ -166,7 +164,7 @@ class Observed(VerifierPlace):
             Mount(source=made[1], target=CACHE),
         )
 
-    def run(self, trial: ImageTaskTrial, box: Sandbox, env: dict[str, str]) -> ExecResult:
+    def run(self, trial: ImageTrialView, box: Sandbox, env: dict[str, str]) -> ExecResult:
         """The test script under the observer, which keeps the verifier's time itself (the
         agent's code is refused the egress proxy's port)."""
         verifier = trial.task.verifier
@@ -195,9 +193,9 @@ class Observed(VerifierPlace):
             stdin=self.settings.encode(),
         )
 
-    def judged(self, trial: ImageTaskTrial, res: ExecResult) -> ExecResult:
+    def judged(self, trial: ImageTrialView, res: ExecResult) -> ExecResult:
         """The observer's record judged: each use of the agent's changes by the judge's
-        machinery is a takeover (`ImageTaskTrial.takeover`), as is a record that is not
+        machinery is a takeover (`ImageTrialView.takeover`), as is a record that is not
         whole. The test script's own end stands for the exec's."""
         record, raw, problems = self.record(trial, res)
         problems += self.problems
@@ -225,7 +223,7 @@ class Observed(VerifierPlace):
         return res
 
     def record(
-        self, trial: ImageTaskTrial, res: ExecResult
+        self, trial: ImageTrialView, res: ExecResult
     ) -> tuple[Record | None, bytes, list[str]]:
         """The observer's record (from the verifier's disk on the host, never through a
         link, never more than the observer writes), or why there is none."""
@@ -251,7 +249,7 @@ class Observed(VerifierPlace):
 class Shared(Observed):
     """A snapshot of the agent's sandbox (see the module docstring)."""
 
-    def open(self, trial: ImageTaskTrial, agent: Sandbox) -> Sandbox:
+    def open(self, trial: ImageTrialView, agent: Sandbox) -> Sandbox:
         try:
             changes = agent.changes()
         except TooManyChanges as exc:  # every path is taken as the agent's: no pass
@@ -288,7 +286,7 @@ class Separate(Observed):
 
     workspace = False
 
-    def open(self, trial: ImageTaskTrial, agent: Sandbox) -> Sandbox:
+    def open(self, trial: ImageTrialView, agent: Sandbox) -> Sandbox:
         handoff = trial.folder / "handoff"
         mounted = {trial.workdir: trial.workspace, LOGS: trial.logs}
         for i, artifact in enumerate(trial.task.verifier.artifacts):
@@ -329,12 +327,12 @@ class RepositoryOnly(VerifierPlace):
 
     env: ClassVar[dict[str, str]] = {}
 
-    def open(self, trial: ImageTaskTrial, agent: Sandbox) -> Sandbox:
+    def open(self, trial: ImageTrialView, agent: Sandbox) -> Sandbox:
         trial.release(agent, stop=False)
         return self.start(trial, trial.image_ref)
 
 
-def place_of(trial: ImageTaskTrial) -> VerifierPlace:
+def place_of(trial: ImageTrialView) -> VerifierPlace:
     """The place of the trial's task (see the module docstring)."""
     if trial.task.verifier.mode == "separate":
         return Separate()
@@ -343,7 +341,7 @@ def place_of(trial: ImageTaskTrial) -> VerifierPlace:
     return Shared()
 
 
-def save_agent_logs(trial: ImageTaskTrial) -> None:
+def save_agent_logs(trial: ImageTrialView) -> None:
     """The agent's ``/logs`` folders copied into the evidence; what cannot be copied
     safely is left out and listed (``logs/skipped.json``), never failing the trial."""
     skipped: list[str] = []
@@ -361,7 +359,7 @@ def save_agent_logs(trial: ImageTaskTrial) -> None:
         trial.write("logs/skipped.json", skipped)
 
 
-def fresh_tests(trial: ImageTaskTrial) -> Path:
+def fresh_tests(trial: ImageTrialView) -> Path:
     """A new copy of exactly the task's tests, for the verifier's read-only ``/tests`` (a
     step's over the task's own, its shared helpers)."""
     target = trial.folder / "tests"
@@ -404,7 +402,7 @@ def _copy_artifact(
         (target / "mode").write_text(f"{mode & 0o755:o}")
 
 
-def _place_artifact(box: Sandbox, handoff: Path, target: str, trial: ImageTaskTrial) -> None:
+def _place_artifact(box: Sandbox, handoff: Path, target: str, trial: ImageTrialView) -> None:
     """One artifact into the verifier's sandbox, where the task says."""
     if (handoff / "dir").is_dir():
         trial.mkdirs(box, target)
