@@ -78,14 +78,14 @@ def make_task(root: Path) -> Path:
 @contextmanager
 def unobserved() -> Iterator[None]:
     """The shared place as it was before the observer (see the module docstring)."""
-    from hangar.kinds.execution.images.verifier import Shared, VerifierPlace
+    from hangar.kinds.execution.images.verifier import ImageVerifierPlace, Shared
     from hangar.sandbox.docker import DockerSandbox
 
     saved = Shared.run, Shared.judged, Shared.mounts, DockerSandbox.changes
     Shared.run, Shared.judged, Shared.mounts = (  # type: ignore[method-assign]
-        VerifierPlace.run,
-        VerifierPlace.judged,
-        VerifierPlace.mounts,
+        ImageVerifierPlace.run,
+        ImageVerifierPlace.judged,
+        ImageVerifierPlace.mounts,
     )
     DockerSandbox.changes = DockerSandbox.engine_changes  # type: ignore[method-assign]
     try:

@@ -68,7 +68,7 @@ from hangar.kinds.execution.images.task import ImageSource, ImageTask, Network, 
 from hangar.kinds.execution.images.verifier import (
     LOGS,
     TESTS,
-    VerifierPlace,
+    ImageVerifierPlace,
     fresh_tests,
     place_of,
     save_agent_logs,
@@ -170,7 +170,7 @@ class ImageTaskTrial(SandboxedTrial):
         #: is told of them all: an earlier step's are in a later step's image).
         self.earlier_changes: list[Change] = []
         self.tests = self.folder / "tests"
-        self.place: VerifierPlace | None = None
+        self.place: ImageVerifierPlace | None = None
 
     def localise(self, spec: TrialSpec) -> None:
         """Run from `spec`, the same trial with this node's copy of its task."""
@@ -680,7 +680,7 @@ class ImageTaskTrial(SandboxedTrial):
             self.write("status-final.json", {"damage": [f"no diff could be taken: {exc}"]})
 
     def run_tests(self, box: Sandbox) -> ExecResult:
-        """The test script, run as its place runs it (`VerifierPlace.run`)."""
+        """The test script, run as its place runs it (`ImageVerifierPlace.run`)."""
         assert self.place is not None
         verifier = self.task.verifier
         network = self.open_egress(box, "verifier", verifier.network)

@@ -1,4 +1,6 @@
-"""Where an image task's tests run once its agent is done: three places, one interface.
+"""Where an image task's tests run once its agent is done: three places, one interface
+(`ImageVerifierPlace`; a git scenario's verification has places of its own, which answer
+other questions: `hangar.kinds.execution.scenarios.verification`).
 
 Every place starts a new sandbox for the tests (never the agent's own, in which the agent
 may have left a process, a replaced keeper or a planted file): the agent's sandbox is
@@ -87,7 +89,7 @@ CACHE = "/run/hangar/cache"
 _BATCH = 500
 
 
-class VerifierPlace(ABC):
+class ImageVerifierPlace(ABC):
     """Where the tests of an image task run (see the module docstring)."""
 
     #: Whether the verifier sees the agent's workspace.
@@ -135,7 +137,7 @@ class VerifierPlace(ABC):
         return box
 
 
-class Observed(VerifierPlace):
+class Observed(ImageVerifierPlace):
     """A place whose test script runs under hangar's observer (`hangar.sandbox.observe`),
     started with the image's own shell, and whose pass stands only where the judge's
     machinery used nothing of `changes`, the agent's (set by `open`; see
@@ -322,7 +324,7 @@ def _placed(handoff: Path, target: str) -> dict[str, str]:
     }
 
 
-class RepositoryOnly(VerifierPlace):
+class RepositoryOnly(ImageVerifierPlace):
     """The task's image and the workspace, nothing else (see the module docstring)."""
 
     env: ClassVar[dict[str, str]] = {}
@@ -332,7 +334,7 @@ class RepositoryOnly(VerifierPlace):
         return self.start(trial, trial.image_ref)
 
 
-def place_of(trial: ImageTrialView) -> VerifierPlace:
+def place_of(trial: ImageTrialView) -> ImageVerifierPlace:
     """The place of the trial's task (see the module docstring)."""
     if trial.task.verifier.mode == "separate":
         return Separate()
