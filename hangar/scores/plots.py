@@ -1,8 +1,9 @@
-"""The report's plots as geometry: where each bar, whisker and point goes.
+"""The reports' plots as geometry: where each bar, whisker and point goes.
 
 The figures are drawn by ``templates/plots.html`` (inline SVG, autoescaped, `hangar.pages`)
 for the HTML report and the viewer alike: pass rate with its interval per group, cost per
-trial against pass rate, per-scenario differences of each comparison.
+trial against pass rate, per-scenario differences of each comparison. A kind's own
+report draws with the same pieces (`Tick`, `percent_ticks`, `PALETTE`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ class Tick(NamedTuple):
 
     at: float
     label: str
+
+
+def percent_ticks(start: float, length: float, *, down: bool = False) -> list[Tick]:
+    """Ticks at 0, 25, 50, 75 and 100% along an axis of `length` from `start` (`down`:
+    an axis drawn from `start` towards smaller coordinates, as a y axis is)."""
+    sign = -1 if down else 1
+    return [Tick(start + sign * length * t / 100, f"{t}%") for t in (0, 25, 50, 75, 100)]
 
 
 class IntervalRow(NamedTuple):
@@ -47,7 +55,7 @@ class Intervals(NamedTuple):
 def intervals(report: Report) -> Intervals:
     """The pass-rate plot of `report`."""
     h, left, width = 28 * len(report.groups) + 40, 260, 480
-    ticks = [Tick(left + width * t / 100, f"{t}%") for t in (0, 25, 50, 75, 100)]
+    ticks = percent_ticks(left, width)
     rows = []
     for i, g in enumerate(report.groups):
         r = g.pass_rate
@@ -100,7 +108,7 @@ def cost(report: Report) -> CostPlot | None:
     w, h, left, bottom, right = 640, 320, 60, 50, 20
     plot_w, plot_h = w - left - right, h - bottom - 20
     x_ticks = [Tick(left + plot_w * t / 4, usd(top * t / 4)) for t in range(5)]
-    y_ticks = [Tick(h - bottom - plot_h * t / 4, f"{t * 25}%") for t in range(5)]
+    y_ticks = percent_ticks(h - bottom, plot_h, down=True)
     points = []
     for i, g in plotted:
         assert g.pass_rate is not None

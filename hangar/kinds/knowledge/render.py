@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from hangar import pages
 from hangar.kinds.knowledge.report import ArmReport, KnowledgeComparison, KnowledgeReport
+from hangar.scores.plots import Tick, percent_ticks
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -104,13 +105,6 @@ def render_markdown(report: KnowledgeReport) -> str:
     return "\n".join(out) + "\n"
 
 
-class Tick(NamedTuple):
-    """An axis tick: where, and its label."""
-
-    at: float
-    label: str
-
-
 class RateRow(NamedTuple):
     """An arm's rate: its interval and mean, where they go."""
 
@@ -136,7 +130,7 @@ def rate_plot(report: KnowledgeReport) -> RatePlot:
     """The rates plot of `report`."""
     rows = [(a.arm, m) for a in report.arms for m in a.metrics]
     left, width, h = 260, 420, 26 * len(rows) + 30
-    ticks = [Tick(left + width * t / 100, f"{t}%") for t in range(0, 101, 25)]
+    ticks = percent_ticks(left, width)
     drawn = []
     for i, (arm, m) in enumerate(rows):
         low, high, mid = (left + width * v for v in (m.ci_low, m.ci_high, m.mean))

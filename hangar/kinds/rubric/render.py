@@ -10,15 +10,9 @@ from typing import NamedTuple
 
 from hangar.kinds.rubric.report import BenchmarkReport, load_history
 from hangar.pages import render
+from hangar.scores.plots import Tick
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-
-
-class Tick(NamedTuple):
-    """An axis tick: where, and its label."""
-
-    at: float
-    label: str
 
 
 class Bar(NamedTuple):
