@@ -706,7 +706,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(*refused)
             return
         first, turn = _conversation(path, body)
-        self._record(body, turn, check=turn == 0 and first.strip() == CHECK_USER)
+        check = turn == 0 and first.strip() == CHECK_USER
+        self._record(body, turn, check=check)
+        if not check:
+            self.server.wait_released()
         reply = self._scripted(route, first, turn)
         if reply is None:
             return
@@ -850,6 +853,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+#: The longest a held call waits for `ScriptedServer.release`.
+HOLD_LIMIT_S = 120.0
+
+
 class ScriptedServer(ThreadingHTTPServer):
     """The scripted model server; `url` is its base (``http://127.0.0.1:PORT``)."""
 
@@ -887,6 +894,22 @@ class ScriptedServer(ThreadingHTTPServer):
         """Every request but the model checks, as received."""
         self.checks: list[dict[str, Any]] = []
         """The sweeps' model checks (one-token calls before the first trial)."""
+        self._released = threading.Event()
+        self._released.set()
+
+    def hold(self) -> None:
+        """Hold every model call (not the sweeps' model checks) until `release`: a test
+        sees trials while they run, instead of racing them."""
+        self._released.clear()
+
+    def release(self) -> None:
+        """Answer the held calls, and every call after."""
+        self._released.set()
+
+    def wait_released(self) -> None:
+        """Wait while the calls are held; at most `HOLD_LIMIT_S` (a test that never
+        releases fails on what it then sees, it does not hang)."""
+        self._released.wait(HOLD_LIMIT_S)
 
     def throttles(self, reply: Reply) -> bool:
         """Whether this request for `reply` is one of the first `Reply.throttle`."""

@@ -136,9 +136,13 @@ def test_prompt_trials_run_in_pools_with_their_evidence_and_the_board(
     before = pool_threads()  # an earlier test's, still in a model call
 
     def watch(tally: SweepTally, result: TrialResult | None) -> None:
-        if tally.board.running and len(seen) < 3:
+        # The model holds every call until the board has shown two trials running: seen
+        # while they run, however slow the machine (a race with 2-second calls lost).
+        if len(tally.board.running) >= 2 and not seen:
             seen.append((len(tally.board.running), ray_workers(), pool_threads() - before))
+            slow_model.release()
 
+    slow_model.hold()
     tally, store = go(path, watch)
     results = list(store.results("pool"))
     assert tally.done == 24 and len(results) == 24 and tally.verdicts["pass"] == 24
