@@ -1,17 +1,17 @@
-"""Scenarios shipped to the workers through the scheduler's object store.
+"""Execution tasks shipped to the workers through the scheduler's object store.
 
-A worker on another machine cannot read the driver's scenario folder. The driver packs
-each task once per sweep (`ExecutionTask.package`: a scenario file and every file it
+A worker on another machine cannot read the driver's task folder. The driver packs each
+task once per sweep (`ExecutionTask.package`: a scenario file and every file it
 references, or an image task's folder) and each local repository once
 (`pack_repository`: a bundle file as it is, a directory as a git bundle of all its
-refs, however many scenarios share it), and puts
-them into the object store; every trial task gets their references wrapped in a list
-(`Shipment`), so Ray does not resolve them for each task (that cost a plain task's
-worth of CPU per trial: `benchmarks/scale.py`); the worker fetches one only when its
-node's cache lacks it, so each moves to a node once, and unpacks it once per node
-(`unpack`, under the node's cache, keyed by the task's digest and the bundle's sha256). Relative
-paths keep their meaning because the archive keeps the files' layout relative to their
-common folder. A repository given by URL is not shipped: workers fetch it themselves.
+refs, however many scenarios share it), and puts them into the object store; every trial
+task gets their references wrapped in a list (`Shipment`), so Ray does not resolve them
+for each task (that cost a plain task's worth of CPU per trial: `benchmarks/scale.py`);
+the worker fetches one only when its node's cache lacks it, so each moves to a node
+once, and unpacks it once per node (`unpack`, under the node's cache, keyed by the
+task's digest and the bundle's sha256). Relative paths keep their meaning because the
+archive keeps the files' layout relative to their common folder. A repository given by
+URL is not shipped: workers fetch it themselves.
 """
 
 from __future__ import annotations
